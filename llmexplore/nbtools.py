@@ -1,0 +1,244 @@
+"""Notebook plumbing: plotly set-up, recorded headline numbers, quiet papermill engine, widget display.
+
+Nothing here computes a model; it makes the notebooks behave the same in JupyterLab, Voila, papermill
+and the exported HTML reports.
+
+- :func:`setup_notebook` picks a plotly renderer that works live *and* survives ``nbconvert --to html``
+  offline (plotly.js inlined once per notebook).
+- :func:`record` / :func:`read_records` publish JSON values from a running notebook and read them back
+  from the executed ``.ipynb`` (the tests assert on them).
+- :class:`QuietWidgetEngine` is the papermill engine ``"llmexplore"``: nbclient without its ipywidgets
+  Output emulation, which can stall a run (jupyter/nbclient#312).
+- :func:`show` displays a live explorer, with a short readable note in its place in static HTML.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+RECORD_MIME = "application/vnd.llmexplore.record+json"
+MIME = RECORD_MIME  # the name used in STYLE.md
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+NOTE_MIME = "application/vnd.llmexplore.widget-note+json"
+
+DEFAULT_RENDERER = "plotly_mimetype+notebook"
+DEFAULT_NOTE = ("Live explorer: this part is interactive. Open the notebook with `make lab` or `make serve` "
+                "to use the controls; the figure above shows the default parameters.")
+
+# Non-finite floats are not valid JSON (the kernel's message packer rejects them), so they travel tagged.
+_FLOAT_TAG = "$float"
+
+
+# --------------------------------------------------------------------------------------------------
+# plotly
+
+
+def setup_notebook(renderer: str | None = None, template: str = "plotly") -> None:
+    """Configure plotly for a notebook that must render live and in exported HTML; idempotent.
+
+    The renderer is, in order: ``renderer``, env ``PLOTLY_RENDERER``, ``"plotly_mimetype+notebook"``.
+    The default renders through the mime renderer in JupyterLab/Voila and also stores an HTML version of
+    each figure, with plotly.js inlined once (when the renderer is first used), so the exported report
+    works offline. Calling it again with the same settings changes nothing (plotly.js is not inlined
+    twice). Returns None so the call leaves no ``Out[...]`` line in the report.
+    """
+    import plotly.io as pio
+
+    name = renderer or os.environ.get("PLOTLY_RENDERER") or DEFAULT_RENDERER
+    if pio.renderers.default != name:
+        pio.renderers.default = name
+    if pio.templates.default != template:
+        pio.templates.default = template
+
+
+# --------------------------------------------------------------------------------------------------
+# record / read_records
+
+
+def _jsonable(value: Any, path: str) -> Any:
+    """Return ``value`` as plain JSON types; numpy scalars/arrays become Python numbers/lists."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else {_FLOAT_TAG: repr(float(value))}
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        np = None
+    if np is not None:
+        if isinstance(value, np.bool_):
+            return bool(value)
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.floating):
+            return _jsonable(float(value), path)
+        if isinstance(value, np.ndarray):
+            if value.dtype.kind not in "biuf":
+                raise TypeError(f"record: {path} is a numpy array of dtype {value.dtype}; "
+                                "only bool, integer and float arrays can be recorded")
+            return [_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value.tolist())]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"record: {path} has a non-string key {k!r}; JSON object keys must be str")
+            out[k] = _jsonable(v, f"{path}[{k!r}]")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    raise TypeError(f"record: {path} is a {type(value).__module__}.{type(value).__qualname__}, which is not "
+                    "JSON-serialisable; record numbers, strings, bools, None, lists/dicts of those, or numpy "
+                    "scalars/arrays (convert DataFrames with .to_dict() or pick the headline number)")
+
+
+def _unjson(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {_FLOAT_TAG}:
+            return float(value[_FLOAT_TAG])
+        return {k: _unjson(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unjson(v) for v in value]
+    return value
+
+
+def record(name: str, value: Any) -> None:
+    """Publish a JSON-serialisable value so tests and reports can read it from the executed notebook.
+
+    numpy scalars and arrays are converted; ``inf``/``nan`` survive the round trip. Anything else that is
+    not JSON (a DataFrame, a spec object) raises ``TypeError`` naming the value's type.
+    """
+    from IPython.display import display
+
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"record: name must be a non-empty str, got {name!r}")
+    payload = _jsonable(value, name)
+    text = f"{name} = {_unjson(payload)!r}"
+    display({RECORD_MIME: {"name": name, "value": payload}, "text/plain": text}, raw=True)
+
+
+def read_records(path: str | os.PathLike) -> dict[str, Any]:
+    """Return ``{name: value}`` for every :func:`record` call in an executed notebook (last one wins)."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    return {p["name"]: _unjson(p["value"]) for c in nb.cells for o in c.get("outputs", [])
+            if (p := o.get("data", {}).get(RECORD_MIME))}
+
+
+# --------------------------------------------------------------------------------------------------
+# widgets
+
+
+def note_html(note: str) -> str:
+    """The HTML that stands in for a live widget in static reports (`code` spans become <code>)."""
+    import html
+
+    body = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(note))
+    return f'<div class="llmexplore-widget-note"><p><em>{body}</em></p></div>'
+
+
+def show(widget: Any, note: str = DEFAULT_NOTE) -> None:
+    """Display a live widget; static HTML (nbconvert, no kernel) shows ``note`` instead.
+
+    The output carries the widget view (rendered by JupyterLab and Voila, which rank it above HTML) plus
+    ``text/html`` and ``text/plain`` versions of the note. nbconvert renders the widget view only when the
+    notebook's saved widget state holds that model, and the reports drop that state, so they show the
+    note rather than a raw ``VBox(...)`` repr or an empty box. Accepts any ipywidget (or an object with a
+    ``.view`` widget, like the explorers in :mod:`llmexplore.widgets`).
+    """
+    from IPython.display import display
+
+    view = getattr(widget, "view", widget)
+    if not callable(getattr(view, "_repr_mimebundle_", None)):
+        raise TypeError(f"show: expected an ipywidget or an object with a .view widget, got {type(view).__qualname__}")
+    bundle = view._repr_mimebundle_()
+    if isinstance(bundle, tuple):  # (data, metadata) form
+        bundle = bundle[0]
+    if not bundle or WIDGET_VIEW_MIME not in bundle:
+        raise TypeError(f"show: {type(view).__qualname__} is not a displayable widget")
+    data = {
+        WIDGET_VIEW_MIME: bundle[WIDGET_VIEW_MIME],
+        "text/html": note_html(note),
+        "text/plain": note,
+        NOTE_MIME: {"note": note},
+    }
+    display(data, raw=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# papermill engine
+
+
+def _make_engine():
+    """Build the engine class on first use: importing papermill costs ~1.5 s, which notebooks should not pay."""
+    from papermill.clientwrap import PapermillNotebookClient
+    from papermill.engines import NBClientEngine
+    from papermill.log import logger
+    from papermill.utils import merge_kwargs, remove_args
+
+    class QuietWidgetEngine(NBClientEngine):
+        """papermill engine ``"llmexplore"``: nbclient with ``widget_registry = {}``.
+
+        nbclient normally emulates ``ipywidgets.Output`` by sending on the shell socket while it awaits
+        the cell's reply; about 1 run in 7 then stalls until the timeout (jupyter/nbclient#312). With an
+        empty registry nothing is emulated: widget state is still recorded, Output widgets just keep no
+        outputs. Registered under the ``papermill.engine`` entry point; use ``engine_name="llmexplore"``.
+        """
+
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None,
+                                     stderr_file=None, start_timeout=60, execution_timeout=None, **kwargs):
+            # Same as NBClientEngine.execute_managed_notebook, plus the empty widget registry.
+            kwargs = remove_args(["input_path"], **kwargs)
+            safe_kwargs = remove_args(["timeout", "startup_timeout"], **kwargs)
+            final_kwargs = merge_kwargs(
+                safe_kwargs,
+                timeout=execution_timeout if execution_timeout else kwargs.get("timeout"),
+                startup_timeout=start_timeout,
+                kernel_name=kernel_name,
+                log=logger,
+                log_output=log_output,
+                stdout_file=stdout_file,
+                stderr_file=stderr_file,
+            )
+            client = PapermillNotebookClient(nb_man, **final_kwargs)
+            client.widget_registry = {}
+            return client.execute()
+
+    QuietWidgetEngine.__module__ = __name__
+    QuietWidgetEngine.__qualname__ = "QuietWidgetEngine"
+    return QuietWidgetEngine
+
+
+_ENGINE = None
+
+
+def __getattr__(name: str):
+    # Lazy module attribute (PEP 562) so `import llmexplore.nbtools` stays cheap inside notebooks.
+    global _ENGINE
+    if name == "QuietWidgetEngine":
+        if _ENGINE is None:
+            _ENGINE = _make_engine()
+        return _ENGINE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def cell_durations(path_or_nb: Any) -> list[tuple[int, float]]:
+    """``[(cell_index, seconds), ...]`` for the code cells papermill timed in an executed notebook."""
+    import nbformat
+
+    nb = path_or_nb
+    if isinstance(path_or_nb, (str, os.PathLike, Path)):
+        nb = nbformat.read(str(path_or_nb), as_version=4)
+    out = []
+    for i, cell in enumerate(nb.cells):
+        duration = cell.get("metadata", {}).get("papermill", {}).get("duration")
+        if cell.cell_type == "code" and duration is not None:
+            out.append((i, float(duration)))
+    return out
