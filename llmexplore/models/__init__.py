@@ -1,0 +1,1 @@
+"""Pure, vectorised model functions: numpy in, numpy out. No plotting, widgets or I/O."""

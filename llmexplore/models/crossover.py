@@ -1,0 +1,120 @@
+"""Exact crossovers between attention layouts in the context length (MODELS.md §3.5).
+
+At a fixed batch B, only the attention-core kernel of a decode step depends on the context length s, and it
+is a roofline of affine functions of s:
+
+    t_l(s) = c_l + L * max(f1_l s / (eta_a P),  (m0_l + m1_l s) / (eta_m BW))
+
+(c_l collects every other kernel, the collectives and the overhead). Each t_l is convex piecewise-linear with
+at most one breakpoint, and layout l is feasible for s <= s_max,l (memory, page-exact). Breakpoints and
+feasibility limits cut [s_lo, s_hi] into segments on which every t_l is linear; pairwise intersections inside
+a segment are solved exactly. The best layout is then constant between consecutive cut points, and the
+boundaries are exact (no tolerance, no grid).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .attention import LAYOUTS, Deployment, check_batch_context, core_coefficients, max_context, step_time
+
+__all__ = ["Boundary", "context_boundaries", "layout_time_coefficients"]
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """The best feasible layout changes at ``context`` tokens for a given ``batch``.
+
+    ``kind`` is ``"crossover"`` (equal step times on both sides) or ``"memory"`` (the layout on the left
+    stops fitting); ``after`` is ``None`` when nothing fits beyond the boundary.
+    """
+
+    batch: int
+    context: float
+    before: str
+    after: str | None
+    kind: str
+
+
+def layout_time_coefficients(dep: Deployment, batch, layout: str) -> dict[str, np.ndarray]:
+    """Step time of ``layout`` as c + L * max(a_f s, a_m0 + a_m1 s) [s], coefficients per batch value."""
+    b, _ = check_batch_context(batch, 1)
+    rt, hw = dep.runtime, dep.hardware
+    co = core_coefficients(dep, b, layout)
+    cf = 1.0 / (rt.eta_attn_compute * hw.bf16_TFLOPS * 1e12)
+    cm = 1.0 / (rt.eta_mem * hw.hbm_bw_TBps * 1e12)
+    L = dep.model.layers
+    at1 = step_time(dep, b, 1.0, layout)["step_s"]
+    core1 = L * (np.maximum(co["f1"] * cf, (co["m0"] + co["m1"]) * cm) + rt.kernel_overhead_us * 1e-6)
+    c = at1 - core1 + L * rt.kernel_overhead_us * 1e-6
+    return {"c": c, "L": np.full(b.shape, float(L)), "af": L * co["f1"] * cf, "am0": L * co["m0"] * cm,
+            "am1": L * co["m1"] * cm}
+
+
+def _linear_pieces(co: dict, i: int, s0: float, s1: float) -> tuple[float, float]:
+    """(intercept, slope) of one layout's time on [s0, s1], where it is linear."""
+    mid = 0.5 * (s0 + s1)
+    if co["af"][i] * mid >= co["am0"][i] + co["am1"][i] * mid:
+        return co["c"][i], co["af"][i]
+    return co["c"][i] + co["am0"][i], co["am1"][i]
+
+
+def context_boundaries(dep: Deployment, batch_values, *, s_lo: float = 1.0, s_hi: float = 1 << 20,
+                       layouts=LAYOUTS) -> tuple[list[Boundary], dict[int, list[tuple[float, float, str | None]]]]:
+    """Exact context lengths where the best feasible layout changes, for each batch.
+
+    Returns ``(boundaries, intervals)``: a flat list of :class:`Boundary` and, per batch, the list of
+    ``(s_start, s_end, best)`` intervals covering [s_lo, s_hi] (``best`` None where nothing fits).
+    """
+    b, _ = check_batch_context(np.atleast_1d(batch_values), 1)
+    b = b.ravel()
+    coeffs = {lay: layout_time_coefficients(dep, b, lay) for lay in layouts}
+    smax = {lay: max_context(dep, b, lay, limit=s_hi) for lay in layouts}
+    boundaries: list[Boundary] = []
+    intervals: dict[int, list] = {}
+    for i, B in enumerate(b.astype(int)):
+        cuts = {s_lo, s_hi}
+        for lay in layouts:
+            co = coeffs[lay]
+            denom = co["af"][i] - co["am1"][i]
+            if denom > 0:
+                sb = co["am0"][i] / denom
+                if s_lo < sb < s_hi:
+                    cuts.add(float(sb))
+            if s_lo <= smax[lay][i] < s_hi:
+                cuts.add(float(smax[lay][i]))
+        pts = sorted(cuts)
+        refined = set(pts)
+        for s0, s1 in zip(pts[:-1], pts[1:]):
+            lines = {lay: _linear_pieces(coeffs[lay], i, s0, s1) for lay in layouts}
+            for a_i, lay_a in enumerate(layouts):
+                for lay_b in layouts[a_i + 1:]:
+                    (ca, ka), (cb, kb) = lines[lay_a], lines[lay_b]
+                    if ka != kb:
+                        x = (cb - ca) / (ka - kb)
+                        if s0 < x < s1:
+                            refined.add(float(x))
+        pts = sorted(refined)
+        segs: list[list] = []
+        for s0, s1 in zip(pts[:-1], pts[1:]):
+            mid = 0.5 * (s0 + s1)
+            best, best_t = None, np.inf
+            for lay in layouts:
+                if mid <= smax[lay][i]:
+                    c0, k = _linear_pieces(coeffs[lay], i, mid, mid)
+                    t = c0 + k * mid
+                    if t < best_t:
+                        best, best_t = lay, t
+            if segs and segs[-1][2] == best:
+                segs[-1][1] = s1
+            else:
+                segs.append([s0, s1, best])
+        intervals[int(B)] = [tuple(x) for x in segs]
+        for (s0, s1, before), (_, _, after) in zip(segs[:-1], segs[1:]):
+            if before is None:
+                continue
+            kind = "memory" if s1 >= smax[before][i] else "crossover"
+            boundaries.append(Boundary(int(B), float(s1), before, after, kind))
+    return boundaries, intervals

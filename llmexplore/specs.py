@@ -1,0 +1,427 @@
+"""Frozen, validated specs: a model, an accelerator, a link, and the runtime efficiencies.
+
+Specs are plain data loaded from ``data/*.yaml`` (see :mod:`llmexplore.presets`); every derived quantity
+(parameter counts, KV bytes per token, ridge points) is computed here, never typed into a preset.
+
+Glossary (MODELS.md conventions): L layers, H hidden size, h_q query heads, h_kv KV heads, d head dim,
+I dense FFN intermediate size, V vocabulary; MLA: r_q q_lora_rank, r_kv kv_lora_rank, d_n qk_nope_head_dim,
+d_r qk_rope_head_dim, d_v v_head_dim; MoE: E routed experts, k experts per token, I_e expert intermediate size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .errors import SpecError
+from .units import dtype_bytes
+
+__all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "ATTENTION_KINDS", "LINK_KINDS"]
+
+ATTENTION_KINDS = ("gqa", "mla")
+LINK_KINDS = ("scale-up", "scale-out", "host")
+
+
+def _meta(unit: str = "", help: str = "", *, min: float | None = None, integer: bool = False,
+          optional: bool = False) -> dict:
+    return {"unit": unit, "help": help, "min": min, "integer": integer, "optional": optional}
+
+
+def _numeric_fields(cls) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if "unit" in f.metadata]
+
+
+def _check_numbers(obj) -> None:
+    """Validate every numeric field against its metadata: type, integrality and lower bound."""
+    kind = type(obj).__name__
+    for f in _numeric_fields(obj):
+        value = getattr(obj, f.name)
+        m = f.metadata
+        where = f"{kind} {obj.name!r}: {f.name}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(f"{where} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise SpecError(f"{where} must be finite, got {value!r}")
+        if m["integer"] and value != int(value):
+            raise SpecError(f"{where} must be an integer, got {value!r}")
+        if m["min"] is not None and value < m["min"]:
+            rule = "> 0" if 0 < m["min"] < 1e-6 else f">= {m['min']:g}"
+            raise SpecError(f"{where} must be {rule}, got {value!r}")
+
+
+def _freeze_sources(obj) -> None:
+    src = obj.sources
+    if not isinstance(src, Mapping):
+        raise SpecError(f"{type(obj).__name__} {obj.name!r}: sources must be a mapping field -> text, got {src!r}")
+    object.__setattr__(obj, "sources", MappingProxyType(dict(src)))
+
+
+class _Spec:
+    """Shared behaviour: construction from a dict with unknown keys rejected, and source lookup."""
+
+    name: str
+    sources: Mapping[str, str]
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]):
+        """Build from a preset mapping. Unknown keys are rejected with the list of allowed ones."""
+        if not isinstance(d, Mapping):
+            raise SpecError(f"a {cls.__name__} preset must be a mapping, got {type(d).__name__}")
+        allowed = set(cls.field_names())
+        unknown = sorted(set(d) - allowed)
+        if unknown:
+            raise SpecError(f"{cls.__name__} {d.get('name', '?')!r}: unknown keys {unknown}; "
+                            f"allowed keys are {sorted(allowed)}")
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                   and f.name not in d]
+        if missing:
+            raise SpecError(f"{cls.__name__} {d.get('name', '?')!r}: missing required keys {missing}")
+        return cls(**dict(d))
+
+    def source_of(self, field_name: str) -> str:
+        """Where the value of ``field_name`` comes from ('' if no source is recorded)."""
+        return self.sources.get(field_name) or self.sources.get("*", "")
+
+    def unsourced_fields(self) -> list[str]:
+        """Numeric fields that are set (non-default or required) but carry no source or assumption note."""
+        out = []
+        for f in _numeric_fields(type(self)):
+            if f.metadata.get("optional") and getattr(self, f.name) == f.default:
+                continue
+            if not self.source_of(f.name).strip():
+                out.append(f.name)
+        return out
+
+    def replace(self, **changes):
+        """A copy with some fields changed (re-validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelSpec(_Spec):
+    """Architecture of a decoder-only transformer (dense or MoE; GQA or MLA attention).
+
+    Every field is read from the model's published ``config.json``; derived counts are properties.
+    MoE layers are the last ``moe_layers`` layers (DeepSeek-V3: ``first_k_dense_replace = 3``).
+    """
+
+    name: str
+    attention: str = field(metadata={"help": "'gqa' (grouped-query, incl. MHA/MQA) or 'mla' (DeepSeek latent)"})
+    layers: int = field(metadata=_meta("", "decoder layers L", min=1, integer=True))
+    hidden: int = field(metadata=_meta("", "hidden size H", min=1, integer=True))
+    heads: int = field(metadata=_meta("", "query heads h_q", min=1, integer=True))
+    intermediate: int = field(metadata=_meta("", "dense FFN intermediate size I (SwiGLU)", min=1, integer=True))
+    vocab: int = field(metadata=_meta("", "vocabulary size V", min=1, integer=True))
+    tie_embeddings: bool = False
+    kv_heads: int = field(default=0, metadata=_meta("", "KV heads h_kv (GQA)", min=0, integer=True, optional=True))
+    head_dim: int = field(default=0, metadata=_meta("", "head dim d (GQA)", min=0, integer=True, optional=True))
+    qk_norm: bool = False
+    q_lora_rank: int = field(default=0, metadata=_meta("", "MLA r_q (0: no query compression)", min=0,
+                                                       integer=True, optional=True))
+    kv_lora_rank: int = field(default=0, metadata=_meta("", "MLA r_kv", min=0, integer=True, optional=True))
+    qk_nope_head_dim: int = field(default=0, metadata=_meta("", "MLA d_n", min=0, integer=True, optional=True))
+    qk_rope_head_dim: int = field(default=0, metadata=_meta("", "MLA d_r", min=0, integer=True, optional=True))
+    v_head_dim: int = field(default=0, metadata=_meta("", "MLA d_v", min=0, integer=True, optional=True))
+    moe_layers: int = field(default=0, metadata=_meta("", "number of MoE layers (the last ones)", min=0,
+                                                      integer=True, optional=True))
+    routed_experts: int = field(default=0, metadata=_meta("", "routed experts E", min=0, integer=True,
+                                                          optional=True))
+    shared_experts: int = field(default=0, metadata=_meta("", "shared experts", min=0, integer=True,
+                                                          optional=True))
+    experts_per_token: int = field(default=0, metadata=_meta("", "top-k routed experts per token", min=0,
+                                                             integer=True, optional=True))
+    moe_intermediate: int = field(default=0, metadata=_meta("", "expert intermediate size I_e", min=0,
+                                                            integer=True, optional=True))
+    expert_groups: int = field(default=1, metadata=_meta("", "expert groups (group-limited routing)", min=1,
+                                                         integer=True, optional=True))
+    router_bias: bool = False
+    display_name: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _freeze_sources(self)
+        where = f"ModelSpec {self.name!r}"
+        if self.attention not in ATTENTION_KINDS:
+            raise SpecError(f"{where}: attention must be one of {list(ATTENTION_KINDS)}, got {self.attention!r}")
+        _check_numbers(self)
+        if self.attention == "gqa":
+            if self.kv_heads < 1 or self.head_dim < 1:
+                raise SpecError(f"{where}: GQA needs kv_heads >= 1 and head_dim >= 1, "
+                                f"got kv_heads={self.kv_heads}, head_dim={self.head_dim}")
+            if self.heads % self.kv_heads:
+                raise SpecError(f"{where}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        else:
+            for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, f) < 1:
+                    raise SpecError(f"{where}: MLA needs {f} >= 1, got {getattr(self, f)}")
+        if self.moe_layers:
+            if self.moe_layers > self.layers:
+                raise SpecError(f"{where}: moe_layers ({self.moe_layers}) must be <= layers ({self.layers})")
+            for f in ("routed_experts", "experts_per_token", "moe_intermediate"):
+                if getattr(self, f) < 1:
+                    raise SpecError(f"{where}: an MoE model needs {f} >= 1, got {getattr(self, f)}")
+            if self.experts_per_token > self.routed_experts:
+                raise SpecError(f"{where}: experts_per_token ({self.experts_per_token}) must be <= "
+                                f"routed_experts ({self.routed_experts})")
+            if self.routed_experts % self.expert_groups:
+                raise SpecError(f"{where}: routed_experts ({self.routed_experts}) must be a multiple of "
+                                f"expert_groups ({self.expert_groups})")
+
+    # ---- shape helpers -------------------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+    @property
+    def is_mla(self) -> bool:
+        return self.attention == "mla"
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_layers > 0
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head query/key width that enters the Q K^T product [elements] (not absorbed)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def o_head_dim(self) -> int:
+        """Per-head width of the attention output fed to the O projection [elements]."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    # ---- parameters ----------------------------------------------------------------------------------------
+    @property
+    def attn_params_per_layer(self) -> dict[str, int]:
+        """Attention weight matrices of one layer [parameters], by projection.
+
+        GQA: q (H x h_q d), k and v (H x h_kv d each), o (h_q d x H).
+        MLA (DeepSeek-V3 modeling code): q_a (H x r_q), q_b (r_q x h_q (d_n+d_r)), kv_a (H x (r_kv+d_r)),
+        kv_b (r_kv x h_q (d_n+d_v)), o (h_q d_v x H). Without query compression (r_q = 0) q is H x h_q (d_n+d_r).
+        """
+        H, hq = self.hidden, self.heads
+        if not self.is_mla:
+            d = self.head_dim
+            return {"q": H * hq * d, "k": H * self.kv_heads * d, "v": H * self.kv_heads * d, "o": hq * d * H}
+        q_out = hq * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        p = {}
+        if self.q_lora_rank:
+            p["q_a"] = H * self.q_lora_rank
+            p["q_b"] = self.q_lora_rank * q_out
+        else:
+            p["q"] = H * q_out
+        p["kv_a"] = H * (self.kv_lora_rank + self.qk_rope_head_dim)
+        p["kv_b"] = self.kv_lora_rank * hq * (self.qk_nope_head_dim + self.v_head_dim)
+        p["o"] = hq * self.v_head_dim * H
+        return p
+
+    @property
+    def mla_replicated_params_per_layer(self) -> int:
+        """MLA weights replicated on every TP rank: q_a and kv_a (vLLM/SGLang ReplicatedLinear) [params]."""
+        if not self.is_mla:
+            return 0
+        p = self.attn_params_per_layer
+        return p.get("q_a", 0) + p["kv_a"]
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        """RMSNorm weights of one layer: input + post-attention norms, q/k norms (Qwen3) or MLA latent norms."""
+        n = 2 * self.hidden
+        if self.qk_norm:
+            n += 2 * self.head_dim
+        if self.is_mla:
+            n += self.q_lora_rank + self.kv_lora_rank
+        return n
+
+    @property
+    def ffn_params_dense_layer(self) -> int:
+        """SwiGLU FFN of a dense layer: gate, up (H x I) and down (I x H) [params]."""
+        return 3 * self.hidden * self.intermediate
+
+    @property
+    def expert_params(self) -> int:
+        """One routed or shared expert (SwiGLU with I_e) [params]."""
+        return 3 * self.hidden * self.moe_intermediate
+
+    @property
+    def router_params(self) -> int:
+        """Router (gate) of one MoE layer: H x E, plus the per-expert score-correction bias if present."""
+        return self.hidden * self.routed_experts + (self.routed_experts if self.router_bias else 0)
+
+    @property
+    def moe_params_per_layer(self) -> int:
+        return (self.routed_experts + self.shared_experts) * self.expert_params + self.router_params
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding plus LM head (counted once when tied) [params]."""
+        return self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
+
+    @property
+    def params_non_embedding(self) -> int:
+        """All parameters except the input embedding and LM head (norms included)."""
+        attn = sum(self.attn_params_per_layer.values()) + self.norm_params_per_layer
+        return (self.layers * attn + self.dense_layers * self.ffn_params_dense_layer
+                + self.moe_layers * self.moe_params_per_layer + self.hidden)  # + final norm
+
+    @property
+    def params_total(self) -> int:
+        """Total parameters, as in the published safetensors (norms included, MTP modules excluded)."""
+        return self.params_non_embedding + self.embedding_params
+
+    @property
+    def params_active(self) -> int:
+        """Parameters touched per token: everything except non-selected routed experts and the input embedding
+        table (a lookup reads one row). The LM head counts (a tied table counts once, as the head).
+        DeepSeek-V3: 36.6B + norms (published "37B activated")."""
+        unused = self.moe_layers * (self.routed_experts - self.experts_per_token) * self.expert_params
+        input_embedding = 0 if self.tie_embeddings else self.vocab * self.hidden
+        return self.params_total - unused - input_embedding
+
+    # ---- KV cache ------------------------------------------------------------------------------------------
+    def kv_elements_per_token_per_layer(self) -> int:
+        """Logical KV elements per token per layer: GQA 2 h_kv d (K and V); MLA r_kv + d_r (one latent)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.head_dim
+
+    def kv_bytes_per_token_per_layer(self, kv_dtype: str = "bf16") -> float:
+        """KV bytes per token per layer [B] (FP8 scales neglected: per-tensor scales)."""
+        return self.kv_elements_per_token_per_layer() * dtype_bytes(kv_dtype, "kv_dtype")
+
+    def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
+        """KV bytes per token over all layers [B]. Llama-3-70B BF16: 327,680; DeepSeek-V3 BF16: 70,272."""
+        return self.layers * self.kv_bytes_per_token_per_layer(kv_dtype)
+
+    def kv_heads_per_rank(self, tp: int) -> int:
+        """KV heads held per rank under TP (vLLM/SGLang get_num_kv_heads: max(1, h_kv // T)); MLA: 1 latent."""
+        if self.is_mla:
+            return 1
+        return max(1, self.kv_heads // int(tp))
+
+    def summary(self) -> dict[str, Any]:
+        """Derived quantities for tables and the CLI."""
+        return {
+            "name": self.name, "attention": self.attention, "layers": self.layers, "hidden": self.hidden,
+            "moe": self.is_moe, "params_total": self.params_total, "params_active": self.params_active,
+            "kv_bytes_per_token_bf16": self.kv_bytes_per_token("bf16"),
+            "kv_bytes_per_token_fp8": self.kv_bytes_per_token("fp8"),
+        }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Hardware(_Spec):
+    """One accelerator SKU: memory, bandwidth, dense peak compute, and the links it uses."""
+
+    name: str
+    hbm_GB: float = field(metadata=_meta("GB", "HBM capacity (1 GB = 1e9 B)", min=1e-9))
+    hbm_bw_TBps: float = field(metadata=_meta("TB/s", "HBM bandwidth (datasheet)", min=1e-9))
+    bf16_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense BF16 tensor peak", min=1e-9))
+    fp8_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense FP8 tensor peak", min=1e-9))
+    scale_up_link: str = ""
+    scale_up_size: int = field(default=8, metadata=_meta("GPUs", "GPUs in one scale-up (NVLink/xGMI) domain",
+                                                         min=1, integer=True))
+    scale_out_link: str = ""
+    display_name: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _freeze_sources(self)
+        _check_numbers(self)
+        if not self.scale_up_link:
+            raise SpecError(f"Hardware {self.name!r}: scale_up_link must name a link preset")
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+    def peak_TFLOPS(self, dtype: str) -> float:
+        """Dense peak for a GEMM input dtype [TFLOP/s]: FP8 for fp8, BF16 otherwise."""
+        dtype_bytes(dtype)
+        return self.fp8_TFLOPS if dtype == "fp8" else self.bf16_TFLOPS
+
+    def ridge_flops_per_byte(self, dtype: str = "bf16") -> float:
+        """Roofline ridge point (datasheet) [FLOP/B]. H100 BF16: 989.4e12 / 3.35e12 = 295."""
+        return self.peak_TFLOPS(dtype) * 1e12 / (self.hbm_bw_TBps * 1e12)
+
+
+@dataclass(frozen=True)
+class Link(_Spec):
+    """An interconnect, per GPU and per direction.
+
+    Collective times use ``achievable_GBps`` as the NCCL *bus* bandwidth and an alpha(p) = latency_us +
+    latency_per_rank_us * (p - 1) latency term (MODELS.md §1.2).
+    """
+
+    name: str
+    kind: str = field(metadata={"help": "'scale-up', 'scale-out' or 'host'"})
+    line_rate_GBps: float = field(metadata=_meta("GB/s", "signalling rate per direction", min=1e-9))
+    achievable_GBps: float = field(metadata=_meta("GB/s", "achievable bandwidth per direction (bus bandwidth "
+                                                   "for collectives)", min=1e-9))
+    latency_us: float = field(metadata=_meta("us", "base latency alpha0 of one operation", min=0))
+    latency_per_rank_us: float = field(default=0.0, metadata=_meta("us", "extra latency per additional rank",
+                                                                   min=0, optional=True))
+    display_name: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _freeze_sources(self)
+        if self.kind not in LINK_KINDS:
+            raise SpecError(f"Link {self.name!r}: kind must be one of {list(LINK_KINDS)}, got {self.kind!r}")
+        _check_numbers(self)
+        if self.achievable_GBps > self.line_rate_GBps:
+            raise SpecError(f"Link {self.name!r}: achievable_GBps ({self.achievable_GBps}) must be <= "
+                            f"line_rate_GBps ({self.line_rate_GBps})")
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+    @property
+    def efficiency(self) -> float:
+        """Achievable / line rate."""
+        return self.achievable_GBps / self.line_rate_GBps
+
+
+@dataclass(frozen=True)
+class Runtime(_Spec):
+    """Serving-runtime efficiencies and memory policy: the knobs a calibration fits.
+
+    Defaults are marked assumptions in ``data/runtime.yaml`` until calibrated against measurements.
+    """
+
+    name: str
+    eta_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth", min=1e-9))
+    eta_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of GEMMs", min=1e-9))
+    eta_attn_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of the attention kernel",
+                                                   min=1e-9))
+    kernel_overhead_us: float = field(metadata=_meta("us", "fixed time per kernel (launch gap, tail)", min=0))
+    step_overhead_ms: float = field(metadata=_meta("ms", "fixed time per decode step (scheduling, sampling)",
+                                                   min=0))
+    usable_hbm_fraction: float = field(metadata=_meta("", "fraction of HBM the runtime may use", min=1e-9))
+    reserve_GiB: float = field(metadata=_meta("GiB", "CUDA context, NCCL buffers, graphs, fragmentation",
+                                              min=0))
+    page_tokens: int = field(metadata=_meta("tokens", "KV page (block) size", min=1, integer=True))
+    display_name: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _freeze_sources(self)
+        _check_numbers(self)
+        for f in ("eta_mem", "eta_compute", "eta_attn_compute", "usable_hbm_fraction"):
+            if getattr(self, f) > 1:
+                raise SpecError(f"Runtime {self.name!r}: {f} must be <= 1, got {getattr(self, f)}")

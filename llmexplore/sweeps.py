@@ -1,0 +1,165 @@
+"""Sweeps: evaluate models over grids and package the results as tidy DataFrames.
+
+One row per (grid point, layout); input columns first, then outputs with units in their names. Infeasible
+points keep their numbers (so plots can show *how far* off they are) but carry ``feasible = False`` and a
+human-readable ``reason``; "best" choices only consider feasible rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .errors import InfeasibleError
+from .models import attention as att
+from .models import crossover, transitions
+from .models.attention import LAYOUTS, Deployment
+
+__all__ = ["layout_table", "best_layout", "layout_curves", "best_layout_grid", "phase_diagram",
+           "memory_table", "transition_table", "POINT_COLUMNS"]
+
+#: columns of :func:`layout_table`, in order
+POINT_COLUMNS = ["layout", "feasible", "weights_GB", "kv_GB", "activations_GB", "reserve_GB", "total_GB",
+                 "usable_GB", "step_ms", "attention_ms", "core_ms", "ffn_ms", "head_ms", "comm_ms",
+                 "overhead_ms", "tokens_per_s", "reason"]
+
+
+def _reason(total_B, usable_B, feasible) -> np.ndarray:
+    total_B, usable_B = np.broadcast_arrays(np.asarray(total_B, float), np.asarray(usable_B, float))
+    out = np.full(total_B.shape, "", dtype=object)
+    bad = ~np.asarray(feasible, bool)
+    if bad.any():
+        out[bad] = [f"needs {t / 1e9:.1f} GB per rank > {u / 1e9:.1f} GB usable"
+                    for t, u in zip(total_B[bad], usable_B[bad])]
+    return out
+
+
+def layout_table(dep: Deployment, batch: int, context: float, layouts=LAYOUTS) -> pd.DataFrame:
+    """Memory per rank (GB, by part) and decode step time (ms, by part) of each layout at one point."""
+    rows = []
+    for lay in layouts:
+        r = att.evaluate(dep, batch, context, lay)
+        f = {k: float(np.asarray(v)) for k, v in r.items() if k != "feasible"}
+        feasible = bool(np.asarray(r["feasible"]))
+        rows.append({
+            "layout": lay, "feasible": feasible,
+            "weights_GB": f["weights_B"] / 1e9, "kv_GB": f["kv_B"] / 1e9,
+            "activations_GB": f["activations_B"] / 1e9, "reserve_GB": f["reserve_B"] / 1e9,
+            "total_GB": f["total_B"] / 1e9, "usable_GB": f["usable_B"] / 1e9,
+            "step_ms": f["step_s"] * 1e3, "attention_ms": f["attention_s"] * 1e3, "core_ms": f["core_s"] * 1e3,
+            "ffn_ms": f["ffn_s"] * 1e3, "head_ms": f["head_s"] * 1e3, "comm_ms": f["comm_s"] * 1e3,
+            "overhead_ms": f["overhead_s"] * 1e3, "tokens_per_s": f["tokens_per_s"],
+            "reason": _reason(f["total_B"], f["usable_B"], feasible).item(),
+        })
+    return pd.DataFrame(rows, columns=POINT_COLUMNS)
+
+
+def best_layout(table: pd.DataFrame) -> str | None:
+    """Fastest feasible layout of a :func:`layout_table` (None if nothing fits)."""
+    ok = table[table["feasible"]]
+    if ok.empty:
+        return None
+    return str(ok.loc[ok["step_ms"].idxmin(), "layout"])
+
+
+def layout_curves(dep: Deployment, batch, context, layouts=LAYOUTS) -> pd.DataFrame:
+    """Tidy table over a (batch x context) grid: one row per point and layout.
+
+    ``batch`` and ``context`` are 1-D; every combination is evaluated in one broadcast call per layout.
+    """
+    b = np.asarray(batch, float).ravel()
+    s = np.asarray(context, float).ravel()
+    frames = []
+    for lay in layouts:
+        r = att.evaluate(dep, b[:, None], s[None, :], lay)
+        shape = (b.size, s.size)
+        frames.append(pd.DataFrame({
+            "batch": np.broadcast_to(b[:, None], shape).ravel(),
+            "context": np.broadcast_to(s[None, :], shape).ravel(),
+            "layout": lay,
+            "feasible": np.asarray(r["feasible"]).ravel(),
+            "weights_GB": np.asarray(r["weights_B"]).ravel() / 1e9,
+            "kv_GB": np.asarray(r["kv_B"]).ravel() / 1e9,
+            "total_GB": np.asarray(r["total_B"]).ravel() / 1e9,
+            "usable_GB": np.asarray(r["usable_B"]).ravel() / 1e9,
+            "step_ms": np.asarray(r["step_s"]).ravel() * 1e3,
+            "attention_ms": np.asarray(r["attention_s"]).ravel() * 1e3,
+            "comm_ms": np.asarray(r["comm_s"]).ravel() * 1e3,
+            "tokens_per_s": np.asarray(r["tokens_per_s"]).ravel(),
+            "reason": _reason(np.asarray(r["total_B"]).ravel(), np.asarray(r["usable_B"]).ravel(),
+                              np.asarray(r["feasible"]).ravel()),
+        }))
+    return pd.concat(frames, ignore_index=True)
+
+
+def best_layout_grid(dep: Deployment, batch, context, layouts=LAYOUTS) -> dict[str, np.ndarray]:
+    """Best feasible layout on a broadcast grid, without building a DataFrame (fast path for big grids).
+
+    Returns ``best`` (index into ``layouts``, -1 where nothing fits), ``best_step_s`` (inf where nothing
+    fits) and ``step_s`` stacked [layout, ...grid].
+    """
+    steps = []
+    for lay in layouts:
+        r = att.evaluate(dep, batch, context, lay)
+        steps.append(np.where(r["feasible"], r["step_s"], np.inf))
+    stacked = np.stack(np.broadcast_arrays(*steps))
+    best = np.argmin(stacked, axis=0)
+    best_t = np.take_along_axis(stacked, best[None], axis=0)[0]
+    return {"best": np.where(np.isfinite(best_t), best, -1), "best_step_s": best_t, "step_s": stacked}
+
+
+def phase_diagram(dep: Deployment, batch, context, layouts=LAYOUTS) -> dict:
+    """Best layout over a batch x context grid plus the exact boundaries from :mod:`.models.crossover`.
+
+    Returns ``{"batch", "context", "best" (labels, "none" where nothing fits) [len(batch), len(context)],
+    "boundaries" (DataFrame: batch, context, before, after, kind)}``.
+    """
+    b = np.asarray(batch, float).ravel()
+    s = np.asarray(context, float).ravel()
+    g = best_layout_grid(dep, b[:, None], s[None, :], layouts)
+    labels = np.array([*layouts, "none"], dtype=object)
+    best = labels[np.where(g["best"] < 0, len(layouts), g["best"])]
+    bounds, _ = crossover.context_boundaries(dep, b, s_lo=float(s.min()), s_hi=float(s.max()), layouts=layouts)
+    bdf = pd.DataFrame([vars(x) for x in bounds], columns=["batch", "context", "before", "after", "kind"])
+    return {"batch": b, "context": s, "best": best, "best_step_ms": g["best_step_s"] * 1e3, "boundaries": bdf}
+
+
+def memory_table(dep: Deployment, batch: int, context: float, layouts=LAYOUTS) -> pd.DataFrame:
+    """Memory per rank by part (long form: layout, part, GB) plus the usable line, for stacked bars."""
+    rows = []
+    for lay in layouts:
+        parts = dep.weight_bytes(lay)
+        mem = att.memory_per_rank(dep, batch, context, lay)
+        items = {"attention weights": parts["attention"], "FFN/MoE weights": parts["ffn"],
+                 "embeddings + norms": parts["embedding"] + parts["norms"],
+                 "KV cache": float(mem["kv_B"]), "activations": float(mem["activations_B"]),
+                 "runtime reserve": float(mem["reserve_B"])}
+        for part, v in items.items():
+            rows.append({"layout": lay, "part": part, "GB": v / 1e9, "usable_GB": dep.usable_B / 1e9,
+                         "feasible": bool(mem["feasible"])})
+    return pd.DataFrame(rows)
+
+
+def transition_table(dep: Deployment, batch: int, context: float, *, weights_resident: bool = False,
+                     ) -> pd.DataFrame:
+    """All 16 switches X -> Y: KV and weight primitives, bytes per rank, serial and overlapped handoff."""
+    rows = []
+    for src in LAYOUTS:
+        for dst in LAYOUTS:
+            tr = transitions.transition(dep, src, dst, batch, context, weights_resident=weights_resident)
+            ho = transitions.handoff_time(dep, src, dst, batch, context, weights_resident=weights_resident)
+            kv, w = tr["kv"], tr["weights"]
+            rows.append({"src": src, "dst": dst, "kv_primitive": kv.primitive, "kv_recv_GB": kv.recv_B / 1e9,
+                         "kv_send_GB": kv.send_B / 1e9, "kv_freed_GB": kv.freed_B / 1e9,
+                         "weights_primitive": w.primitive, "weights_recv_GB": w.recv_B / 1e9,
+                         "serial_ms": ho["serial_s"] * 1e3, "exposed_ms": ho["exposed_s"] * 1e3})
+    return pd.DataFrame(rows)
+
+
+def require_feasible(table: pd.DataFrame, what: str = "layout") -> str:
+    """Best layout of a table, or InfeasibleError naming each layout's memory shortfall."""
+    best = best_layout(table)
+    if best is None:
+        why = "; ".join(f"{r.layout}: {r.reason}" for r in table.itertuples())
+        raise InfeasibleError(f"no {what} fits: {why}")
+    return best
