@@ -1,0 +1,96 @@
+"""Run notebooks under papermill and read what they record.
+
+``run_notebook(name, **params) -> (out_path, records)`` executes ``notebooks/<name>`` (or a path) with the
+``llmexplore`` engine into ``tmp_path``, serially in this process, and fails the test when
+
+- a cell raises (papermill's error names the cell and shows the traceback),
+- a parameter is passed that the notebook's ``parameters`` cell does not define (papermill would silently
+  inject it and the test would assert on the defaults), or
+- any cell took longer than ``max_cell_s`` (default 60 s): the ipywidgets stall of jupyter/nbclient#312
+  waits out the timeout and can then pass silently, so a slow cell is treated as a failure.
+
+Every test in this folder is marked ``notebooks``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NB_DIR = REPO_ROOT / "notebooks"
+FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures"
+MAX_CELL_S = 60.0  # a healthy cell here takes well under 5 s
+EXECUTION_TIMEOUT_S = 180  # per cell; above MAX_CELL_S so a slow cell is reported by duration, not a hang
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.notebooks)
+
+
+def notebook_paths() -> list[Path]:
+    """The workbook's notebooks, sorted by name."""
+    return sorted(NB_DIR.glob("*.ipynb"))
+
+
+def resolve_notebook(name: str | Path) -> Path:
+    path = Path(name)
+    if not path.is_absolute():
+        path = NB_DIR / path
+    if not path.is_file():
+        raise FileNotFoundError(f"no notebook {name!r} (looked for {path})")
+    return path
+
+
+def execute(src: Path, out: Path, params: dict, timeout_s: float = EXECUTION_TIMEOUT_S,
+            max_cell_s: float = MAX_CELL_S) -> dict:
+    """Execute ``src`` into ``out``; return its records. Fails the test on the conditions in the module doc."""
+    import papermill as pm
+
+    from llmexplore.nbtools import cell_durations, read_records
+
+    known = pm.inspect_notebook(str(src))
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        pytest.fail(f"{src.name}: parameter(s) {unknown} are not in its parameters cell {sorted(known)}",
+                    pytrace=False)
+    pm.execute_notebook(
+        str(src), str(out),
+        parameters=params,
+        engine_name="llmexplore",
+        kernel_name="python3",
+        execution_timeout=timeout_s,
+        start_timeout=60,
+        cwd=str(src.parent),
+        progress_bar=False,
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
+    )
+    slow = [(i, d) for i, d in cell_durations(out) if d > max_cell_s]
+    if slow:
+        pytest.fail(f"{src.name}: cell(s) took suspiciously long {[(i, round(d, 1)) for i, d in slow]} "
+                    f"(limit {max_cell_s} s; an ipywidgets stall looks like this, jupyter/nbclient#312)",
+                    pytrace=False)
+    return read_records(out)
+
+
+@pytest.fixture
+def run_notebook(tmp_path, monkeypatch):
+    """``run_notebook(name, **params) -> (out_path, records)``; see the module docstring.
+
+    Keyword-only options ``_timeout_s`` and ``_max_cell_s`` override the limits.
+    """
+    monkeypatch.setenv("PLOTLY_RENDERER", "plotly_mimetype+notebook")  # as in the reports
+
+    def _run(name, *, _timeout_s: float = EXECUTION_TIMEOUT_S, _max_cell_s: float = MAX_CELL_S, **params):
+        src = resolve_notebook(name)
+        out = tmp_path / src.name
+        if out.exists():  # same notebook twice in one test: keep both
+            out = tmp_path / f"{src.stem}.{len(list(tmp_path.glob(src.stem + '*')))}.ipynb"
+        records = execute(src, out, params, timeout_s=_timeout_s, max_cell_s=_max_cell_s)
+        return out, records
+
+    return _run
