@@ -1,0 +1,468 @@
+"""Command line: ``llmexplore <command> ...`` (also ``python -m llmexplore``).
+
+Commands:
+
+* ``report``  execute the notebooks headless and write offline HTML reports (:mod:`llmexplore.report`).
+* ``presets`` list model, hardware, link or runtime presets with their derived quantities.
+* ``layouts`` memory per rank and decode step time of the attention layouts TP, CP, DPA and DOP at one
+  (batch, context) point, and the fastest layout that fits.
+
+Conventions shared by every command (add new commands the same way: one ``_add_<name>`` function that
+declares the options and one ``cmd_<name>`` function that runs it and returns the exit status):
+
+* ``--json`` writes one JSON document to stdout, strictly valid (no NaN/Infinity: such numbers become
+  ``null`` and the record's ``reason`` says why); without it, aligned plain-text tables.
+* Bad input (unknown preset, a size that is not a positive integer, ranks that do not divide the model, an
+  unknown option, a missing one) prints exactly one line ``llmexplore: error: <field> ... got <value>`` on
+  stderr and exits with status 2. No traceback: argparse's own errors are one line too.
+* A question with no answer (:class:`~llmexplore.errors.InfeasibleError`) exits with status 1 unless the
+  command reports it as a result (``layouts`` prints the table with ``best: none fits``, status 0).
+* Any other exception is a bug and propagates with its traceback.
+
+Only the standard library is imported at start-up; each command imports what it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .errors import InfeasibleError, LLMExploreError
+
+__all__ = ["main", "build_parser", "PROG"]
+
+PROG = "llmexplore"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+# ---- errors ----------------------------------------------------------------------------------------------------
+class UsageError(Exception):
+    """Bad command-line input detected by the parser (one-line message, exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are exceptions with a one-line message (no usage dump, no exit)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise UsageError(message)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
+    return code
+
+
+def _shown(text: str) -> str:
+    """A user-typed value as it appears in a message: bare if it is one plain word, else quoted."""
+    return text if text and text.isprintable() and not any(c.isspace() for c in text) else repr(text)
+
+
+# ---- typed options ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """How to read one option value: ``convert(text)`` returns the value or raises ValueError; ``rule``
+    completes the sentence "<option> must be ..."."""
+
+    rule: str
+    convert: Callable[[str], Any]
+
+
+def int_at_least(lo: int) -> Rule:
+    def convert(text: str) -> int:
+        value = int(text.strip())
+        if value < lo:
+            raise ValueError(text)
+        return value
+
+    return Rule(f"an integer >= {lo}", convert)
+
+
+def float_at_least(lo: float, *, strict: bool = False) -> Rule:
+    """A finite number >= lo (> lo if ``strict``)."""
+    def convert(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value) or value < lo or (strict and value == lo):
+            raise ValueError(text)
+        return value
+
+    return Rule(f"a finite number {'>' if strict else '>='} {lo:g}", convert)
+
+
+def one_of(choices: Iterable[str]) -> Rule:
+    choices = list(choices)
+
+    def convert(text: str) -> str:
+        if text not in choices:
+            raise ValueError(text)
+        return text
+
+    return Rule(f"one of {', '.join(choices)}", convert)
+
+
+class _Checked(argparse.Action):
+    """Store an option converted by a :class:`Rule`; on failure a usage error naming option, rule and value."""
+
+    def __init__(self, option_strings, dest, check: Rule, **kwargs):
+        self.check = check
+        kwargs.setdefault("help", "")
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            value = self.check.convert(values)
+        except (ValueError, TypeError, OverflowError):
+            raise UsageError(f"{option_string or self.dest} must be {self.check.rule}, got {_shown(values)}") \
+                from None
+        setattr(namespace, self.dest, value)
+
+
+class _ParamPairs(argparse.Action):
+    """``-p NAME VALUE`` (repeatable): collect ``{NAME: VALUE-text}``; NAME an identifier, given once."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name, text = values
+        if not name.isidentifier():
+            raise UsageError(f"{option_string} NAME must be a Python identifier, got {_shown(name)}")
+        pairs = dict(getattr(namespace, self.dest, None) or {})
+        if name in pairs:
+            raise UsageError(f"{option_string} {name} given twice ({_shown(pairs[name])} and {_shown(text)}); "
+                             "give each parameter once")
+        pairs[name] = text
+        setattr(namespace, self.dest, pairs)
+
+
+# ---- output helpers --------------------------------------------------------------------------------------------
+def jsonable(value: Any) -> Any:
+    """Plain JSON types: mappings, sequences, numpy scalars/arrays; non-finite floats become None."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy scalar or array
+        return jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    return str(value)  # paths and the like
+
+
+def print_json(value: Any) -> None:
+    json.dump(jsonable(value), sys.stdout, indent=2, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column of a text table: record key, header, and a format spec or function for the cell."""
+
+    key: str
+    header: str
+    fmt: str | Callable[[Any], str] = ""
+
+    def cell(self, record: Mapping[str, Any]) -> str:
+        value = record.get(self.key)
+        if value is None:
+            return "-"
+        if callable(self.fmt):
+            return self.fmt(value)
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        return format(value, self.fmt)
+
+
+def format_table(records: Sequence[Mapping[str, Any]], cols: Sequence[Col]) -> str:
+    """Aligned plain-text table: text columns left-aligned, numeric columns right-aligned."""
+    cells = [[c.cell(r) for c in cols] for r in records]
+    numeric = [all(isinstance(r.get(c.key), (int, float)) and not isinstance(r.get(c.key), bool)
+                   for r in records if r.get(c.key) is not None) for c in cols]
+    widths = [max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+
+    def line(values):
+        out = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line([c.header for c in cols]), *(line(row) for row in cells)])
+
+
+def billions(n: float) -> str:
+    return f"{n / 1e9:.2f}B"
+
+
+# ---- report ----------------------------------------------------------------------------------------------------
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="execute the notebooks and write offline HTML reports",
+                       description="Execute every notebook headless (papermill) and export each to an offline "
+                                   "HTML report plus an index.html.")
+    p.add_argument("--out", default="reports", metavar="DIR", help="output directory (default: reports)")
+    p.add_argument("-p", "--parameter", dest="parameters", nargs=2, metavar=("NAME", "VALUE"),
+                   action=_ParamPairs, default={},
+                   help="inject a notebook parameter (repeatable); VALUE is read as int, float, "
+                        "true/false, none, or else a string")
+    p.add_argument("--notebook", dest="notebooks", action="append", metavar="NAME",
+                   help="only this notebook (path or name in notebooks/; repeatable; default: all)")
+    p.add_argument("--timeout", dest="timeout_s", action=_Checked, check=float_at_least(0, strict=True), metavar="S",
+                   default=None, help="per-cell timeout [s]")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from . import report
+
+    parameters = {name: report.parse_param_value(text) for name, text in args.parameters.items()}
+    kwargs: dict[str, Any] = {"out_dir": args.out, "parameters": parameters, "notebooks": args.notebooks,
+                              "progress": not args.quiet}
+    if args.timeout_s is not None:
+        kwargs["timeout_s"] = args.timeout_s
+    try:
+        paths = report.build_reports(**kwargs)
+    except report.ReportError as exc:  # some notebooks failed; the others' reports were written
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except ValueError as exc:  # e.g. a -p NAME that no notebook's parameters cell defines
+        return _fail(str(exc))
+    for path in paths:
+        print(path)
+    return EXIT_OK
+
+
+# ---- presets ---------------------------------------------------------------------------------------------------
+def _spec_record(spec, derived: Mapping[str, Any]) -> dict[str, Any]:
+    """All fields of a spec (name first, sources last) with the derived quantities after the fields."""
+    import dataclasses
+
+    rec = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "sources"}
+    rec.update(derived)
+    rec["sources"] = dict(spec.sources)
+    return rec
+
+
+def _model_record(m) -> dict[str, Any]:
+    return _spec_record(m, {**m.summary(), "params_non_embedding": m.params_non_embedding,
+                            "kv_elements_per_token_per_layer": m.kv_elements_per_token_per_layer()})
+
+
+def _hardware_record(hw) -> dict[str, Any]:
+    return _spec_record(hw, {"ridge_flops_per_byte_bf16": hw.ridge_flops_per_byte("bf16"),
+                             "ridge_flops_per_byte_fp8": hw.ridge_flops_per_byte("fp8")})
+
+
+def _link_record(link) -> dict[str, Any]:
+    return _spec_record(link, {"efficiency": link.efficiency})
+
+
+def _runtime_record(rt) -> dict[str, Any]:
+    return _spec_record(rt, {})
+
+
+def _links_of(r: Mapping[str, Any]) -> str:
+    up = f"{r['scale_up_link']} x{r['scale_up_size']}"
+    return f"{up} + {r['scale_out_link']}" if r.get("scale_out_link") else up
+
+
+#: kind -> (record builder, human table columns)
+PRESET_VIEWS: dict[str, tuple[Callable[[Any], dict], list[Col]]] = {
+    "models": (_model_record, [
+        Col("name", "name"), Col("attention", "attention"), Col("layers", "layers"), Col("hidden", "hidden"),
+        Col("moe", "moe"), Col("params_total", "params_total", billions),
+        Col("params_active", "params_active", billions),
+        Col("kv_bytes_per_token_bf16", "KV B/token bf16", ",.0f"),
+        Col("kv_bytes_per_token_fp8", "KV B/token fp8", ",.0f"),
+    ]),
+    "hardware": (_hardware_record, [
+        Col("name", "name"), Col("hbm_GB", "hbm_GB", "g"), Col("hbm_bw_TBps", "hbm_bw_TBps", "g"),
+        Col("bf16_TFLOPS", "bf16_TFLOPS", "g"), Col("fp8_TFLOPS", "fp8_TFLOPS", "g"),
+        Col("ridge_flops_per_byte_bf16", "ridge bf16 FLOP/B", ".0f"), Col("links", "links"),
+    ]),
+    "links": (_link_record, [
+        Col("name", "name"), Col("kind", "kind"), Col("line_rate_GBps", "line_rate_GBps", "g"),
+        Col("achievable_GBps", "achievable_GBps", "g"), Col("efficiency", "efficiency", ".0%"),
+        Col("latency_us", "latency_us", "g"), Col("latency_per_rank_us", "+us/rank", "g"),
+    ]),
+    "runtime": (_runtime_record, [
+        Col("name", "name"), Col("eta_mem", "eta_mem", "g"), Col("eta_compute", "eta_compute", "g"),
+        Col("eta_attn_compute", "eta_attn_compute", "g"), Col("kernel_overhead_us", "kernel_overhead_us", "g"),
+        Col("step_overhead_ms", "step_overhead_ms", "g"),
+        Col("usable_hbm_fraction", "usable_hbm_fraction", "g"), Col("reserve_GiB", "reserve_GiB", "g"),
+        Col("page_tokens", "page_tokens", "d"),
+    ]),
+}
+
+
+def _add_presets(sub) -> None:
+    p = sub.add_parser("presets", help="list presets with their derived quantities",
+                       description="List the presets of one kind (built-in data/*.yaml plus any files named in "
+                                   "LLMEXPLORE_PRESETS) with their derived quantities.")
+    p.add_argument("kind", choices=list(PRESET_VIEWS), help="which presets")
+    p.add_argument("--json", action="store_true", help="a JSON list of objects (every field, sources included)")
+    p.set_defaults(func=cmd_presets)
+
+
+def cmd_presets(args) -> int:
+    from . import presets
+
+    build, cols = PRESET_VIEWS[args.kind]
+    records = [build(spec) for spec in presets.table(args.kind).values()]
+    if args.json:
+        print_json(records)
+        return EXIT_OK
+    if args.kind == "hardware":
+        for r in records:
+            r["links"] = _links_of(r)
+    print(format_table(records, cols))
+    return EXIT_OK
+
+
+# ---- layouts ---------------------------------------------------------------------------------------------------
+def _add_layouts(sub) -> None:
+    from .units import DTYPE_BYTES
+
+    dtypes = one_of(sorted(DTYPE_BYTES))
+    p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
+                       description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of the "
+                                   "attention layouts TP, CP, DPA and DOP on T ranks at one (batch, context) "
+                                   "point, and the fastest layout that fits.")
+    req = p.add_argument_group("required")
+    req.add_argument("--model", required=True, metavar="M", help="model preset (see: presets models)")
+    req.add_argument("--gpu", required=True, metavar="G", help="hardware preset (see: presets hardware)")
+    req.add_argument("--ranks", required=True, action=_Checked, check=int_at_least(1), metavar="T",
+                     help="ranks T in the attention group")
+    req.add_argument("--batch", required=True, action=_Checked, check=int_at_least(1), metavar="B",
+                     help="concurrent sequences B")
+    req.add_argument("--context", required=True, action=_Checked, check=int_at_least(1), metavar="S",
+                     help="context length S [tokens]")
+    p.add_argument("--weight-dtype", default="bf16", action=_Checked, check=dtypes, metavar="DTYPE",
+                   help=f"weight dtype, {dtypes.rule} (default: bf16)")
+    p.add_argument("--kv-dtype", default="bf16", action=_Checked, check=dtypes, metavar="DTYPE",
+                   help=f"KV-cache dtype, {dtypes.rule} (default: bf16)")
+    p.add_argument("--q-tokens", default=1, action=_Checked, check=int_at_least(1), metavar="Q",
+                   help="query tokens per sequence per step (speculative decoding; default: 1)")
+    p.add_argument("--context-cv", default=0.0, action=_Checked, check=float_at_least(0.0), metavar="CV",
+                   help="coefficient of variation of context lengths (default: 0, all equal)")
+    p.add_argument("--runtime", default="default", metavar="NAME", help="runtime preset (default: default)")
+    p.add_argument("--scale-up-link", metavar="LINK", help="link preset (default: the GPU's own)")
+    p.add_argument("--scale-out-link", metavar="LINK", help="link preset (default: the GPU's own)")
+    p.add_argument("--json", action="store_true", help='JSON: {"layouts": [...], "best": ..., "inputs": {...}}')
+    p.set_defaults(func=cmd_layouts)
+
+
+LAYOUT_COLS = [
+    Col("layout", "layout"), Col("feasible", "fits"),
+    Col("weights_GB", "weights GB", ".2f"), Col("kv_GB", "KV GB", ".2f"),
+    Col("activations_GB", "act GB", ".2f"), Col("reserve_GB", "reserve GB", ".2f"),
+    Col("total_GB", "total GB", ".2f"), Col("usable_GB", "usable GB", ".2f"),
+    Col("step_ms", "step ms", ".2f"), Col("attention_ms", "attn ms", ".2f"), Col("ffn_ms", "FFN ms", ".2f"),
+    Col("comm_ms", "comm ms", ".2f"), Col("tokens_per_s", "tok/s", ".0f"), Col("reason", "reason"),
+]
+
+
+def _layout_record(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A layout_table row with plain Python values; non-finite numbers become None, explained in reason."""
+    rec = jsonable(dict(row))
+    notes = [f"{k} is {row[k]} (not representable in JSON)" for k, v in rec.items()
+             if v is None and isinstance(row[k], float)]
+    if notes:
+        rec["reason"] = "; ".join([*([rec["reason"]] if rec.get("reason") else []), *notes])
+    return rec
+
+
+def _best_line(records: Sequence[Mapping[str, Any]], best: str | None) -> str:
+    if best is not None:
+        r = next(r for r in records if r["layout"] == best)
+        if r["step_ms"] is None or r["tokens_per_s"] is None:
+            return f"best: {best}"
+        return f"best: {best} ({r['step_ms']:.1f} ms/step, {r['tokens_per_s']:.0f} tok/s)"
+    sized = [r for r in records if r.get("total_GB") is not None]
+    if not sized:
+        return "best: none fits"
+    r = min(sized, key=lambda r: r["total_GB"])
+    return f"best: none fits (closest: {r['layout']} {r['reason'] or 'is infeasible'})"
+
+
+def cmd_layouts(args) -> int:
+    from . import sweeps
+    from .models.attention import Deployment
+
+    dep = Deployment.build(args.model, args.gpu, args.ranks, runtime=args.runtime,
+                           weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, q_tokens=args.q_tokens,
+                           context_cv=args.context_cv, scale_up_link=args.scale_up_link,
+                           scale_out_link=args.scale_out_link)
+    table = sweeps.layout_table(dep, args.batch, args.context)
+    best = sweeps.best_layout(table)
+    records = [_layout_record(row) for row in table.to_dict("records")]
+    inputs = {
+        "model": dep.model.name, "gpu": dep.hardware.name, "ranks": dep.ranks, "batch": args.batch,
+        "context": args.context, "weight_dtype": dep.weight_dtype, "kv_dtype": dep.kv_dtype,
+        "act_dtype": dep.act_dtype, "q_tokens": dep.q_tokens, "context_cv": dep.context_cv,
+        "runtime": dep.runtime.name, "scale_up_link": dep.fabric.scale_up.name,
+        "scale_out_link": dep.fabric.scale_out.name if dep.fabric.scale_out else None,
+    }
+    if args.json:
+        print_json({"layouts": records, "best": best, "inputs": inputs})
+        return EXIT_OK
+    print(f"{dep.label()}; batch {args.batch}, context {args.context} tokens"
+          + (f", {dep.q_tokens} query tokens/step" if dep.q_tokens != 1 else "")
+          + (f", context cv {dep.context_cv:g}" if dep.context_cv else ""))
+    print("memory per rank [GB], decode step [ms]")
+    print(format_table(records, LAYOUT_COLS))
+    print(_best_line(records, best))
+    return EXIT_OK
+
+
+# ---- entry point -----------------------------------------------------------------------------------------------
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llmexplore")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+#: subcommand registration, in help order
+COMMANDS = [_add_report, _add_presets, _add_layouts]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Analytical models of LLM serving deployments.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return the exit status (0 ok, 1 failed or infeasible, 2 bad input)."""
+    parser = build_parser()
+    try:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help / --version
+            return exc.code if isinstance(exc.code, int) else EXIT_OK
+        return args.func(args)
+    except UsageError as exc:
+        return _fail(str(exc))
+    except InfeasibleError as exc:  # not bad input: a question without an answer
+        return _fail(str(exc), EXIT_FAILED)
+    except LLMExploreError as exc:  # SpecError, UnknownPresetError: bad input
+        return _fail(str(exc))
+    except BrokenPipeError:  # e.g. `llmexplore presets models | head -1`
+        # Python docs recipe: point stdout at devnull so the flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
