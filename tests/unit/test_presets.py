@@ -1,0 +1,225 @@
+"""Presets: every built-in entry loads with a source for each number; user files add and override entries;
+unknown names and keys are reported with the known/allowed ones. Global preset state is restored after
+every test (``isolated_presets``)."""
+
+import os
+import textwrap
+
+import pytest
+
+from llmexplore import presets
+from llmexplore.errors import SpecError, UnknownPresetError
+from llmexplore.specs import Hardware, Link, ModelSpec, Runtime
+
+KIND_CLASSES = {"models": ModelSpec, "hardware": Hardware, "links": Link, "runtime": Runtime}
+ALL_PRESETS = [(kind, name) for kind in presets.KINDS for name in presets.names(kind)]
+
+
+@pytest.fixture
+def isolated_presets(monkeypatch):
+    """No user files, no LLMEXPLORE_PRESETS; caches cleared before and after."""
+    monkeypatch.setattr(presets, "_user_files", [])
+    monkeypatch.delenv("LLMEXPLORE_PRESETS", raising=False)
+    presets.clear_cache()
+    yield
+    presets.clear_cache()
+
+
+def _write(tmp_path, text, name="user.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text), encoding="utf-8")
+    return p
+
+
+USER_FILE = """
+models:
+  tiny-gqa:
+    attention: gqa
+    layers: 2
+    hidden: 256
+    heads: 4
+    kv_heads: 2
+    head_dim: 64
+    intermediate: 512
+    vocab: 1000
+    sources: {"*": "made up for a test"}
+  llama-3-8b:          # overrides the built-in entry
+    attention: gqa
+    layers: 7
+    hidden: 4096
+    heads: 32
+    kv_heads: 8
+    head_dim: 128
+    intermediate: 14336
+    vocab: 128256
+    sources: {"*": "user override"}
+links:
+  slow-link:
+    kind: scale-out
+    line_rate_GBps: 1
+    achievable_GBps: 0.5
+    latency_us: 100
+    sources: {"*": "test"}
+"""
+
+
+def test_builtin_tables_are_not_empty():
+    # the presets the design reference relies on (MODELS.md §2 and §7.1-7.2)
+    assert {"llama-3-8b", "llama-3-70b", "llama-3.2-3b", "qwen3-4b", "qwen3-32b", "deepseek-v3"} <= set(
+        presets.names("models"))
+    assert {"h100-sxm", "h200", "b200", "mi300x"} <= set(presets.names("hardware"))
+    assert {"nvlink4", "ib-ndr400"} <= set(presets.names("links"))
+    assert "default" in presets.names("runtime")
+
+
+@pytest.mark.parametrize("kind, name", ALL_PRESETS)
+def test_every_preset_loads_and_every_number_is_sourced(kind, name):
+    spec = presets.table(kind)[name]
+    assert isinstance(spec, KIND_CLASSES[kind])
+    assert spec.name == name
+    assert spec.unsourced_fields() == []
+
+
+@pytest.mark.parametrize("name", presets.names("hardware"))
+def test_hardware_links_resolve(name):
+    hw = presets.hardware(name)
+    assert presets.link(hw.scale_up_link).kind == "scale-up"
+    if hw.scale_out_link:
+        assert presets.link(hw.scale_out_link).kind == "scale-out"
+
+
+def test_unsourced_field_is_reported():
+    row = presets.model("llama-3-8b")
+    bare = row.replace(sources={"layers": "config.json"})
+    missing = bare.unsourced_fields()
+    assert "layers" not in missing
+    assert {"hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab"} <= set(missing)
+    # optional fields left at their default need no source
+    assert "moe_layers" not in missing and "q_lora_rank" not in missing
+
+
+@pytest.mark.parametrize("getter, kind", [(presets.model, "models"), (presets.hardware, "hardware"),
+                                          (presets.link, "links"), (presets.runtime, "runtime")])
+def test_unknown_preset_lists_known_names(getter, kind):
+    with pytest.raises(UnknownPresetError) as exc:
+        getter("no-such-preset")
+    msg = str(exc.value)
+    assert "'no-such-preset'" in msg
+    for known in presets.names(kind):
+        assert known in msg
+    assert isinstance(exc.value, KeyError)
+    assert not msg.startswith('"')  # plain message, not KeyError's quoted repr
+
+
+def test_unknown_kind():
+    with pytest.raises(UnknownPresetError, match="no preset kind 'gpus'"):
+        presets.table("gpus")
+
+
+def test_resolve_accepts_spec_or_name():
+    m = presets.model("llama-3-8b")
+    assert presets.resolve("models", m) is m
+    assert presets.resolve("models", "llama-3-8b") == m
+
+
+def test_add_file_adds_and_overrides(isolated_presets, tmp_path):
+    builtin_layers = presets.model("llama-3-8b").layers
+    assert builtin_layers == 32  # meta-llama/Meta-Llama-3-8B config.json num_hidden_layers
+    presets.add_file(_write(tmp_path, USER_FILE))
+    assert presets.model("tiny-gqa").kv_heads == 2
+    assert presets.model("llama-3-8b").layers == 7
+    assert presets.model("llama-3-8b").source_of("layers") == "user override"
+    assert presets.link("slow-link").achievable_GBps == 0.5
+    # built-ins not overridden are still there
+    assert presets.model("llama-3-70b").layers == 80
+    assert presets.link("nvlink4").achievable_GBps == 370
+
+
+def test_state_is_restored_after_user_file(isolated_presets):
+    # runs after test_add_file_adds_and_overrides in file order: the override must be gone
+    assert "tiny-gqa" not in presets.names("models")
+    assert presets.model("llama-3-8b").layers == 32
+
+
+def test_env_variable_adds_and_overrides(isolated_presets, tmp_path, monkeypatch):
+    other = _write(tmp_path, """
+        hardware:
+          h100-sxm:
+            hbm_GB: 96
+            hbm_bw_TBps: 3.35
+            bf16_TFLOPS: 989.4
+            fp8_TFLOPS: 1978.9
+            scale_up_link: nvlink4
+            sources: {"*": "user"}
+        """, name="hw.yaml")
+    user = _write(tmp_path, USER_FILE)
+    monkeypatch.setenv("LLMEXPLORE_PRESETS", os.pathsep.join([str(user), str(other)]))
+    presets.clear_cache()
+    assert presets.model("tiny-gqa").layers == 2
+    assert presets.model("llama-3-8b").layers == 7
+    assert presets.hardware("h100-sxm").hbm_GB == 96
+    monkeypatch.delenv("LLMEXPLORE_PRESETS")
+    presets.clear_cache()
+    assert presets.hardware("h100-sxm").hbm_GB == 80
+    assert "tiny-gqa" not in presets.names("models")
+
+
+def test_env_variable_missing_file(isolated_presets, tmp_path, monkeypatch):
+    missing = tmp_path / "nope.yaml"
+    monkeypatch.setenv("LLMEXPLORE_PRESETS", str(missing))
+    presets.clear_cache()
+    with pytest.raises(SpecError, match="LLMEXPLORE_PRESETS names .*nope.yaml.*does not exist"):
+        presets.model("llama-3-8b")
+
+
+def test_add_file_missing(isolated_presets, tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        presets.add_file(tmp_path / "missing.yaml")
+
+
+def test_user_file_unknown_key_rejected(isolated_presets, tmp_path):
+    presets.add_file(_write(tmp_path, """
+        models:
+          typo-model:
+            attention: gqa
+            layers: 2
+            hidden: 256
+            heads: 4
+            kv_heads: 2
+            head_dim: 64
+            intermediate: 512
+            vocab: 1000
+            num_layers: 2
+        """))
+    with pytest.raises(SpecError) as exc:
+        presets.model("typo-model")
+    msg = str(exc.value)
+    assert "user.yaml" in msg  # the origin file is named
+    assert "unknown keys ['num_layers']" in msg
+    assert "allowed keys are" in msg and "'layers'" in msg
+
+
+def test_user_file_unknown_section_rejected(isolated_presets, tmp_path):
+    presets.add_file(_write(tmp_path, "gpus:\n  x: {}\n"))
+    with pytest.raises(SpecError, match=r"unknown sections \['gpus'\]"):
+        presets.model("llama-3-8b")
+
+
+def test_user_file_invalid_value_names_field_and_value(isolated_presets, tmp_path):
+    presets.add_file(_write(tmp_path, """
+        hardware:
+          broken-gpu:
+            hbm_GB: 0
+            hbm_bw_TBps: 1
+            bf16_TFLOPS: 1
+            fp8_TFLOPS: 1
+            scale_up_link: nvlink4
+        """))
+    with pytest.raises(SpecError, match=r"user.yaml: Hardware 'broken-gpu': hbm_GB must be > 0, got 0"):
+        presets.hardware("broken-gpu")
+
+
+def test_user_file_not_yaml(isolated_presets, tmp_path):
+    presets.add_file(_write(tmp_path, "models: [unclosed\n"))
+    with pytest.raises(SpecError, match="is not valid YAML"):
+        presets.model("llama-3-8b")
