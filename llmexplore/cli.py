@@ -40,7 +40,7 @@ PROG = "llmexplore"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-# ---- errors ----------------------------------------------------------------------------------------------------
+# ---- errors ------------------------------------------------------------------------------------------------
 class UsageError(Exception):
     """Bad command-line input detected by the parser (one-line message, exit status 2)."""
 
@@ -66,7 +66,7 @@ def _shown(text: str) -> str:
     return text if text and text.isprintable() and not any(c.isspace() for c in text) else repr(text)
 
 
-# ---- typed options ---------------------------------------------------------------------------------------------
+# ---- typed options -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Rule:
     """How to read one option value: ``convert(text)`` returns the value or raises ValueError; ``rule``
@@ -109,7 +109,7 @@ def one_of(choices: Iterable[str]) -> Rule:
 
 
 class _Checked(argparse.Action):
-    """Store an option converted by a :class:`Rule`; on failure a usage error naming option, rule and value."""
+    """Store an option converted by a :class:`Rule`; else a usage error naming option, rule and value."""
 
     def __init__(self, option_strings, dest, check: Rule, **kwargs):
         self.check = check
@@ -120,8 +120,8 @@ class _Checked(argparse.Action):
         try:
             value = self.check.convert(values)
         except (ValueError, TypeError, OverflowError):
-            raise UsageError(f"{option_string or self.dest} must be {self.check.rule}, got {_shown(values)}") \
-                from None
+            field = option_string or self.dest
+            raise UsageError(f"{field} must be {self.check.rule}, got {_shown(values)}") from None
         setattr(namespace, self.dest, value)
 
 
@@ -134,13 +134,13 @@ class _ParamPairs(argparse.Action):
             raise UsageError(f"{option_string} NAME must be a Python identifier, got {_shown(name)}")
         pairs = dict(getattr(namespace, self.dest, None) or {})
         if name in pairs:
-            raise UsageError(f"{option_string} {name} given twice ({_shown(pairs[name])} and {_shown(text)}); "
-                             "give each parameter once")
+            raise UsageError(f"{option_string} {name} given twice ({_shown(pairs[name])} and "
+                             f"{_shown(text)}); give each parameter once")
         pairs[name] = text
         setattr(namespace, self.dest, pairs)
 
 
-# ---- output helpers --------------------------------------------------------------------------------------------
+# ---- output helpers ----------------------------------------------------------------------------------------
 def jsonable(value: Any) -> Any:
     """Plain JSON types: mappings, sequences, numpy scalars/arrays; non-finite floats become None."""
     if isinstance(value, Mapping):
@@ -198,11 +198,11 @@ def billions(n: float) -> str:
     return f"{n / 1e9:.2f}B"
 
 
-# ---- report ----------------------------------------------------------------------------------------------------
+# ---- report ------------------------------------------------------------------------------------------------
 def _add_report(sub) -> None:
     p = sub.add_parser("report", help="execute the notebooks and write offline HTML reports",
-                       description="Execute every notebook headless (papermill) and export each to an offline "
-                                   "HTML report plus an index.html.")
+                       description="Execute every notebook headless (papermill) and export each to an "
+                                   "offline HTML report plus an index.html.")
     p.add_argument("--out", default="reports", metavar="DIR", help="output directory (default: reports)")
     p.add_argument("-p", "--parameter", dest="parameters", nargs=2, metavar=("NAME", "VALUE"),
                    action=_ParamPairs, default={},
@@ -210,8 +210,8 @@ def _add_report(sub) -> None:
                         "true/false, none, or else a string")
     p.add_argument("--notebook", dest="notebooks", action="append", metavar="NAME",
                    help="only this notebook (path or name in notebooks/; repeatable; default: all)")
-    p.add_argument("--timeout", dest="timeout_s", action=_Checked, check=float_at_least(0, strict=True), metavar="S",
-                   default=None, help="per-cell timeout [s]")
+    p.add_argument("--timeout", dest="timeout_s", action=_Checked, check=float_at_least(0, strict=True),
+                   metavar="S", default=None, help="per-cell timeout [s]")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_report)
 
@@ -236,7 +236,7 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
-# ---- presets ---------------------------------------------------------------------------------------------------
+# ---- presets -----------------------------------------------------------------------------------------------
 def _spec_record(spec, derived: Mapping[str, Any]) -> dict[str, Any]:
     """All fields of a spec (name first, sources last) with the derived quantities after the fields."""
     import dataclasses
@@ -291,7 +291,8 @@ PRESET_VIEWS: dict[str, tuple[Callable[[Any], dict], list[Col]]] = {
     ]),
     "runtime": (_runtime_record, [
         Col("name", "name"), Col("eta_mem", "eta_mem", "g"), Col("eta_compute", "eta_compute", "g"),
-        Col("eta_attn_compute", "eta_attn_compute", "g"), Col("kernel_overhead_us", "kernel_overhead_us", "g"),
+        Col("eta_attn_compute", "eta_attn_compute", "g"),
+        Col("kernel_overhead_us", "kernel_overhead_us", "g"),
         Col("step_overhead_ms", "step_overhead_ms", "g"),
         Col("usable_hbm_fraction", "usable_hbm_fraction", "g"), Col("reserve_GiB", "reserve_GiB", "g"),
         Col("page_tokens", "page_tokens", "d"),
@@ -301,10 +302,11 @@ PRESET_VIEWS: dict[str, tuple[Callable[[Any], dict], list[Col]]] = {
 
 def _add_presets(sub) -> None:
     p = sub.add_parser("presets", help="list presets with their derived quantities",
-                       description="List the presets of one kind (built-in data/*.yaml plus any files named in "
-                                   "LLMEXPLORE_PRESETS) with their derived quantities.")
+                       description="List the presets of one kind (built-in data/*.yaml plus any files named "
+                                   "in LLMEXPLORE_PRESETS) with their derived quantities.")
     p.add_argument("kind", choices=list(PRESET_VIEWS), help="which presets")
-    p.add_argument("--json", action="store_true", help="a JSON list of objects (every field, sources included)")
+    p.add_argument("--json", action="store_true",
+                   help="a JSON list of objects (every field, sources included)")
     p.set_defaults(func=cmd_presets)
 
 
@@ -323,15 +325,15 @@ def cmd_presets(args) -> int:
     return EXIT_OK
 
 
-# ---- layouts ---------------------------------------------------------------------------------------------------
+# ---- layouts -----------------------------------------------------------------------------------------------
 def _add_layouts(sub) -> None:
     from .units import DTYPE_BYTES
 
     dtypes = one_of(sorted(DTYPE_BYTES))
     p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
-                       description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of the "
-                                   "attention layouts TP, CP, DPA and DOP on T ranks at one (batch, context) "
-                                   "point, and the fastest layout that fits.")
+                       description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of "
+                                   "the attention layouts TP, CP, DPA and DOP on T ranks at one (batch, "
+                                   "context) point, and the fastest layout that fits.")
     req = p.add_argument_group("required")
     req.add_argument("--model", required=True, metavar="M", help="model preset (see: presets models)")
     req.add_argument("--gpu", required=True, metavar="G", help="hardware preset (see: presets hardware)")
@@ -352,7 +354,8 @@ def _add_layouts(sub) -> None:
     p.add_argument("--runtime", default="default", metavar="NAME", help="runtime preset (default: default)")
     p.add_argument("--scale-up-link", metavar="LINK", help="link preset (default: the GPU's own)")
     p.add_argument("--scale-out-link", metavar="LINK", help="link preset (default: the GPU's own)")
-    p.add_argument("--json", action="store_true", help='JSON: {"layouts": [...], "best": ..., "inputs": {...}}')
+    p.add_argument("--json", action="store_true",
+                   help='JSON: {"layouts": [...], "best": ..., "inputs": {...}}')
     p.set_defaults(func=cmd_layouts)
 
 
@@ -419,7 +422,7 @@ def cmd_layouts(args) -> int:
     return EXIT_OK
 
 
-# ---- entry point -----------------------------------------------------------------------------------------------
+# ---- entry point -------------------------------------------------------------------------------------------
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -1,0 +1,316 @@
+"""The command line: presets and layouts output, one-line usage errors, report argument parsing.
+
+Commands run in-process through ``cli.main(argv)``; one test runs the installed ``llmexplore`` script.
+"""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmexplore import cli, report, sweeps
+
+LAYOUT_ARGS = ["layouts", "--model", "deepseek-v3", "--gpu", "h200", "--ranks", "8", "--batch", "64",
+               "--context", "8192", "--weight-dtype", "fp8"]
+INFEASIBLE_ARGS = ["layouts", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--ranks", "1", "--batch", "64",
+                   "--context", "8192"]
+
+
+def _strict_json(text):
+    """json.loads that rejects NaN/Infinity, as a strict consumer (JavaScript's JSON.parse) would."""
+    def reject(token):
+        raise ValueError(f"non-standard JSON constant {token}")
+
+    return json.loads(text, parse_constant=reject)
+
+
+def run(capsys, argv):
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, argv):
+    code, out, err = run(capsys, argv)
+    assert code == 0, err
+    return _strict_json(out)
+
+
+# ---- presets -----------------------------------------------------------------------------------------------
+def test_presets_models_json_schema_and_published_values(capsys):
+    models = {m["name"]: m for m in run_json(capsys, ["presets", "models", "--json"])}
+    assert {"llama-3-70b", "deepseek-v3"} <= set(models)
+    for m in models.values():
+        for key in ("name", "attention", "layers", "hidden", "moe", "params_total", "params_active",
+                    "kv_bytes_per_token_bf16", "kv_bytes_per_token_fp8", "sources"):
+            assert key in m, (m["name"], key)
+        assert type(m["params_total"]) is int and type(m["params_active"]) is int
+        assert isinstance(m["kv_bytes_per_token_bf16"], (int, float))
+        assert isinstance(m["sources"], dict) and m["sources"]
+        assert m["params_active"] <= m["params_total"]
+    llama = models["llama-3-70b"]
+    assert llama["params_total"] == 70553706496
+    assert llama["kv_bytes_per_token_bf16"] == 80 * 8 * 128 * 2 * 2 == 327680  # L h_kv d (K,V) B
+    assert llama["kv_bytes_per_token_fp8"] == 327680 / 2
+    ds = models["deepseek-v3"]
+    assert ds["kv_bytes_per_token_bf16"] == 61 * (512 + 64) * 2 == 70272  # L (r_kv + d_r) B
+    assert ds["kv_bytes_per_token_fp8"] == 35136
+    assert ds["moe"] is True and ds["attention"] == "mla"
+
+
+@pytest.mark.parametrize("kind, names", [
+    ("hardware", {"h100-sxm", "h200", "b200", "gb200", "mi300x"}),
+    ("links", {"nvlink4", "nvlink5", "ib-ndr400", "roce-400g", "tcp-100g", "pcie4-x16", "pcie5-x16"}),
+    ("runtime", {"default"}),
+])
+def test_presets_json_names_and_sources(capsys, kind, names):
+    records = run_json(capsys, ["presets", kind, "--json"])
+    assert isinstance(records, list)
+    assert names <= {r["name"] for r in records}
+    assert all(isinstance(r["sources"], dict) for r in records)
+
+
+def test_presets_hardware_json_has_fields_and_derived_ridge(capsys):
+    h100 = {r["name"]: r for r in run_json(capsys, ["presets", "hardware", "--json"])}["h100-sxm"]
+    assert h100["hbm_GB"] == 80 and h100["scale_up_link"] == "nvlink4"
+    assert h100["ridge_flops_per_byte_bf16"] == pytest.approx(989.4 / 3.35)
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("models", ["llama-3-70b", "70.55B", "327,680", "70,272", "35,136"]),
+    ("hardware", ["h100-sxm", "mi300x", "nvlink4", "ib-ndr400"]),
+    ("links", ["nvlink4", "tcp-100g", "scale-out"]),
+    ("runtime", ["default", "eta_mem"]),
+])
+def test_presets_human_tables(capsys, kind, expected):
+    code, out, err = run(capsys, ["presets", kind])
+    assert code == 0 and err == ""
+    for text in expected:
+        assert text in out
+    lines = out.rstrip("\n").splitlines()
+    assert lines[0].startswith("name")
+    assert len(lines) == 1 + len(run_json(capsys, ["presets", kind, "--json"]))
+
+
+# ---- layouts -----------------------------------------------------------------------------------------------
+def test_layouts_json_schema_and_consistency(capsys):
+    doc = run_json(capsys, [*LAYOUT_ARGS, "--json"])
+    assert set(doc) == {"layouts", "best", "inputs"}
+    rows = doc["layouts"]
+    assert [r["layout"] for r in rows] == ["TP", "CP", "DPA", "DOP"]
+    for r in rows:
+        for key in ("layout", "feasible", "weights_GB", "kv_GB", "activations_GB", "total_GB", "step_ms",
+                    "attention_ms", "comm_ms", "reason"):
+            assert key in r, key
+        assert isinstance(r["feasible"], bool)
+        parts = r["weights_GB"] + r["kv_GB"] + r["activations_GB"] + r["reserve_GB"]
+        assert r["total_GB"] == pytest.approx(parts, rel=1e-9)
+        assert r["feasible"] == (r["total_GB"] <= r["usable_GB"])
+        assert r["attention_ms"] <= r["step_ms"] and r["comm_ms"] <= r["step_ms"]
+    feasible = [r for r in rows if r["feasible"]]
+    assert feasible
+    assert doc["best"] == min(feasible, key=lambda r: r["step_ms"])["layout"]
+    assert doc["inputs"] == {
+        "model": "deepseek-v3", "gpu": "h200", "ranks": 8, "batch": 64, "context": 8192,
+        "weight_dtype": "fp8", "kv_dtype": "bf16", "act_dtype": "bf16", "q_tokens": 1, "context_cv": 0.0,
+        "runtime": "default", "scale_up_link": "nvlink4", "scale_out_link": "ib-ndr400",
+    }
+
+
+def test_layouts_human_table_and_best_line(capsys):
+    code, out, err = run(capsys, LAYOUT_ARGS)
+    assert code == 0 and err == ""
+    doc = run_json(capsys, [*LAYOUT_ARGS, "--json"])
+    best = next(r for r in doc["layouts"] if r["layout"] == doc["best"])
+    lines = out.rstrip("\n").splitlines()
+    expected = f"best: {doc['best']} ({best['step_ms']:.1f} ms/step, {best['tokens_per_s']:.0f} tok/s)"
+    assert lines[-1] == expected
+    for lay in ("TP", "CP", "DPA", "DOP"):
+        assert any(line.startswith(lay + " ") for line in lines)
+    assert "DeepSeek-V3" in lines[0] and "8x" in lines[0]
+
+
+def test_layouts_infeasible_is_a_result_not_an_error(capsys):
+    doc = run_json(capsys, [*INFEASIBLE_ARGS, "--json"])
+    assert doc["best"] is None
+    assert all(r["feasible"] is False and "usable" in r["reason"] for r in doc["layouts"])
+    code, out, err = run(capsys, INFEASIBLE_ARGS)
+    assert code == 0 and err == ""
+    assert out.rstrip().splitlines()[-1].startswith("best: none fits (")
+
+
+def test_layouts_options_reach_the_deployment(capsys):
+    args = [*LAYOUT_ARGS[:-2], "--kv-dtype", "fp8", "--q-tokens", "2", "--context-cv", "0.3",
+            "--scale-out-link", "roce-400g", "--json"]
+    inputs = run_json(capsys, args)["inputs"]
+    assert inputs["weight_dtype"] == "bf16" and inputs["kv_dtype"] == "fp8"
+    assert inputs["q_tokens"] == 2 and inputs["context_cv"] == 0.3 and inputs["scale_out_link"] == "roce-400g"
+
+
+def test_layouts_json_turns_non_finite_numbers_into_null_with_a_reason(capsys, monkeypatch):
+    real = sweeps.layout_table
+
+    def with_inf(dep, batch, context, **kw):
+        t = real(dep, batch, context, **kw)
+        t.loc[0, "step_ms"] = math.inf
+        t.loc[0, "tokens_per_s"] = math.nan
+        return t
+
+    monkeypatch.setattr(sweeps, "layout_table", with_inf)
+    doc = run_json(capsys, [*LAYOUT_ARGS, "--json"])  # strict parse: no NaN/Infinity tokens
+    tp = doc["layouts"][0]
+    assert tp["step_ms"] is None and tp["tokens_per_s"] is None
+    assert "step_ms is inf" in tp["reason"] and "tokens_per_s is nan" in tp["reason"]
+    assert doc["best"] != "TP"
+
+
+# ---- bad input: exit 2, exactly one stderr line naming field and value -------------------------------------
+_BASE = ["layouts", "--model", "llama-3-70b", "--gpu", "h200", "--ranks", "8", "--batch", "4", "--context",
+         "1024"]
+
+
+def _with(option, value):
+    argv = list(_BASE)
+    if option in argv:
+        argv[argv.index(option) + 1] = value
+    else:
+        argv += [option, value]
+    return argv
+
+
+BAD_INPUT = {
+    "unknown model": (_with("--model", "llama-9"), ["model", "llama-9", "known:", "llama-3-70b"]),
+    "unknown gpu": (_with("--gpu", "h900"), ["gpu", "h900", "known:", "h100-sxm"]),
+    "unknown runtime": (_with("--runtime", "fast"), ["runtime", "fast", "known:", "default"]),
+    "unknown link": (_with("--scale-up-link", "nvlink9"), ["link", "nvlink9", "known:", "nvlink4"]),
+    "batch zero": (_with("--batch", "0"), ["--batch must be an integer >= 1, got 0"]),
+    "batch negative": (_with("--batch", "-4"), ["--batch", "-4", ">= 1"]),
+    "batch non-integer": (_with("--batch", "2.5"), ["--batch", "2.5", "integer"]),
+    "batch word": (_with("--batch", "lots"), ["--batch", "lots", "integer"]),
+    "context zero": (_with("--context", "0"), ["--context", "0", ">= 1"]),
+    "context non-integer": (_with("--context", "1e3"), ["--context", "1e3", "integer"]),
+    "ranks zero": (_with("--ranks", "0"), ["--ranks", "0", ">= 1"]),
+    "ranks do not divide heads": (_with("--ranks", "6"), ["ranks", "6", "must divide", "64"]),
+    "ranks too many": (_with("--ranks", "2048"), ["ranks", "2048", "1024"]),
+    "ranks 12 on llama-3-8b": (["layouts", "--model", "llama-3-8b", "--gpu", "h200", "--ranks", "12",
+                                      "--batch", "4", "--context", "1024"], ["ranks", "12", "must divide"]),
+    "q-tokens zero": (_with("--q-tokens", "0"), ["--q-tokens", "0", ">= 1"]),
+    "context-cv negative": (_with("--context-cv", "-0.1"), ["--context-cv", "-0.1", ">= 0"]),
+    "context-cv nan": (_with("--context-cv", "nan"), ["--context-cv", "nan", "finite"]),
+    "bad weight dtype": (_with("--weight-dtype", "int4"), ["--weight-dtype", "int4", "bf16", "fp8"]),
+    "bad kv dtype": (_with("--kv-dtype", "fp4"), ["--kv-dtype", "fp4", "bf16", "fp8"]),
+    "unknown option": (_BASE + ["--tp", "8"], ["--tp"]),
+    "missing required option": (_BASE[:3], ["required", "--gpu", "--ranks", "--batch", "--context"]),
+    "missing value": (_BASE + ["--q-tokens"], ["--q-tokens", "expected one argument"]),
+    "unknown subcommand": (["frobnicate"], ["frobnicate", "report", "presets", "layouts"]),
+    "no subcommand": ([], ["required", "COMMAND"]),
+    "unknown preset kind": (["presets", "gpus"], ["gpus", "models", "hardware", "links", "runtime"]),
+    "unknown option on presets": (["presets", "models", "--csv"], ["--csv"]),
+    "report parameter name": (["report", "-p", "2x", "1"], ["-p", "2x", "identifier"]),
+    "report parameter twice": (["report", "-p", "BATCH", "1", "-p", "BATCH", "2"], ["BATCH", "twice"]),
+    "report parameter without value": (["report", "-p", "BATCH"], ["-p", "expected 2 arguments"]),
+    "report timeout": (["report", "--timeout", "0"], ["--timeout", "0", "> 0"]),
+}
+
+
+@pytest.mark.parametrize("argv, needles", list(BAD_INPUT.values()), ids=list(BAD_INPUT))
+def test_bad_input_is_one_line_on_stderr_and_exit_2(capsys, monkeypatch, argv, needles):
+    monkeypatch.setattr(report, "build_reports", lambda **kw: pytest.fail("must not run"))
+    code, out, err = run(capsys, argv)
+    assert code == 2
+    assert out == ""
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith("llmexplore: error: ")
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def test_help_and_version_exit_0(capsys):
+    assert cli.main(["--help"]) == 0
+    assert "layouts" in capsys.readouterr().out
+    assert cli.main(["layouts", "--help"]) == 0
+    assert "--context-cv" in capsys.readouterr().out
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("llmexplore ")
+
+
+# ---- report ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def fake_build(monkeypatch, tmp_path):
+    calls = []
+
+    def build_reports(**kwargs):
+        calls.append(kwargs)
+        out = Path(kwargs["out_dir"])
+        return [out / "a.html", out / "b.html", out / "index.html"]
+
+    monkeypatch.setattr(report, "build_reports", build_reports)
+    return calls
+
+
+def test_report_parses_parameters_and_out(capsys, fake_build, tmp_path):
+    out_dir = str(tmp_path / "r")
+    code, out, err = run(capsys, ["report", "--out", out_dir, "-p", "BATCH", "8", "-p", "CV", "0.25",
+                                  "--parameter", "FIT_ONLY", "true", "-p", "MODEL", "deepseek-v3",
+                                  "-p", "OFF", "False", "-p", "BIG", "1e3"])
+    assert code == 0 and err == ""
+    (kw,) = fake_build
+    assert kw["out_dir"] == out_dir
+    params = kw["parameters"]
+    assert params == {"BATCH": 8, "CV": 0.25, "FIT_ONLY": True, "MODEL": "deepseek-v3", "OFF": False,
+                      "BIG": 1000.0}
+    assert type(params["BATCH"]) is int and type(params["CV"]) is float and params["FIT_ONLY"] is True
+    assert type(params["BIG"]) is float
+    assert out.splitlines() == [str(Path(out_dir) / n) for n in ("a.html", "b.html", "index.html")]
+
+
+def test_report_defaults(capsys, fake_build):
+    code, out, _ = run(capsys, ["report"])
+    assert code == 0
+    (kw,) = fake_build
+    assert kw["out_dir"] == "reports" and kw["parameters"] == {}
+    assert kw["notebooks"] is None and kw["progress"] is True and "timeout_s" not in kw
+    assert out.splitlines()[-1].endswith("index.html")
+
+
+def test_report_notebooks_timeout_quiet(capsys, fake_build):
+    assert cli.main(["report", "--notebook", "01_x.ipynb", "--notebook", "02_y", "--timeout", "60",
+                     "--quiet"]) == 0
+    (kw,) = fake_build
+    assert kw["notebooks"] == ["01_x.ipynb", "02_y"] and kw["timeout_s"] == 60.0 and kw["progress"] is False
+
+
+def test_report_unknown_parameter_is_bad_input(capsys, monkeypatch):
+    def build_reports(**kwargs):
+        raise ValueError("parameter(s) ['BATCHH'] are not defined in the parameters cell of any of [...]")
+
+    monkeypatch.setattr(report, "build_reports", build_reports)
+    code, out, err = run(capsys, ["report", "-p", "BATCHH", "8"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "BATCHH" in err
+
+
+def test_report_failure_exits_1_without_traceback(capsys, monkeypatch):
+    def build_reports(**kwargs):
+        raise report.ReportError("1 of 2 notebook(s) failed:\n  x.ipynb: cell 3: ZeroDivisionError")
+
+    monkeypatch.setattr(report, "build_reports", build_reports)
+    code, out, err = run(capsys, ["report"])
+    assert code == 1 and out == ""
+    assert err.startswith("llmexplore: error: ") and "x.ipynb" in err and "Traceback" not in err
+
+
+# ---- the installed entry point ----------------------------------------------------------------------------
+def test_installed_entry_point_and_python_m():
+    script = Path(sys.executable).with_name("llmexplore")
+    assert script.exists(), "pip install -e . should install the llmexplore console script"
+    ok = subprocess.run([str(script), *LAYOUT_ARGS, "--json"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert _strict_json(ok.stdout)["best"] is not None
+    bad = subprocess.run([sys.executable, "-m", "llmexplore", *_with("--batch", "0")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == "llmexplore: error: --batch must be an integer >= 1, got 0\n"
