@@ -16,7 +16,8 @@ from .models import crossover, transitions
 from .models.attention import LAYOUTS, Deployment
 
 __all__ = ["layout_table", "best_layout", "layout_curves", "best_layout_grid", "phase_diagram",
-           "memory_table", "transition_table", "POINT_COLUMNS"]
+           "memory_table", "transition_table", "policy_summary", "require_feasible", "log_grid", "boundaries_at",
+           "deployment_table", "POINT_COLUMNS"]
 
 #: columns of :func:`layout_table`, in order
 POINT_COLUMNS = ["layout", "feasible", "weights_GB", "kv_GB", "activations_GB", "reserve_GB", "total_GB",
@@ -163,3 +164,45 @@ def require_feasible(table: pd.DataFrame, what: str = "layout") -> str:
         why = "; ".join(f"{r.layout}: {r.reason}" for r in table.itertuples())
         raise InfeasibleError(f"no {what} fits: {why}")
     return best
+
+
+def policy_summary(results: dict[str, dict]) -> pd.DataFrame:
+    """One row per policy of :func:`llmexplore.models.scheduler.compare_policies`, fastest first."""
+    rows = [{"policy": p, "total_s": r["total_s"], "compute_s": r["total_s"] - r["handoff_total_s"],
+             "handoff_s": r["handoff_total_s"], "switches": r["switches"],
+             "capped_segments": r["capped_segments"], "infeasible_segments": r["infeasible_segments"]}
+            for p, r in results.items()]
+    return pd.DataFrame(rows).sort_values("total_s", kind="stable", ignore_index=True)
+
+
+def log_grid(lo: float, hi: float, n: int, *, integer: bool = False) -> np.ndarray:
+    """``n`` log-spaced values in [lo, hi] (unique integers if ``integer``)."""
+    g = np.geomspace(lo, hi, int(n))
+    return np.unique(np.round(g)) if integer else g
+
+
+def boundaries_at(dep: Deployment, batch: int, s_lo: float, s_hi: float, layouts=LAYOUTS) -> pd.DataFrame:
+    """Exact context lengths where the best layout changes at one batch, with the step times either side."""
+    bounds, intervals = crossover.context_boundaries(dep, [batch], s_lo=s_lo, s_hi=s_hi, layouts=layouts)
+    rows = [{"batch": b.batch, "context": b.context, "before": b.before, "after": b.after, "kind": b.kind}
+            for b in bounds]
+    df = pd.DataFrame(rows, columns=["batch", "context", "before", "after", "kind"])
+    df["after"] = df["after"].astype(object).where(df["after"].notna(), None)
+    return df
+
+
+def deployment_table(dep: Deployment) -> pd.DataFrame:
+    """Model and hardware facts that drive the layouts (derived, with units), as a two-column table."""
+    m, hw = dep.model, dep.hardware
+    rows = [
+        ("model", m.label), ("attention", m.attention.upper()),
+        ("parameters (total / active)", f"{m.params_total / 1e9:.2f}B / {m.params_active / 1e9:.2f}B"),
+        (f"KV bytes per token ({dep.kv_dtype})", f"{m.kv_bytes_per_token(dep.kv_dtype):,.0f} B"),
+        ("GPU", f"{dep.ranks} x {hw.label}: {hw.hbm_GB:g} GB, {hw.hbm_bw_TBps:g} TB/s, "
+                f"{hw.peak_TFLOPS(dep.weight_dtype):g} TFLOPS ({dep.weight_dtype})"),
+        ("scale-up link", f"{dep.fabric.scale_up.label}: {dep.fabric.scale_up.achievable_GBps:g} GB/s achievable"),
+        ("usable HBM per rank", f"{dep.usable_B / 1e9:.1f} GB (reserve {dep.runtime.reserve_GiB:g} GiB)"),
+    ]
+    for lay in LAYOUTS:
+        rows.append((f"weights per rank, {lay}", f"{sum(dep.weight_bytes(lay).values()) / 1e9:.1f} GB"))
+    return pd.DataFrame(rows, columns=["quantity", "value"])

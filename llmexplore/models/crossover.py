@@ -20,7 +20,7 @@ import numpy as np
 
 from .attention import LAYOUTS, Deployment, check_batch_context, core_coefficients, max_context, step_time
 
-__all__ = ["Boundary", "context_boundaries", "layout_time_coefficients"]
+__all__ = ["Boundary", "context_boundaries", "layout_time_coefficients", "mla_tp_dpa_closed_form_tokens"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,18 @@ def context_boundaries(dep: Deployment, batch_values, *, s_lo: float = 1.0, s_hi
             kind = "memory" if s1 >= smax[before][i] else "crossover"
             boundaries.append(Boundary(int(B), float(s1), before, after, kind))
     return boundaries, intervals
+
+
+def mla_tp_dpa_closed_form_tokens(dep: Deployment) -> float:
+    """Closed-form TP vs DPA crossover for MLA, in context tokens per step B*s* (MODELS.md §3.5).
+
+    Memory-bound, balanced DPA and equal communication on both sides:
+    t_TP - t_DPA = (1 - 1/T) (B s kv_l - W_shard b_w) / (eta_m BW)  =>  B s* = W_shard b_w / kv_l,
+    independent of T. DeepSeek-V3: 171,966,464 B (FP8 weights) / 1152 B (BF16 latent) = 149,276.
+    """
+    m = dep.model
+    if not m.is_mla:
+        from ..errors import SpecError
+        raise SpecError(f"the TP/DPA closed form needs an MLA model, got {m.name} ({m.attention})")
+    w_shard = sum(m.attn_params_per_layer.values()) - m.mla_replicated_params_per_layer
+    return w_shard * dep.b_w / m.kv_bytes_per_token_per_layer(dep.kv_dtype)

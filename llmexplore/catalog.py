@@ -1,0 +1,70 @@
+"""Preset catalogue: the presets with their derived quantities and sources, as records or DataFrames."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from . import presets
+
+__all__ = ["preset_records", "preset_frame", "preset_counts", "source_frame"]
+
+
+def _fields(spec) -> dict:
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "sources"}
+
+
+def preset_records(kind: str) -> list[dict]:
+    """One JSON-friendly dict per preset: its fields, derived quantities and ``sources``."""
+    out = []
+    for name, spec in presets.table(kind).items():
+        row = _fields(spec)
+        if kind == "models":
+            row.update(spec.summary())
+            row["params_non_embedding"] = spec.params_non_embedding
+        elif kind == "hardware":
+            row["ridge_flops_per_byte_bf16"] = spec.ridge_flops_per_byte("bf16")
+        elif kind == "links":
+            row["efficiency"] = spec.efficiency
+        row["sources"] = dict(spec.sources)
+        out.append(row)
+    return out
+
+
+_COLUMNS = {
+    "models": ["name", "attention", "layers", "hidden", "heads", "kv_heads", "moe", "params_total",
+               "params_active", "kv_bytes_per_token_bf16", "kv_bytes_per_token_fp8"],
+    "hardware": ["name", "hbm_GB", "hbm_bw_TBps", "bf16_TFLOPS", "fp8_TFLOPS", "ridge_flops_per_byte_bf16",
+                 "scale_up_link", "scale_up_size", "scale_out_link"],
+    "links": ["name", "kind", "line_rate_GBps", "achievable_GBps", "efficiency", "latency_us",
+              "latency_per_rank_us"],
+    "runtime": ["name", "eta_mem", "eta_compute", "eta_attn_compute", "kernel_overhead_us", "step_overhead_ms",
+                "usable_hbm_fraction", "reserve_GiB", "page_tokens"],
+}
+
+
+def preset_frame(kind: str) -> pd.DataFrame:
+    """The presets of one kind as a table (main columns only)."""
+    df = pd.DataFrame(preset_records(kind))
+    return df[[c for c in _COLUMNS[kind] if c in df.columns]]
+
+
+def preset_counts() -> dict[str, int]:
+    """Number of presets of each kind."""
+    return {kind: len(presets.table(kind)) for kind in presets.KINDS}
+
+
+def source_frame() -> pd.DataFrame:
+    """Every numeric preset value with its source (kind, preset, field, value, source)."""
+    rows = []
+    for kind in presets.KINDS:
+        for name, spec in presets.table(kind).items():
+            for f in dataclasses.fields(spec):
+                if "unit" not in f.metadata:
+                    continue
+                if f.metadata.get("optional") and getattr(spec, f.name) == f.default:
+                    continue
+                rows.append({"kind": kind, "preset": name, "field": f.name, "value": getattr(spec, f.name),
+                             "source": spec.source_of(f.name)})
+    return pd.DataFrame(rows)
