@@ -25,7 +25,7 @@ from ..errors import SpecError
 from .attention import LAYOUTS, Deployment, max_batch, memory_per_rank, step_time
 from .transitions import handoff_time
 
-__all__ = ["reasoning_trace", "segment_costs", "run_policy", "compare_policies"]
+__all__ = ["reasoning_trace", "fluctuating_trace", "segment_costs", "run_policy", "compare_policies"]
 
 
 def reasoning_trace(*, batch: int = 64, prompt_tokens: int = 2048, mean_output_tokens: float = 8192,
@@ -87,11 +87,14 @@ def segment_costs(dep: Deployment, trace: dict, layouts=LAYOUTS) -> dict[str, np
 
 
 def run_policy(dep: Deployment, trace: dict, policy: str = "aware", *, horizon_steps: float = 4096,
-               margin: float = 0.0, weights_resident: bool = False, layouts=LAYOUTS, costs=None) -> dict:
+               margin: float = 0.0, weights_resident: bool = False, learn_dwell: bool = True,
+               layouts=LAYOUTS, costs=None) -> dict:
     """Simulate one policy over a trace.
 
     ``policy``: ``"aware"`` (transition-aware, see module docstring), ``"myopic"`` (always the fastest
-    layout, every switch paid) or a layout name (static). Returns per-segment arrays ``layout``,
+    layout, every switch paid) or a layout name (static). With ``learn_dwell`` the aware policy also caps
+    H_eff by the mean length (in steps) of the completed runs of the per-segment fastest layout seen so
+    far: an online estimate of how long a regime lasts, from the past only. Returns per-segment arrays ``layout``,
     ``switched``, ``handoff_s``, ``time_s`` (segment compute time), ``capped``, ``batch_served`` and totals
     ``total_s``, ``handoff_total_s``, ``switches``, ``capped_segments``, ``infeasible_segments``.
     """
@@ -111,10 +114,25 @@ def run_policy(dep: Deployment, trace: dict, policy: str = "aware", *, horizon_s
         B = int(max(1, c["batch_cap"][k, y]))  # what actually moves is the batch the new layout serves
         return handoff_time(dep, layouts[x], layouts[y], B, s, weights_resident=weights_resident)["exposed_s"]
 
+    runs: list[float] = []  # completed run lengths of the per-segment fastest layout [steps]
+    run_best, run_len = None, 0.0
+
+    def dwell(k: int) -> float:
+        h = min(horizon_steps, max(trace["expected_remaining_steps"][k], trace["steps"][k]))
+        if learn_dwell and runs:
+            h = min(h, max(float(np.mean(runs)), trace["steps"][k]))
+        return h
+
     cur = None
     out_layout, switched, handoff, seg_time, capped = [], [], np.zeros(n), np.zeros(n), np.zeros(n, bool)
     for k in range(n):
         e = c["step_s"][k]
+        fastest = int(np.argmin(e)) if np.isfinite(e).any() else None
+        if fastest != run_best:
+            if run_best is not None:
+                runs.append(run_len)
+            run_best, run_len = fastest, 0.0
+        run_len += trace["steps"][k]
         if policy in idx:
             nxt = idx[policy]
         elif cur is None or not np.isfinite(e[cur]) or policy == "myopic":
@@ -124,12 +142,12 @@ def run_policy(dep: Deployment, trace: dict, policy: str = "aware", *, horizon_s
             elif cur is None or policy == "myopic":
                 nxt = int(np.argmin(e))
             else:  # forced: current layout cannot run at all
-                h = min(horizon_steps, max(trace["expected_remaining_steps"][k], trace["steps"][k]))
+                h = dwell(k)
                 score = np.where(finite, e * h + np.array([switch_cost(k, cur, y) for y in range(len(e))]),
                                  np.inf)
                 nxt = int(np.argmin(score))
         else:
-            h = min(horizon_steps, max(trace["expected_remaining_steps"][k], trace["steps"][k]))
+            h = dwell(k)
             gains = [((e[cur] - e[y]) * h - switch_cost(k, cur, y) * (1 + margin)) if np.isfinite(e[y])
                      and y != cur else -np.inf for y in range(len(e))]
             best = int(np.argmax(gains))
@@ -152,9 +170,33 @@ def run_policy(dep: Deployment, trace: dict, policy: str = "aware", *, horizon_s
 
 
 def compare_policies(dep: Deployment, trace: dict, *, horizon_steps: float = 4096, margin: float = 0.0,
-                     weights_resident: bool = False, layouts=LAYOUTS) -> dict[str, dict]:
+                     weights_resident: bool = False, learn_dwell: bool = True,
+                     layouts=LAYOUTS) -> dict[str, dict]:
     """Transition-aware vs myopic vs every static layout on the same trace (costs computed once)."""
     c = segment_costs(dep, trace, layouts)
-    kw = dict(horizon_steps=horizon_steps, margin=margin, weights_resident=weights_resident, layouts=layouts,
-              costs=c)
+    kw = dict(horizon_steps=horizon_steps, margin=margin, weights_resident=weights_resident,
+              learn_dwell=learn_dwell, layouts=layouts, costs=c)
     return {p: run_policy(dep, trace, p, **kw) for p in ("aware", "myopic", *layouts)}
+
+
+def fluctuating_trace(*, mean_batch: float = 8, batch_sd: float = 3, context: float = 16384,
+                      context_sd: float = 2048, segments: int = 64, segment_steps: int = 64,
+                      seed: int = 0) -> dict[str, np.ndarray]:
+    """A steady-state continuous-batching trace: batch and mean context fluctuate around fixed means
+    (normal noise, clipped to >= 1 sequence and >= 1 token) from one segment to the next.
+
+    The regime's dwell is unknown to the scheduler (``expected_remaining_steps`` = inf, so H_eff is the
+    policy's horizon). Near a crossover this is where a myopic scheduler thrashes.
+    """
+    if int(segments) != segments or segments < 1 or int(segment_steps) != segment_steps or segment_steps < 1:
+        raise SpecError(f"segments and segment_steps must be integers >= 1, got {segments!r}, {segment_steps!r}")
+    if not (mean_batch >= 1 and batch_sd >= 0 and context >= 1 and context_sd >= 0):
+        raise SpecError("mean_batch and context must be >= 1 and the standard deviations >= 0, got "
+                        f"{mean_batch!r}, {batch_sd!r}, {context!r}, {context_sd!r}")
+    rng = np.random.default_rng(seed)
+    n = int(segments)
+    b = np.maximum(1, np.round(rng.normal(mean_batch, batch_sd, n)))
+    s = np.maximum(1, np.round(rng.normal(context, context_sd, n)))
+    starts = np.arange(n) * float(segment_steps)
+    return {"start_step": starts, "steps": np.full(n, float(segment_steps)), "batch": b, "context": s,
+            "expected_remaining_steps": np.full(n, np.inf)}
