@@ -1,0 +1,189 @@
+"""Reference checks: derived quantities against published configs and numbers.
+
+Each expected value is (a) recomputed by hand in the test from the config.json numbers and (b) compared with
+the published figure, whose source is cited next to it. Parameter totals "incl. norms" are the HF safetensors
+totals (``model.safetensors.index.json`` ``metadata.total_size`` / 2 bytes for the BF16 checkpoints).
+"""
+
+import math
+
+import pytest
+
+from llmexplore import presets
+from llmexplore.models import attention as att
+from llmexplore.models.attention import Deployment
+
+pytestmark = pytest.mark.reference
+
+GiB, MiB = 2**30, 2**20
+
+
+def dense_gqa_params(L, H, hq, hkv, d, I, V, tied, qk_norm=False, norms=True):
+    """Decoder-only SwiGLU GQA model (MODELS.md §2): per layer H h_q d + 2 H h_kv d + h_q d H + 3 H I,
+    embedding V H (x2 if untied), RMSNorms 2H per layer (+2d with Qwen3 q/k norms) + final H."""
+    layer = H * hq * d + 2 * H * hkv * d + hq * d * H + 3 * H * I
+    norm = (2 * H + (2 * d if qk_norm else 0)) * L + H if norms else 0
+    return L * layer + V * H * (1 if tied else 2) + norm
+
+
+def deepseek_norms_and_bias(m):
+    return m.layers * m.norm_params_per_layer + m.hidden + m.moe_layers * m.routed_experts
+
+
+# ---- parameter counts -----------------------------------------------------------------------------------------
+
+def test_llama3_8b_params():
+    # meta-llama/Meta-Llama-3-8B config.json: L 32, H 4096, 32/8 heads, d 128, I 14336, V 128256, untied.
+    # HF safetensors total 8,030,261,248 params (index total_size 16,060,522,496 B in BF16).
+    n = dense_gqa_params(32, 4096, 32, 8, 128, 14336, 128256, tied=False)
+    assert n == 8_030_261_248
+    assert presets.model("llama-3-8b").params_total == n
+    # MODELS.md §2 "derived" count excludes the norms: 8,029,995,008
+    assert dense_gqa_params(32, 4096, 32, 8, 128, 14336, 128256, tied=False, norms=False) == 8_029_995_008
+
+
+def test_llama32_3b_params_tied():
+    # meta-llama/Llama-3.2-3B config.json: L 28, H 3072, 24/8 heads, d 128, I 8192, V 128256, tied embeddings.
+    # HF safetensors total 3,212,749,824 params.
+    n = dense_gqa_params(28, 3072, 24, 8, 128, 8192, 128256, tied=True)
+    assert n == 3_212_749_824
+    m = presets.model("llama-3.2-3b")
+    assert m.params_total == n
+    assert m.params_active == n  # tied table counts once, as the LM head
+
+
+def test_llama3_70b_params():
+    # meta-llama/Meta-Llama-3-70B config.json: L 80, H 8192, 64/8 heads, d 128, I 28672, V 128256, untied.
+    # HF safetensors total 70,553,706,496 params; MODELS.md §2 excl. norms 70,552,387,584.
+    n = dense_gqa_params(80, 8192, 64, 8, 128, 28672, 128256, tied=False)
+    assert n == 70_553_706_496
+    assert presets.model("llama-3-70b").params_total == n
+    assert dense_gqa_params(80, 8192, 64, 8, 128, 28672, 128256, tied=False, norms=False) == 70_552_387_584
+
+
+def test_qwen3_4b_params():
+    # Qwen/Qwen3-4B config.json: L 36, H 2560, 32/8 heads, explicit head_dim 128, I 9728, V 151936, tied.
+    # MODELS.md §2 (norms excluded): total 4,022,272,000, non-embedding 3,633,315,840.
+    total = dense_gqa_params(36, 2560, 32, 8, 128, 9728, 151936, tied=True, norms=False)
+    assert total == 4_022_272_000
+    assert total - 151936 * 2560 == 3_633_315_840
+    m = presets.model("qwen3-4b")
+    norms = 36 * (2 * 2560 + 2 * 128) + 2560  # incl. Qwen3 q_norm/k_norm
+    assert m.params_total - norms == 4_022_272_000
+    assert m.params_non_embedding - norms == 3_633_315_840
+
+
+def test_qwen3_32b_params():
+    # Qwen/Qwen3-32B config.json: L 64, H 5120, 64/8 heads, head_dim 128, I 25600, V 151936, untied.
+    # MODELS.md §2 (norms excluded): 32,761,446,400
+    n = dense_gqa_params(64, 5120, 64, 8, 128, 25600, 151936, tied=False, norms=False)
+    assert n == 32_761_446_400
+    m = presets.model("qwen3-32b")
+    assert m.params_total - (64 * (2 * 5120 + 2 * 128) + 5120) == n
+
+
+def test_deepseek_v3_params():
+    # deepseek-ai/DeepSeek-V3 config.json; MODELS.md §2: 671,025,397,760 total and 36,624,596,992 activated
+    # (norms and router bias excluded; activated excludes the input embedding and 248 unselected experts per
+    # MoE layer). tenstorrent README_WEIGHTS: 671B total, 36.6B active incl. the 0.9B output head.
+    H, V = 7168, 129280
+    attn = H * 1536 + 1536 * 128 * 192 + H * 576 + 512 * 128 * 256 + 128 * 128 * H  # 187,105,280
+    expert = 3 * H * 2048
+    dense_ffn = 3 * H * 18432
+    router = H * 256
+    total = 61 * attn + 3 * dense_ffn + 58 * (257 * expert + router) + 2 * V * H
+    active = total - 58 * (256 - 8) * expert - V * H
+    assert total == 671_025_397_760
+    assert active == 36_624_596_992
+    m = presets.model("deepseek-v3")
+    extra = deepseek_norms_and_bias(m)
+    assert m.params_total - extra == total
+    assert m.params_active - extra == active
+    assert V * H / 1e9 == pytest.approx(0.93, abs=0.005)  # "0.9B head"
+    assert round(active / 1e9, 1) == 36.6
+
+
+# ---- KV bytes per token (PEERS.md §3.1) -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, L, hkv, d, bf16", [
+    ("llama-3-70b", 80, 8, 128, 327_680),  # 320 KiB; llm-d: "305 GB for 1M tokens"; inference-sim#806 ~328 KB
+    ("llama-3-8b", 32, 8, 128, 131_072),  # 128 KiB; inference-sim#806 "~128 KB/token"
+    ("qwen3-32b", 64, 8, 128, 262_144),  # 256 KiB; head_dim explicit 128, not 5120/64 (LMCache#688)
+])
+def test_gqa_kv_bytes_per_token(name, L, hkv, d, bf16):
+    assert 2 * L * hkv * d * 2 == bf16
+    m = presets.model(name)
+    assert m.kv_bytes_per_token("bf16") == bf16
+    assert m.kv_bytes_per_token("fp8") == bf16 / 2
+
+
+def test_llama70_kv_public_cross_checks():
+    m = presets.model("llama-3-70b")
+    # llm-d FS blog: "305 GB for 1M tokens" (GiB): 327,680 x 1e6 B = 305.2 GiB
+    assert m.kv_bytes_per_token() * 1e6 / GiB == pytest.approx(305.2, abs=0.05)
+    # Mooncake README: "40 GB ~ 128k tokens of LLaMA3-70B" = 40.0 GiB
+    assert m.kv_bytes_per_token() * 128 * 1024 / GiB == pytest.approx(40.0, abs=1e-9)
+    # per rank at TP8 (PEERS.md §3.1): 40,960 B
+    assert m.kv_bytes_per_token() * m.kv_heads_per_rank(8) / m.kv_heads == 40_960
+
+
+def test_deepseek_v3_kv_bytes_per_token():
+    # 61 layers x (kv_lora_rank 512 + qk_rope 64) = 576 per layer, not TP-sharded (AIConfigurator memory.py)
+    m = presets.model("deepseek-v3")
+    assert m.kv_bytes_per_token("bf16") == 61 * 576 * 2 == 70_272
+    assert m.kv_bytes_per_token("fp8") == 61 * 576 == 35_136
+
+
+def test_llama32_3b_lmcache_block():
+    # MODELS.md §6.5: a 256-token block (LMCache chunk size) of Llama-3.2-3B in BF16 is 29,360,128 B = 28 MiB
+    m = presets.model("llama-3.2-3b")
+    block = 256 * 2 * 28 * 8 * 128 * 2
+    assert block == 29_360_128 == 28 * MiB
+    assert 256 * m.kv_bytes_per_token("bf16") == block
+
+
+# ---- AIConfigurator memory numbers ------------------------------------------------------------------------------
+
+def test_llama70_tp8_weights_per_gpu_aiconfigurator():
+    # AIConfigurator reports 16.43 GiB of weights per GPU for Meta-Llama-3.1-70B at TP8 (BF16):
+    # 70,553,706,496 params x 2 B / 8 = 16.427 GiB (norms replicated add 2.3 MB: 16.429 GiB)
+    dep = Deployment.build("llama-3-70b", "h100-sxm", 8)
+    w = float(att.memory_per_rank(dep, 1, 1, "TP")["weights_B"])
+    assert round(w / GiB, 2) == 16.43
+    assert 70_553_706_496 * 2 / 8 <= w <= 70_553_706_496 * 2 / 8 + 80 * 2 * 8192 * 2 + 8192 * 2
+
+
+def test_llama70_tp8_kv_per_sequence_aiconfigurator():
+    # AIConfigurator: 0.166 GiB of KV per sequence per GPU at 4352 tokens, Llama-3.1-70B TP8 BF16
+    # = 4352 x 40,960 B = 178,257,920 B (4352 = 272 pages of 16, no rounding)
+    dep = Deployment.build("llama-3-70b", "h100-sxm", 8)
+    kv = float(att.memory_per_rank(dep, 1, 4352, "TP")["kv_B"])
+    assert kv == 4352 * 40_960
+    assert round(kv / GiB, 3) == 0.166
+
+
+# ---- hardware ----------------------------------------------------------------------------------------------------
+
+def test_h100_ridge_point():
+    # MODELS.md §1.1 and §7.1: H100 SXM 989.4 TFLOPS dense BF16 / 3.35 TB/s = 295 FLOP/B
+    assert round(presets.hardware("h100-sxm").ridge_flops_per_byte("bf16")) == 295
+
+
+@pytest.mark.parametrize("name, hbm, bw, bf16, fp8", [
+    ("h100-sxm", 80, 3.35, 989.4, 1978.9),  # NVIDIA H100 datasheet (sparse 1979/3958 halved)
+    ("h200", 141, 4.8, 989.4, 1978.9),
+    ("b200", 180, 8.0, 2250, 4500),  # glennklockwood.com B200 page
+    ("mi300x", 192, 5.3, 1307.4, 2614.9),  # AMD MI300X datasheet
+])
+def test_accelerator_constants(name, hbm, bw, bf16, fp8):
+    # MODELS.md §7.1 table (dense peaks)
+    hw = presets.hardware(name)
+    assert (hw.hbm_GB, hw.hbm_bw_TBps, hw.bf16_TFLOPS, hw.fp8_TFLOPS) == (hbm, bw, bf16, fp8)
+    assert hw.fp8_TFLOPS == pytest.approx(2 * hw.bf16_TFLOPS, rel=1e-3)
+
+
+def test_nvlink4_constants():
+    # MODELS.md §7.2: NVLink4 450 GB/s/dir line rate, ~370 GB/s NCCL ring busbw (nccl-tests#212)
+    lk = presets.link("nvlink4")
+    assert (lk.line_rate_GBps, lk.achievable_GBps) == (450, 370)
+    assert math.isclose(lk.efficiency, 370 / 450)
