@@ -30,7 +30,7 @@ def deepseek_norms_and_bias(m):
     return m.layers * m.norm_params_per_layer + m.hidden + m.moe_layers * m.routed_experts
 
 
-# ---- parameter counts -----------------------------------------------------------------------------------------
+# ---- parameter counts --------------------------------------------------------------------------------------
 
 def test_llama3_8b_params():
     # meta-llama/Meta-Llama-3-8B config.json: L 32, H 4096, 32/8 heads, d 128, I 14336, V 128256, untied.
@@ -103,7 +103,7 @@ def test_deepseek_v3_params():
     assert round(active / 1e9, 1) == 36.6
 
 
-# ---- KV bytes per token (PEERS.md §3.1) -------------------------------------------------------------------------
+# ---- KV bytes per token (PEERS.md §3.1) --------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, L, hkv, d, bf16", [
     ("llama-3-70b", 80, 8, 128, 327_680),  # 320 KiB; llm-d: "305 GB for 1M tokens"; inference-sim#806 ~328 KB
@@ -142,7 +142,7 @@ def test_llama32_3b_lmcache_block():
     assert 256 * m.kv_bytes_per_token("bf16") == block
 
 
-# ---- AIConfigurator memory numbers ------------------------------------------------------------------------------
+# ---- AIConfigurator memory numbers -------------------------------------------------------------------------
 
 def test_llama70_tp8_weights_per_gpu_aiconfigurator():
     # AIConfigurator reports 16.43 GiB of weights per GPU for Meta-Llama-3.1-70B at TP8 (BF16):
@@ -162,7 +162,7 @@ def test_llama70_tp8_kv_per_sequence_aiconfigurator():
     assert round(kv / GiB, 3) == 0.166
 
 
-# ---- hardware ----------------------------------------------------------------------------------------------------
+# ---- hardware ----------------------------------------------------------------------------------------------
 
 def test_h100_ridge_point():
     # MODELS.md §1.1 and §7.1: H100 SXM 989.4 TFLOPS dense BF16 / 3.35 TB/s = 295 FLOP/B

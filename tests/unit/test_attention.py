@@ -42,7 +42,7 @@ def kv_B(dep, batch, context, layout):
     return float(att.memory_per_rank(dep, batch, context, layout)["kv_B"])
 
 
-# ---- weights per rank (MODELS.md §3.2) ----------------------------------------------------------------------
+# ---- weights per rank (MODELS.md §3.2) ---------------------------------------------------------------------
 
 def test_llama70_tp8_weights_by_hand(llama70_tp8):
     # TP8: q, o split 8 ways; K/V: max(1, 8 // 8) = 1 of 8 heads; FFN /8; vocab-parallel embedding + LM head;
@@ -90,7 +90,7 @@ def test_dsv3_ffn_and_other_weights(dsv3_fp8):
     assert w["norms"] == (L_DS * (2 * H_DS + RQ + RKV) + H_DS) * 2
 
 
-# ---- KV per rank (MODELS.md §3.2 KV table) ------------------------------------------------------------------
+# ---- KV per rank (MODELS.md §3.2 KV table) -----------------------------------------------------------------
 
 def test_llama70_tp8_kv_per_sequence_and_page_rounding(llama70_tp8):
     per_tok = 2 * L70 * D70 * 2 * max(1, HKV70 // 8)  # 40,960 B per token per rank (PEERS.md §3.1)
@@ -129,7 +129,8 @@ def test_dpa_dop_worst_rank_holds_ceil_B_over_T_sequences(llama70_tp8, layout, B
 
 
 def test_dpa_context_imbalance_adds_z_sqrt_n(dsv3_fp8):
-    # MODELS.md §3.3: E[max_j X_j] ~ m mu + sigma sqrt(m) z_T, here m = ceil(B/T) = 4 and cv = 0.5, z_8 = 1.4236
+    # MODELS.md §3.3: E[max_j X_j] ~ m mu + sigma sqrt(m) z_T; here m = ceil(B/T) = 4, cv = 0.5,
+    # z_8 = 1.4236
     dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8", context_cv=0.5)
     n = 4
     share = n + 0.5 * dep.z_ranks * math.sqrt(n)
@@ -153,7 +154,7 @@ def test_memory_total_is_sum_of_parts_and_feasibility(llama70_tp8):
     assert bool(att.memory_per_rank(llama70_tp8, 1, 1, "TP")["feasible"])
 
 
-# ---- attention core (MODELS.md §1.1 and §3.3 attention-core table) -------------------------------------------
+# ---- attention core (MODELS.md §1.1 and §3.3 attention-core table) -----------------------------------------
 
 @pytest.mark.parametrize("T", [2, 4, 8])
 def test_tp_mla_core_bytes_independent_of_T(T):
@@ -219,7 +220,7 @@ def test_mla_tp_core_time_independent_of_T_when_memory_bound():
     assert t[8] == pytest.approx(t[2], rel=0.005)  # only the small query/output term changes
 
 
-# ---- communication (MODELS.md §3.3 communication, §3.7 items 2-5) --------------------------------------------
+# ---- communication (MODELS.md §3.3 communication, §3.7 items 2-5) ------------------------------------------
 
 def _head_comm(dep, n):
     """Vocab-parallel embedding AllReduce + FP32 logits AllGather (same in every layout)."""
@@ -238,7 +239,8 @@ def test_tp_comm_by_hand(llama70_tp8):
     B, T = 32, 8
     n = B * H70 * 2  # N_tok H b_a; attention O-proj and FFN down-proj AllReduce per layer
     expected = L70 * 2 * allreduce_s(n, T, llama70_tp8.fabric) + _head_comm(llama70_tp8, B)
-    assert float(att.step_time(llama70_tp8, B, 1000, "TP")["comm_s"]) == pytest.approx(float(expected), rel=1e-12)
+    got = float(att.step_time(llama70_tp8, B, 1000, "TP")["comm_s"])
+    assert got == pytest.approx(float(expected), rel=1e-12)
     # by the NCCL formula: AllReduce = alpha + 2 (T-1)/T n / B_bus with alpha = 8 + 0.5*7 us, 370 GB/s
     assert float(allreduce_s(n, T, llama70_tp8.fabric)) == pytest.approx(11.5e-6 + 2 * 7 / 8 * n / 370e9)
 
@@ -267,7 +269,8 @@ def test_cp_comm_is_partial_output_merge(llama70_tp8):
     n_o = B * HQ70 * (D70 * 2 + 4)
     per_layer = allreduce_s(n_o, T, fab) + allreduce_s(0.0, T, fab) + allreduce_s(B * H70 * 2, T, fab)
     expected = L70 * per_layer + _head_comm(llama70_tp8, B)
-    assert float(att.step_time(llama70_tp8, B, 1000, "CP")["comm_s"]) == pytest.approx(float(expected), rel=1e-12)
+    got = float(att.step_time(llama70_tp8, B, 1000, "CP")["comm_s"])
+    assert got == pytest.approx(float(expected), rel=1e-12)
 
 
 def test_dop_comm_by_hand_and_above_tp(dsv3_fp8, llama70_tp8):
@@ -276,7 +279,8 @@ def test_dop_comm_by_hand_and_above_tp(dsv3_fp8, llama70_tp8):
     send_q = B * (HQ_DS / T) * (RKV + DR) * 2
     send_o = B * (HQ_DS / T) * RKV * 2
     ar = allreduce_s(B * H_DS * 2, T, fab)
-    expected = L_DS * (alltoall_s(send_q, T, fab) + alltoall_s(send_o, T, fab) + 2 * ar) + _head_comm(dsv3_fp8, B)
+    expected = (L_DS * (alltoall_s(send_q, T, fab) + alltoall_s(send_o, T, fab) + 2 * ar)
+                + _head_comm(dsv3_fp8, B))
     dop = float(att.step_time(dsv3_fp8, B, 1000, "DOP")["comm_s"])
     assert dop == pytest.approx(float(expected), rel=1e-12)
     for dep in (dsv3_fp8, llama70_tp8):
@@ -291,7 +295,7 @@ def test_single_rank_has_no_communication(layout):
     assert float(att.step_time(dep, 8, 1000, layout)["comm_s"]) == 0.0
 
 
-# ---- step-time bookkeeping ------------------------------------------------------------------------------------
+# ---- step-time bookkeeping ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_step_time_is_sum_of_parts(dsv3_fp8, layout):
@@ -304,8 +308,9 @@ def test_step_time_is_sum_of_parts(dsv3_fp8, layout):
 
 
 def test_cp_and_dpa_replicate_projection_weights(llama70_tp8):
-    # MODELS.md §3.3 projections table: at batch 1 the projections are weight-read bound; CP and DPA stream the
-    # full attention weights W_attn, TP streams W_attn / 8, so they differ by L (1 - 1/T) W_attn b_w / (eta BW)
+    # MODELS.md §3.3 projections table: at batch 1 the projections are weight-read bound; CP and DPA stream
+    # the full attention weights W_attn, TP streams W_attn / 8, so they differ by
+    # L (1 - 1/T) W_attn b_w / (eta BW)
     # (up to activation bytes of one token, < 1e-3 of the weights)
     w_attn = 2 * H70 * HQ70 * D70 + 2 * H70 * HKV70 * D70
     diff = L70 * (1 - 1 / 8) * w_attn * 2 / (0.85 * 3.35e12)
@@ -315,7 +320,7 @@ def test_cp_and_dpa_replicate_projection_weights(llama70_tp8):
         assert other - tp == pytest.approx(diff, rel=2e-3)
 
 
-# ---- validation -----------------------------------------------------------------------------------------------
+# ---- validation --------------------------------------------------------------------------------------------
 
 def test_ranks_must_divide_query_heads():
     with pytest.raises(SpecError, match=r"ranks \(3\) must divide the query heads of llama-3-70b \(64\)"):
@@ -331,7 +336,8 @@ def test_ranks_must_divide_ffn_intermediate():
 
 def test_ranks_must_divide_routed_experts():
     m = presets.model("deepseek-v3").replace(routed_experts=264)  # 264 % 16 = 8, still a multiple of 8 groups
-    with pytest.raises(SpecError, match=r"ranks \(16\) must divide the routed experts of deepseek-v3 \(264\)"):
+    with pytest.raises(SpecError,
+                       match=r"ranks \(16\) must divide the routed experts of deepseek-v3 \(264\)"):
         Deployment.build(m, "h100-sxm", 16, weight_dtype="fp8")
 
 
@@ -386,7 +392,7 @@ def test_unknown_layout(llama70_tp8):
         att.memory_per_rank(llama70_tp8, 1, 1, "EP")
 
 
-# ---- capacity boundaries ----------------------------------------------------------------------------------------
+# ---- capacity boundaries -----------------------------------------------------------------------------------
 
 def _feasible(dep, b, s, lay):
     return bool(att.memory_per_rank(dep, b, s, lay)["feasible"])

@@ -100,7 +100,7 @@ def test_some_crossovers_exist():
     assert all(b.before == "TP" for b in bounds if b.kind == "crossover")
 
 
-# ---- MLA closed form (MODELS.md §3.5) -------------------------------------------------------------------------
+# ---- MLA closed form (MODELS.md §3.5) ----------------------------------------------------------------------
 
 # deepseek-ai/DeepSeek-V3 config.json
 H, HQ, RQ, RKV, DN, DR, DV, L = 7168, 128, 1536, 512, 128, 64, 128, 61

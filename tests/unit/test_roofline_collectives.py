@@ -1,4 +1,5 @@
-"""Roofline kernels, alpha-beta collectives and the expected maximum of normals (MODELS.md §1.1, §1.2, §3.3)."""
+"""Roofline kernels, alpha-beta collectives and the expected maximum of normals
+(MODELS.md §1.1, §1.2, §3.3)."""
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ NVL = presets.link("nvlink4")  # 370 GB/s busbw, alpha = 8 us + 0.5 us (p-1)
 IB = presets.link("ib-ndr400")  # 46 GB/s, alpha = 20 us + 1 us (p-1)
 
 
-# ---- roofline ---------------------------------------------------------------------------------------------------
+# ---- roofline ----------------------------------------------------------------------------------------------
 
 def test_kernel_time_memory_bound_branch():
     # 1 GFLOP, 1 GB on a 1 PFLOP/s, 1 TB/s device at eta 0.5/0.8: compute 2 us, memory 1.25 ms -> memory wins
@@ -68,7 +69,7 @@ def test_gemm_crosses_ridge_at_memory_bound_tokens():
     assert below == pytest.approx(gemm_flops_bytes(0.5 * m_star, k, n, b_w=2.0, b_a=2.0)[1] / BW)
 
 
-# ---- collectives -------------------------------------------------------------------------------------------------
+# ---- collectives -------------------------------------------------------------------------------------------
 
 def one_node():
     return Fabric(scale_up=NVL, scale_out=IB, gpus_per_node=8)
@@ -165,7 +166,7 @@ def test_more_bandwidth_less_time():
         assert op(N, 8, fast) < op(N, 8, slow)
 
 
-# ---- expected maximum of T standard normals ---------------------------------------------------------------------
+# ---- expected maximum of T standard normals ----------------------------------------------------------------
 
 @pytest.mark.parametrize("n, z", [(2, 0.5642), (4, 1.0294), (8, 1.4236), (16, 1.7660), (32, 2.0697)])
 def test_expected_max_std_normal_table(n, z):

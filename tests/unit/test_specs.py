@@ -12,7 +12,7 @@ from llmexplore import presets
 from llmexplore.errors import SpecError
 from llmexplore.specs import Hardware, Link, ModelSpec, Runtime
 
-# ---- validation ---------------------------------------------------------------------------------------------
+# ---- validation --------------------------------------------------------------------------------------------
 
 
 def _model_row(**changes):
@@ -179,7 +179,7 @@ def test_router_params_include_correction_bias():
     assert presets.model("deepseek-v3").router_params == 256 * 7168 + 256
 
 
-# ---- KV geometry ----------------------------------------------------------------------------------------------
+# ---- KV geometry -------------------------------------------------------------------------------------------
 
 
 def test_kv_elements_per_token_per_layer():

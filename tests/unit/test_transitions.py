@@ -46,7 +46,7 @@ def K_bytes(dep, B, s):
     return B * math.ceil(s / PAGE) * PAGE * dep.model.kv_bytes_per_token(dep.kv_dtype)
 
 
-# ---- primitive tables -------------------------------------------------------------------------------------------
+# ---- primitive tables --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("T", [2, 4, 8])
 @pytest.mark.parametrize("src, dst", PAIRS)
@@ -117,7 +117,7 @@ def test_dsv3_weight_volume_by_hand():
     assert tr.weight_transition(dep, "TP", "CP").recv_B == pytest.approx(7 / 8 * 171_966_464 * 61, rel=1e-12)
 
 
-# ---- GQA with more ranks than KV heads (MODELS.md §3.4 last paragraph) -------------------------------------------
+# ---- GQA with more ranks than KV heads (MODELS.md §3.4 last paragraph) -------------------------------------
 
 def _kv_cells(dep, B, s):
     """Cell bytes [B, T page residues, h_kv heads] computed independently: pages dealt round-robin."""
@@ -160,7 +160,7 @@ def test_gqa_weights_more_ranks_than_kv_heads():
     assert t.primitive == AG and t.recv_B == pytest.approx(vol, rel=1e-12)
 
 
-# ---- timing and the DeepSeek-V3 example ------------------------------------------------------------------------
+# ---- timing and the DeepSeek-V3 example --------------------------------------------------------------------
 
 def test_allgather_time_matches_nccl_formula():
     # X -> TP in the MLA regime is an all-gather producing K/L bytes per layer on each of T ranks:
@@ -198,8 +198,8 @@ def test_handoff_overlap_formula():
     assert h["serial_s"] == tr.transition(dep, "DPA", "TP", 64, 8192)["time_s"]
     assert h["per_layer_s"] == pytest.approx(h["serial_s"] / L, rel=1e-15)
     assert 0 < h["slack_per_layer_s"] < h["per_layer_s"]  # a sub-ms decode layer cannot hide 1.43 ms
-    assert h["exposed_s"] == pytest.approx(h["per_layer_s"] + (L - 1) * (h["per_layer_s"] - h["slack_per_layer_s"]),
-                                           rel=1e-12)
+    overlapped = h["per_layer_s"] + (L - 1) * (h["per_layer_s"] - h["slack_per_layer_s"])
+    assert h["exposed_s"] == pytest.approx(overlapped, rel=1e-12)
     assert h["serial_s"] > h["exposed_s"] > 0.5 * h["serial_s"]
     none = tr.handoff_time(dep, "DPA", "DOP", 64, 8192)
     assert none == {"serial_s": 0.0, "exposed_s": 0.0, "per_layer_s": 0.0, "slack_per_layer_s": 0.0}
@@ -231,7 +231,7 @@ def test_unknown_layout():
         tr.weight_transition(dep, "TP", "XX")
 
 
-# ---- brute force on explicit ownership sets -------------------------------------------------------------------
+# ---- brute force on explicit ownership sets ----------------------------------------------------------------
 
 def owner_sets(layout, T, B, heads, mla):
     """C(j) written from the layout definitions of MODELS.md §3.1, as Python sets of (seq, residue, head)."""
