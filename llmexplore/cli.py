@@ -280,7 +280,7 @@ PRESET_VIEWS: dict[str, tuple[Callable[[Any], dict], list[Col]]] = {
         Col("kv_bytes_per_token_fp8", "KV B/token fp8", ",.0f"),
     ]),
     "hardware": (_hardware_record, [
-        Col("name", "name"), Col("hbm_GB", "hbm_GB", "g"), Col("hbm_bw_TBps", "hbm_bw_TBps", "g"),
+        Col("name", "name"), Col("hbm_GiB", "hbm_GiB", "g"), Col("hbm_bw_TBps", "hbm_bw_TBps", "g"),
         Col("bf16_TFLOPS", "bf16_TFLOPS", "g"), Col("fp8_TFLOPS", "fp8_TFLOPS", "g"),
         Col("ridge_flops_per_byte_bf16", "ridge bf16 FLOP/B", ".0f"), Col("links", "links"),
     ]),

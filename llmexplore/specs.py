@@ -328,7 +328,7 @@ class Hardware(_Spec):
     """One accelerator SKU: memory, bandwidth, dense peak compute, and the links it uses."""
 
     name: str
-    hbm_GB: float = field(metadata=_meta("GB", "HBM capacity (1 GB = 1e9 B)", min=1e-9))
+    hbm_GiB: float = field(metadata=_meta("GiB", "device memory as the driver reports it (nvidia-smi)", min=1e-9))
     hbm_bw_TBps: float = field(metadata=_meta("TB/s", "HBM bandwidth (datasheet)", min=1e-9))
     bf16_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense BF16 tensor peak", min=1e-9))
     fp8_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense FP8 tensor peak", min=1e-9))

@@ -198,7 +198,7 @@ def deployment_table(dep: Deployment) -> pd.DataFrame:
         ("model", m.label), ("attention", m.attention.upper()),
         ("parameters (total / active)", f"{m.params_total / 1e9:.2f}B / {m.params_active / 1e9:.2f}B"),
         (f"KV bytes per token ({dep.kv_dtype})", f"{m.kv_bytes_per_token(dep.kv_dtype):,.0f} B"),
-        ("GPU", f"{dep.ranks} x {hw.label}: {hw.hbm_GB:g} GB, {hw.hbm_bw_TBps:g} TB/s, "
+        ("GPU", f"{dep.ranks} x {hw.label}: {hw.hbm_GiB:g} GiB, {hw.hbm_bw_TBps:g} TB/s, "
                 f"{hw.peak_TFLOPS(dep.weight_dtype):g} TFLOPS ({dep.weight_dtype})"),
         ("scale-up link", f"{dep.fabric.scale_up.label}: {dep.fabric.scale_up.achievable_GBps:g} GB/s achievable"),
         ("usable HBM per rank", f"{dep.usable_B / 1e9:.1f} GB (reserve {dep.runtime.reserve_GiB:g} GiB)"),

@@ -140,7 +140,7 @@ class Deployment:
     @property
     def usable_B(self) -> float:
         """HBM the runtime may use per rank [B]."""
-        return self.runtime.usable_hbm_fraction * self.hardware.hbm_GB * GB
+        return self.runtime.usable_hbm_fraction * self.hardware.hbm_GiB * GiB
 
     @property
     def reserve_B(self) -> float:
@@ -358,17 +358,24 @@ def core_coefficients(dep: Deployment, batch, layout: str) -> dict[str, np.ndarr
     max(f1 s / (eta_a P), (m0 + m1 s) / (eta_m BW)) + t_k: the only part of a decode step that depends on s.
     """
     b, _ = check_batch_context(batch, 1)
-    n_attn, _ = _tokens(dep, b, layout)
     fpt, bpt = _core_per_context_token(dep, layout)
     per_s = _context_tokens_worst(dep, b, np.ones_like(b), layout)
-    return {"f1": per_s * fpt, "m0": _core_qo_bytes(dep, n_attn, layout), "m1": per_s * bpt}
+    return {"f1": per_s * fpt, "m0": _core_qo_bytes(dep, _core_query_tokens(dep, b, layout), layout),
+            "m1": per_s * bpt}
+
+
+def _core_query_tokens(dep: Deployment, b: np.ndarray, layout: str) -> np.ndarray:
+    """Query tokens the worst rank's attention core processes: all of them under TP and CP, those of its
+    own ceil(B/T) sequences under DPA and DOP (DOP's core is batch-sharded after the first all-to-all)."""
+    if layout in ("DPA", "DOP"):
+        return dep.q_tokens * _seqs_worst(dep, b)
+    return b * dep.q_tokens
 
 
 def _core_s(dep: Deployment, b, s, layout: str) -> np.ndarray:
-    n_attn, _ = _tokens(dep, b, layout)
     fpt, bpt = _core_per_context_token(dep, layout)
     ctx = _context_tokens_worst(dep, b, s, layout)
-    return _kernel_s(dep, ctx * fpt, ctx * bpt + _core_qo_bytes(dep, n_attn, layout),
+    return _kernel_s(dep, ctx * fpt, ctx * bpt + _core_qo_bytes(dep, _core_query_tokens(dep, b, layout), layout),
                      peak=dep.hardware.bf16_TFLOPS, eta_c=dep.runtime.eta_attn_compute)
 
 
@@ -417,7 +424,7 @@ def _comm_layer_s(dep: Deployment, b: np.ndarray, layout: str) -> tuple[np.ndarr
             send_q = n_attn * hq_loc * (m.kv_lora_rank + m.qk_rope_head_dim) * ba
             send_o = n_attn * hq_loc * m.kv_lora_rank * ba
         else:
-            send_q = n_attn * (hq_loc + 2 * m.kv_heads_per_rank(T)) * m.head_dim * ba
+            send_q = n_attn * (hq_loc * ba + 2 * m.kv_heads_per_rank(T) * dep.b_kv) * m.head_dim  # new K/V in KV dtype
             send_o = n_attn * hq_loc * m.head_dim * ba
         attn = alltoall_s(send_q, T, fab) + alltoall_s(send_o, T, fab) + allreduce_s(n_attn * H * ba, T, fab)
     if layout == "DPA":

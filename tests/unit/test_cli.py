@@ -75,7 +75,7 @@ def test_presets_json_names_and_sources(capsys, kind, names):
 
 def test_presets_hardware_json_has_fields_and_derived_ridge(capsys):
     h100 = {r["name"]: r for r in run_json(capsys, ["presets", "hardware", "--json"])}["h100-sxm"]
-    assert h100["hbm_GB"] == 80 and h100["scale_up_link"] == "nvlink4"
+    assert h100["hbm_GiB"] == 79.65 and h100["scale_up_link"] == "nvlink4"
     assert h100["ridge_flops_per_byte_bf16"] == pytest.approx(989.4 / 3.35)
 
 

@@ -145,7 +145,7 @@ def test_env_variable_adds_and_overrides(isolated_presets, tmp_path, monkeypatch
     other = _write(tmp_path, """
         hardware:
           h100-sxm:
-            hbm_GB: 96
+            hbm_GiB: 96
             hbm_bw_TBps: 3.35
             bf16_TFLOPS: 989.4
             fp8_TFLOPS: 1978.9
@@ -157,10 +157,10 @@ def test_env_variable_adds_and_overrides(isolated_presets, tmp_path, monkeypatch
     presets.clear_cache()
     assert presets.model("tiny-gqa").layers == 2
     assert presets.model("llama-3-8b").layers == 7
-    assert presets.hardware("h100-sxm").hbm_GB == 96
+    assert presets.hardware("h100-sxm").hbm_GiB == 96
     monkeypatch.delenv("LLMEXPLORE_PRESETS")
     presets.clear_cache()
-    assert presets.hardware("h100-sxm").hbm_GB == 80
+    assert presets.hardware("h100-sxm").hbm_GiB == 79.65  # the built-in value is back
     assert "tiny-gqa" not in presets.names("models")
 
 
@@ -209,13 +209,13 @@ def test_user_file_invalid_value_names_field_and_value(isolated_presets, tmp_pat
     presets.add_file(_write(tmp_path, """
         hardware:
           broken-gpu:
-            hbm_GB: 0
+            hbm_GiB: 0
             hbm_bw_TBps: 1
             bf16_TFLOPS: 1
             fp8_TFLOPS: 1
             scale_up_link: nvlink4
         """))
-    with pytest.raises(SpecError, match=r"user.yaml: Hardware 'broken-gpu': hbm_GB must be > 0, got 0"):
+    with pytest.raises(SpecError, match=r"user.yaml: Hardware 'broken-gpu': hbm_GiB must be > 0, got 0"):
         presets.hardware("broken-gpu")
 
 

@@ -102,7 +102,7 @@ def test_faster_link_never_slower(dep, lay, b, s, k_up, k_out):
 @SETTINGS
 @given(dep=deployments(), lay=layouts, b=batches, s=contexts, k=st.floats(1.0, 4.0))
 def test_more_hbm_never_less_feasible(dep, lay, b, s, k):
-    big = dataclasses.replace(dep, hardware=dataclasses.replace(dep.hardware, hbm_GB=dep.hardware.hbm_GB * k))
+    big = dataclasses.replace(dep, hardware=dataclasses.replace(dep.hardware, hbm_GiB=dep.hardware.hbm_GiB * k))
     small_ok = bool(att.memory_per_rank(dep, b, s, lay)["feasible"])
     big_ok = bool(att.memory_per_rank(big, b, s, lay)["feasible"])
     assert big_ok or not small_ok

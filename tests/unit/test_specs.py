@@ -24,7 +24,7 @@ def _model_row(**changes):
 
 
 def _hw_row(**changes):
-    row = dict(name="gpu", hbm_GB=80, hbm_bw_TBps=3.35, bf16_TFLOPS=989.4, fp8_TFLOPS=1978.9,
+    row = dict(name="gpu", hbm_GiB=80, hbm_bw_TBps=3.35, bf16_TFLOPS=989.4, fp8_TFLOPS=1978.9,
                scale_up_link="nvlink4", sources={"*": "test"})
     row.update(changes)
     return row
@@ -39,7 +39,7 @@ def _link_row(**changes):
 
 def test_valid_rows_build():
     assert ModelSpec.from_dict(_model_row()).layers == 32
-    assert Hardware.from_dict(_hw_row()).hbm_GB == 80
+    assert Hardware.from_dict(_hw_row()).hbm_GiB == 80
     assert Link.from_dict(_link_row()).efficiency == pytest.approx(370 / 450)
 
 
@@ -63,8 +63,8 @@ def test_missing_required_key_named():
 
 @pytest.mark.parametrize("value", [0, -1.0])
 def test_hbm_zero_or_negative_rejected(value):
-    with pytest.raises(SpecError, match=rf"hbm_GB must be > 0, got {value!r}"):
-        Hardware.from_dict(_hw_row(hbm_GB=value))
+    with pytest.raises(SpecError, match=rf"hbm_GiB must be > 0, got {value!r}"):
+        Hardware.from_dict(_hw_row(hbm_GiB=value))
 
 
 def test_achievable_above_line_rate_rejected():
@@ -107,7 +107,7 @@ def test_link_kind_and_runtime_fraction_rules():
 
 def test_spec_error_is_value_error():
     with pytest.raises(ValueError):
-        Hardware.from_dict(_hw_row(hbm_GB=0))
+        Hardware.from_dict(_hw_row(hbm_GiB=0))
 
 
 def test_mla_requires_latent_dims():
