@@ -143,6 +143,30 @@ def note_html(note: str) -> str:
     return f'<div class="llmexplore-widget-note"><p><em>{body}</em></p></div>'
 
 
+def _sync_figure_widgets(widget: Any, _seen: set[int] | None = None) -> None:
+    """Push the current state of every ``go.FigureWidget`` inside ``widget`` to its model before display.
+
+    plotly (6.x-7.x, anywidget) sends edits made before a FigureWidget is first rendered as one-shot
+    ``_py2js_*`` events that a front end created later never sees; plotly only re-syncs the full state in
+    ``FigureWidget._repr_mimebundle_`` (plotly/plotly.py#4956), which is not called for a figure nested in
+    a ``VBox``. Without this, an explorer whose figure is filled by ``update()`` before display renders
+    empty (or with its constructor's state) in JupyterLab and Voila.
+    """
+    seen = set() if _seen is None else _seen
+    if id(widget) in seen:
+        return
+    seen.add(id(widget))
+    try:
+        from plotly.basewidget import BaseFigureWidget
+    except ImportError:  # pragma: no cover - plotly without anywidget
+        BaseFigureWidget = ()
+    if BaseFigureWidget and isinstance(widget, BaseFigureWidget):
+        widget._repr_mimebundle_()  # sets _widget_layout/_widget_data from the figure's current state
+        return
+    for child in getattr(widget, "children", None) or ():
+        _sync_figure_widgets(child, seen)
+
+
 def show(widget: Any, note: str = DEFAULT_NOTE) -> None:
     """Display a live widget; static HTML (nbconvert, no kernel) shows ``note`` instead.
 
@@ -151,12 +175,16 @@ def show(widget: Any, note: str = DEFAULT_NOTE) -> None:
     notebook's saved widget state holds that model, and the reports drop that state, so they show the
     note rather than a raw ``VBox(...)`` repr or an empty box. Accepts any ipywidget (or an object with a
     ``.view`` widget, like the explorers in :mod:`llmexplore.widgets`).
+
+    It also pushes the current state of nested ``go.FigureWidget`` s to the front end first (see
+    :func:`_sync_figure_widgets`): display explorers with ``show()``, not as a bare ``.view``.
     """
     from IPython.display import display
 
     view = getattr(widget, "view", widget)
     if not callable(getattr(view, "_repr_mimebundle_", None)):
         raise TypeError(f"show: expected an ipywidget or an object with a .view widget, got {type(view).__qualname__}")
+    _sync_figure_widgets(view)
     bundle = view._repr_mimebundle_()
     if isinstance(bundle, tuple):  # (data, metadata) form
         bundle = bundle[0]

@@ -172,3 +172,20 @@ def test_cell_durations_reads_papermill_metadata():
     nb.cells[1].metadata["papermill"] = {"duration": 0.25}
     nb.cells[2].metadata["papermill"] = {"duration": None}
     assert nbtools.cell_durations(nb) == [(1, 0.25)]
+
+
+def test_show_syncs_nested_figurewidgets_edited_before_display(displayed):
+    """plotly only syncs a FigureWidget's full state when it is displayed itself, not inside a VBox."""
+    import ipywidgets as W
+    import plotly.graph_objects as go
+
+    fig = go.FigureWidget()
+    fig.add_scatter(name="a")
+    with fig.batch_update():
+        fig.data[0].y = [1, 2, 3]
+    fig.update_layout(height=333)
+    assert fig._widget_data == []  # what a front end would render without the sync
+    nbtools.show(W.VBox([W.HBox([W.IntSlider()]), W.VBox([fig])]))
+    assert [t["name"] for t in fig._widget_data] == ["a"]
+    assert list(fig._widget_data[0]["y"]) == [1, 2, 3]
+    assert fig._widget_layout["height"] == 333
