@@ -1,0 +1,153 @@
+"""Project hygiene: environment.yml matches pyproject, notebooks are clean and thin, build output is ignored."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+FIXTURE_NOTEBOOKS = sorted((ROOT / "tests" / "fixtures").glob("*.ipynb"))
+# PyPI name -> conda-forge name, where they differ (after lower-casing and "_" -> "-").
+CONDA_NAMES: dict[str, str] = {}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _conda_specs() -> tuple[dict[str, str], list[str]]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert env["channels"] == ["conda-forge"]
+    specs, pip = {}, []
+    for dep in env["dependencies"]:
+        if isinstance(dep, dict):
+            pip.extend(dep.get("pip", []))
+            continue
+        req = Requirement(dep.split("#")[0].strip())
+        assert _norm(req.name) not in specs, f"{req.name} listed twice in environment.yml"
+        specs[_norm(req.name)] = str(req.specifier)
+    return specs, pip
+
+
+def test_environment_yml_lists_every_pyproject_dependency_with_same_bounds():
+    project = _pyproject()["project"]
+    wanted = list(project["dependencies"]) + list(project["optional-dependencies"]["dev"])
+    conda, pip = _conda_specs()
+    problems = []
+    for line in wanted:
+        req = Requirement(line)
+        name = CONDA_NAMES.get(_norm(req.name), _norm(req.name))
+        if name not in conda:
+            problems.append(f"{req.name}: missing from environment.yml")
+        elif set(str(req.specifier).split(",")) != set(conda[name].split(",")):
+            problems.append(f"{req.name}: pyproject says {req.specifier or '(any)'!s}, "
+                            f"environment.yml says {conda[name] or '(any)'}")
+    extra = set(conda) - {CONDA_NAMES.get(_norm(Requirement(x).name), _norm(Requirement(x).name)) for x in wanted}
+    problems += [f"{name}: in environment.yml but not in pyproject" for name in sorted(extra - {"python", "pip"})]
+    assert not problems, "environment.yml out of sync with pyproject.toml:\n" + "\n".join(problems)
+    assert conda["python"] == project["requires-python"]
+    assert pip == ["-e ."]
+
+
+def test_sync_check_notices_a_drift():
+    req = Requirement("numpy>=2.0,<3")
+    assert set(str(req.specifier).split(",")) != set(str(Requirement("numpy>=2.0").specifier).split(","))
+
+
+# ---- notebooks ------------------------------------------------------------------------------------------
+
+
+def test_workbook_has_notebooks():
+    assert NOTEBOOKS, "notebooks/ holds no .ipynb"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + FIXTURE_NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_notebook_has_no_outputs_or_execution_counts(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not dirty, (f"{path.name}: cells {dirty} carry outputs or execution counts; clear them before committing "
+                       "(Jupyter: Edit > Clear Outputs of All Cells; or jupyter nbconvert --clear-output --inplace)")
+    assert "widgets" not in nb.metadata, f"{path.name}: saved widget state in metadata; clear it before committing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + FIXTURE_NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_has_one_parameters_cell_with_upper_case_names(path):
+    import papermill as pm
+
+    nb = nbformat.read(path, as_version=4)
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: {len(tagged)} cells tagged 'parameters' (want exactly one)"
+    assert nb.cells[tagged[0]].cell_type == "code"
+    names = list(pm.inspect_notebook(str(path)))
+    assert names, f"{path.name}: the parameters cell defines nothing"
+    lower = [n for n in names if not re.fullmatch(r"[A-Z][A-Z0-9_]*", n)]
+    assert not lower, f"{path.name}: parameters must be UPPER_CASE: {lower}"
+
+
+def _python_source(cell_source: str) -> str:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(cell_source)  # turns %magics and !shell into Python
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_code_is_thin(path):
+    """No def, no for/while loops, no sys.path hacks: logic belongs in the package (STYLE.md 3.7)."""
+    nb = nbformat.read(path, as_version=4)
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if "sys.path" in cell.source:
+            found.append(f"cell {i}: sys.path")
+        tree = ast.parse(_python_source(cell.source))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append(f"cell {i} line {node.lineno}: def {node.name}")
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+                found.append(f"cell {i} line {node.lineno}: {type(node).__name__.lower().replace('async', '')} loop")
+    assert not found, f"{path.name}: move this logic into llmexplore/: {found}"
+
+
+def test_thin_check_catches_loops_and_defs():
+    src = "%matplotlib inline\nfor i in range(3):\n    pass\ndef f():\n    pass\nxs = [i for i in range(3)]"
+    kinds = {type(n).__name__ for n in ast.walk(ast.parse(_python_source(src)))}
+    assert {"For", "FunctionDef"} <= kinds
+
+
+# ---- build output stays out of git ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["reports/index.html", "reports/10_attention_layouts.html",
+                                  "reports/executed/10_attention_layouts.ipynb",
+                                  "notebooks/10_attention_layouts.executed.ipynb",
+                                  "notebooks/.ipynb_checkpoints/10_attention_layouts-checkpoint.ipynb"])
+def test_build_output_is_git_ignored(path):
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail("CI=true but this is not a git checkout with git available")
+        pytest.skip("not a git checkout")
+    result = subprocess.run([git, "check-ignore", "--no-index", "-q", path], cwd=ROOT)
+    assert result.returncode == 0, f"{path} is not git-ignored; add it to .gitignore"
+
+
+def test_python_is_new_enough():
+    assert sys.version_info >= (3, 11)
