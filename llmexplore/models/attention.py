@@ -439,7 +439,9 @@ def step_time(dep: Deployment, batch, context, layout: str) -> dict[str, np.ndar
 
     Returns arrays ``step_s`` = ``attention_s`` (projections, attention core, its norm) + ``ffn_s`` (dense FFN
     and MoE kernels) + ``head_s`` (embedding and LM head kernels) + ``comm_s`` (every collective) +
-    ``overhead_s`` (fixed per-step), plus ``core_s`` (attention-core kernels only) and ``tokens_per_s``.
+    ``overhead_s`` (fixed per-step), plus ``core_s`` (attention-core kernels only) and ``tokens_per_s``;
+    finer parts ``ffn_dense_s`` + ``ffn_moe_s`` = ``ffn_s`` and ``comm_attn_s`` + ``comm_ffn_dense_s`` +
+    ``comm_ffn_moe_s`` + ``comm_head_s`` = ``comm_s``.
     """
     _check_layout(layout)
     b, s = check_batch_context(batch, context)
@@ -457,7 +459,9 @@ def step_time(dep: Deployment, batch, context, layout: str) -> dict[str, np.ndar
     if layout == "DPA":  # final hidden states gathered for the vocab-parallel LM head
         head_comm = head_comm + allgather_s(n_ffn * H * ba, T, fab)
     attention = L * (norm + proj + core)
-    ffn = m.dense_layers * dense + m.moe_layers * moe
+    ffn_dense = m.dense_layers * dense
+    ffn_moe = m.moe_layers * moe
+    ffn = ffn_dense + ffn_moe
     comm = L * (comm_attn + comm_ffn) + head_comm
     overhead = dep.runtime.step_overhead_ms * 1e-3
     shape = np.broadcast_shapes(b.shape, s.shape)
@@ -471,6 +475,13 @@ def step_time(dep: Deployment, batch, context, layout: str) -> dict[str, np.ndar
         "comm_s": np.broadcast_to(comm, shape),
         "overhead_s": np.broadcast_to(np.float64(overhead), shape),
         "tokens_per_s": np.broadcast_to(b * dep.q_tokens / total, shape),
+        # finer parts, for models that replace one block (e.g. the MoE area): they add up to the above
+        "ffn_dense_s": np.broadcast_to(ffn_dense, shape),
+        "ffn_moe_s": np.broadcast_to(ffn_moe, shape),
+        "comm_attn_s": np.broadcast_to(L * comm_attn, shape),
+        "comm_ffn_dense_s": np.broadcast_to(m.dense_layers * comm_ffn, shape),
+        "comm_ffn_moe_s": np.broadcast_to(m.moe_layers * comm_ffn, shape),
+        "comm_head_s": np.broadcast_to(head_comm, shape),
     }
 
 
