@@ -58,8 +58,11 @@ report: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
+# JupyterLab refuses to run as root without --allow-root (containers and CI machines often are root).
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: $(STAMP)
-	$(LIVE_ENV) $(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	$(LIVE_ENV) $(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ROOT)
 
 serve: $(STAMP)
 	@echo "Voila: http://127.0.0.1:$(PORT)/ (Ctrl-C to stop)"

@@ -55,7 +55,7 @@ def _assert_clean(view, name):
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_report_renders_every_figure_offline(built, offline_page, notebook):
+def test_report_renders_every_figure_offline(chromium_path, built, offline_page, notebook):
     out, pages = built
     html_path = out / f"{notebook.stem}.html"
     assert html_path in pages
@@ -81,7 +81,7 @@ def test_report_renders_every_figure_offline(built, offline_page, notebook):
     _assert_clean(offline_page, notebook.name)
 
 
-def test_index_links_every_report_offline(built, offline_page):
+def test_index_links_every_report_offline(chromium_path, built, offline_page):
     out, pages = built
     index = out / "index.html"
     assert pages[-1] == index
