@@ -107,6 +107,22 @@ def _unjson(value: Any) -> Any:
     return value
 
 
+def _short_repr(value: Any, max_items: int = 8) -> str:
+    """Readable text for a recorded value: floats to 4 significant digits, long lists elided.
+
+    Only the ``text/plain`` shown in notebooks and reports; the recorded JSON keeps full precision.
+    """
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        items = [_short_repr(v, max_items) for v in value[:max_items]]
+        return "[" + ", ".join(items + (["…"] if len(value) > max_items else [])) + "]"
+    if isinstance(value, dict):
+        items = [f"{k!r}: {_short_repr(v, max_items)}" for k, v in list(value.items())[:max_items]]
+        return "{" + ", ".join(items + (["…"] if len(value) > max_items else [])) + "}"
+    return repr(value)
+
+
 def record(name: str, value: Any) -> None:
     """Publish a JSON-serialisable value so tests and reports can read it from the executed notebook.
 
@@ -118,7 +134,7 @@ def record(name: str, value: Any) -> None:
     if not isinstance(name, str) or not name:
         raise TypeError(f"record: name must be a non-empty str, got {name!r}")
     payload = _jsonable(value, name)
-    text = f"{name} = {_unjson(payload)!r}"
+    text = f"{name} = {_short_repr(_unjson(payload))}"
     display({RECORD_MIME: {"name": name, "value": payload}, "text/plain": text}, raw=True)
 
 

@@ -189,3 +189,10 @@ def test_show_syncs_nested_figurewidgets_edited_before_display(displayed):
     assert [t["name"] for t in fig._widget_data] == ["a"]
     assert list(fig._widget_data[0]["y"]) == [1, 2, 3]
     assert fig._widget_layout["height"] == 333
+
+
+def test_record_text_is_short_but_value_keeps_precision(displayed):
+    nbtools.record("t", {"DOP": 22.445614454691324, "TP": 1e-7, "n": 3, "xs": list(range(20))})
+    bundle = displayed[0][0]
+    assert bundle["text/plain"] == "t = {'DOP': 22.45, 'TP': 1e-07, 'n': 3, 'xs': [0, 1, 2, 3, 4, 5, 6, 7, …]}"
+    assert bundle[RECORD_MIME]["value"]["DOP"] == 22.445614454691324
