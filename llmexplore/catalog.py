@@ -39,7 +39,8 @@ _COLUMNS = {
                  "scale_up_link", "scale_up_size", "scale_out_link"],
     "links": ["name", "kind", "line_rate_GBps", "achievable_GBps", "efficiency", "latency_us",
               "latency_per_rank_us"],
-    "runtime": ["name", "eta_mem", "eta_compute", "eta_attn_compute", "kernel_overhead_us", "step_overhead_ms",
+    "runtime": ["name", "eta_mem", "eta_compute", "eta_attn_compute", "eta_attn_mem", "kernel_overhead_us",
+                "step_overhead_ms",
                 "usable_hbm_fraction", "reserve_GiB", "page_tokens"],
 }
 

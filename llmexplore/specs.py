@@ -409,6 +409,8 @@ class Runtime(_Spec):
     eta_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of GEMMs", min=1e-9))
     eta_attn_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of the attention kernel",
                                                    min=1e-9))
+    eta_attn_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth of the attention kernel "
+                                               "(paged KV reads)", min=1e-9))
     kernel_overhead_us: float = field(metadata=_meta("us", "fixed time per kernel (launch gap, tail)", min=0))
     step_overhead_ms: float = field(metadata=_meta("ms", "fixed time per decode step (scheduling, sampling)",
                                                    min=0))
@@ -422,6 +424,6 @@ class Runtime(_Spec):
     def __post_init__(self) -> None:
         _freeze_sources(self)
         _check_numbers(self)
-        for f in ("eta_mem", "eta_compute", "eta_attn_compute", "usable_hbm_fraction"):
+        for f in ("eta_mem", "eta_compute", "eta_attn_compute", "eta_attn_mem", "usable_hbm_fraction"):
             if getattr(self, f) > 1:
                 raise SpecError(f"Runtime {self.name!r}: {f} must be <= 1, got {getattr(self, f)}")

@@ -73,6 +73,7 @@ class Deployment:
     act_dtype: str = "bf16"
     q_tokens: int = 1
     context_cv: float = 0.0
+    logits_tokens: int | None = None
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -101,6 +102,8 @@ class Deployment:
         if isinstance(self.q_tokens, bool) or not isinstance(self.q_tokens, (int, np.integer)) \
                 or self.q_tokens < 1:
             raise SpecError(f"q_tokens must be an integer >= 1, got {self.q_tokens!r}")
+        if self.logits_tokens is not None and not 1 <= self.logits_tokens <= self.q_tokens:
+            raise SpecError(f"logits_tokens must be in [1, q_tokens={self.q_tokens}], got {self.logits_tokens!r}")
         if not (isinstance(self.context_cv, (int, float)) and math.isfinite(self.context_cv)
                 and self.context_cv >= 0):
             raise SpecError(f"context_cv must be a finite number >= 0, got {self.context_cv!r}")
@@ -285,9 +288,10 @@ def _gemm_s(dep: Deployment, m_tokens, k_in, n_out, *, groups: float = 1.0, b_w:
                      eta_c=dep.runtime.eta_compute)
 
 
-def _kernel_s(dep: Deployment, flops, bytes_, *, peak: float, eta_c: float):
+def _kernel_s(dep: Deployment, flops, bytes_, *, peak: float, eta_c: float, eta_m: float | None = None):
     rt, hw = dep.runtime, dep.hardware
-    return (np.maximum(flops / (eta_c * peak * 1e12), bytes_ / (rt.eta_mem * hw.hbm_bw_TBps * 1e12))
+    eta_m = rt.eta_mem if eta_m is None else eta_m
+    return (np.maximum(flops / (eta_c * peak * 1e12), bytes_ / (eta_m * hw.hbm_bw_TBps * 1e12))
             + rt.kernel_overhead_us * 1e-6)
 
 
@@ -376,7 +380,8 @@ def _core_s(dep: Deployment, b, s, layout: str) -> np.ndarray:
     fpt, bpt = _core_per_context_token(dep, layout)
     ctx = _context_tokens_worst(dep, b, s, layout)
     return _kernel_s(dep, ctx * fpt, ctx * bpt + _core_qo_bytes(dep, _core_query_tokens(dep, b, layout), layout),
-                     peak=dep.hardware.bf16_TFLOPS, eta_c=dep.runtime.eta_attn_compute)
+                     peak=dep.hardware.bf16_TFLOPS, eta_c=dep.runtime.eta_attn_compute,
+                     eta_m=dep.runtime.eta_attn_mem)
 
 
 def _ffn_layer_s(dep: Deployment, n_ffn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -453,11 +458,12 @@ def step_time(dep: Deployment, batch, context, layout: str) -> dict[str, np.ndar
     core = _core_s(dep, b, s, layout)
     dense, moe = _ffn_layer_s(dep, n_ffn)
     comm_attn, comm_ffn = _comm_layer_s(dep, b, layout)
-    head = _gemm_s(dep, n_ffn, H, m.vocab / T, b_w=_EMB_BYTES) + _elementwise_s(dep, 2 * n_ffn * H * ba)
+    n_lm = n_ffn if dep.logits_tokens is None else n_ffn / dep.q_tokens * dep.logits_tokens
+    head = _gemm_s(dep, n_lm, H, m.vocab / T, b_w=_EMB_BYTES) + _elementwise_s(dep, 2 * n_ffn * H * ba)
     head_comm = (allreduce_s(n_ffn * H * ba, T, fab)  # vocab-parallel embedding
-                 + allgather_s(n_ffn * m.vocab * _LOGIT_BYTES, T, fab))  # logits
+                 + allgather_s(n_lm * m.vocab * _LOGIT_BYTES, T, fab))  # logits
     if layout == "DPA":  # final hidden states gathered for the vocab-parallel LM head
-        head_comm = head_comm + allgather_s(n_ffn * H * ba, T, fab)
+        head_comm = head_comm + allgather_s(n_lm * H * ba, T, fab)
     attention = L * (norm + proj + core)
     ffn_dense = m.dense_layers * dense
     ffn_moe = m.moe_layers * moe

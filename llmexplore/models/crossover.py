@@ -44,7 +44,7 @@ def layout_time_coefficients(dep: Deployment, batch, layout: str) -> dict[str, n
     rt, hw = dep.runtime, dep.hardware
     co = core_coefficients(dep, b, layout)
     cf = 1.0 / (rt.eta_attn_compute * hw.bf16_TFLOPS * 1e12)
-    cm = 1.0 / (rt.eta_mem * hw.hbm_bw_TBps * 1e12)
+    cm = 1.0 / (rt.eta_attn_mem * hw.hbm_bw_TBps * 1e12)
     L = dep.model.layers
     at1 = step_time(dep, b, 1.0, layout)["step_s"]
     core1 = L * (np.maximum(co["f1"] * cf, (co["m0"] + co["m1"]) * cm) + rt.kernel_overhead_us * 1e-6)
