@@ -30,12 +30,12 @@ def ceil_pg(s):
 
 @pytest.fixture(scope="module")
 def llama70_tp8():
-    return Deployment.build("llama-3-70b", "h100-sxm", 8)
+    return Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="uncalibrated")  # formulas use its constants
 
 
 @pytest.fixture(scope="module")
 def dsv3_fp8():
-    return Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8")
+    return Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8", runtime="uncalibrated")
 
 
 def kv_B(dep, batch, context, layout):
@@ -210,7 +210,7 @@ def test_mla_tp_core_time_independent_of_T_when_memory_bound():
     B, s = 8, 32768
     t = {}
     for T in (2, 4, 8):
-        dep = Deployment.build("deepseek-v3", "h200", T, weight_dtype="fp8")
+        dep = Deployment.build("deepseek-v3", "h200", T, weight_dtype="fp8", runtime="uncalibrated")
         qo = B * (HQ_DS / T) * (RKV + DR + RKV) * 2
         flops = B * s * 2 * (HQ_DS / T) * (2 * RKV + DR)
         bytes_ = B * s * (RKV + DR) * 2 + qo
@@ -304,7 +304,7 @@ def test_step_time_is_sum_of_parts(dsv3_fp8, layout):
     np.testing.assert_allclose(r["step_s"], parts, rtol=1e-14)
     assert np.all(r["core_s"] < r["attention_s"])
     np.testing.assert_allclose(r["tokens_per_s"], np.array([1, 16, 128])[:, None] / r["step_s"], rtol=1e-14)
-    assert np.all(r["overhead_s"] == 0.5e-3)  # data/runtime.yaml step_overhead_ms
+    assert np.all(r["overhead_s"] == 0.5e-3)  # data/runtime.yaml uncalibrated step_overhead_ms
 
 
 def test_cp_and_dpa_replicate_projection_weights(llama70_tp8):

@@ -120,7 +120,8 @@ def _ideal_deployment(T, weight_dtype):
     """DeepSeek-V3 where the closed form's conditions hold: no per-kernel overhead, attention memory-bound
     (eta_attn_compute = 1 puts the H100 ridge at 989.4 / (0.85 * 3.35) = 347 FLOP/B, above the DPA core's
     2 * 128 * 1088 / 1152 = 242), communication free (huge bandwidth, zero latency), memory unlimited."""
-    rt = dataclasses.replace(presets.runtime(), kernel_overhead_us=0.0, eta_attn_compute=1.0)
+    rt = dataclasses.replace(presets.runtime("uncalibrated"), kernel_overhead_us=0.0, eta_attn_compute=1.0)
+    assert rt.eta_attn_mem == rt.eta_mem  # the closed form streams weights and KV at the same efficiency
     hw = dataclasses.replace(presets.hardware("h100-sxm"), hbm_GiB=1e6)
     link = Link(name="ideal", kind="scale-up", line_rate_GBps=1e12, achievable_GBps=1e12, latency_us=0.0,
                 sources={"*": "test: communication made free"})

@@ -1,0 +1,243 @@
+"""Fit the runtime efficiencies to measured decode-step and prefill times.
+
+Fitted parameters (``FIT_FIELDS``) and their physical ranges: ``eta_mem`` (streaming GEMM bandwidth
+fraction), ``eta_compute`` (GEMM FLOP/s fraction), ``eta_attn_mem`` (paged-KV attention bandwidth fraction),
+``kernel_overhead_us`` (fixed time per kernel) and ``step_overhead_ms`` (fixed time per step).
+
+The fit is a maximum-a-posteriori least squares in log space:
+
+    minimise  sum_points (ln(pred/meas) / sigma_meas)^2  +  sum_params ((u - u0) / sigma_prior)^2
+
+where u maps each parameter's range to the real line (logit of its position in [lo, hi]) and u0 is the
+uncalibrated preset. The weak prior keeps parameters that the data cannot separate (e.g. per-kernel vs
+per-step overhead at batch 1) near physically sensible values instead of letting them run to a bound, so the
+result transfers to other GPUs, dtypes and models. Solved by Levenberg-Marquardt with a forward-difference
+Jacobian (numpy only). Memory rows (weights, KV per sequence) are predicted and reported, not fitted.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .. import presets
+from ..errors import SpecError, UnknownPresetError
+from ..specs import Runtime
+from ..units import GiB
+from .attention import Deployment, memory_per_rank, step_time
+from .prefill import prefill_time
+
+__all__ = ["FIT_FIELDS", "BOUNDS", "CalibrationPoint", "load_points", "predict", "fit", "overlay_yaml"]
+
+FIT_FIELDS = ("eta_mem", "eta_compute", "eta_attn_mem", "kernel_overhead_us", "step_overhead_ms")
+#: physical range of each fitted parameter
+BOUNDS = {"eta_mem": (0.3, 0.98), "eta_compute": (0.2, 0.95), "eta_attn_mem": (0.2, 0.98),
+          "kernel_overhead_us": (0.0, 20.0), "step_overhead_ms": (0.0, 5.0)}
+PRIOR_SD = 1.0  # in logit units: a weak pull towards the uncalibrated value
+MEAS_SD = 0.02  # relative: model + measurement noise of one time point
+KINDS = ("decode", "prefill", "weights", "kv_per_sequence")
+COLUMNS = ("kind", "model", "gpu", "ranks", "weight_dtype", "kv_dtype", "batch", "context", "prompt_tokens",
+           "prefix_tokens", "measured", "unit", "source")
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationPoint:
+    """One measured point (see data/calibration/README.md)."""
+
+    kind: str
+    model: str
+    gpu: str
+    ranks: int
+    weight_dtype: str
+    kv_dtype: str
+    measured: float
+    unit: str
+    batch: int = 1
+    context: float = 0.0
+    prompt_tokens: int = 0
+    prefix_tokens: int = 0
+    source: str = ""
+    line: int = 0
+
+    @property
+    def fitted(self) -> bool:
+        return self.kind in ("decode", "prefill")
+
+    def label(self) -> str:
+        if self.kind == "decode":
+            return f"decode B={self.batch} s={self.context:g}"
+        if self.kind == "prefill":
+            return f"prefill S={self.prompt_tokens} P={self.prefix_tokens}"
+        if self.kind == "kv_per_sequence":
+            return f"KV/seq s={self.context:g}"
+        return "weights/GPU"
+
+
+def _num(row: dict, key: str, where: str, *, integer: bool = False, default=None):
+    raw = (row.get(key) or "").strip()
+    if raw == "":
+        if default is None:
+            raise SpecError(f"{where}: column {key!r} is required for kind {row.get('kind')!r}")
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        raise SpecError(f"{where}: {key} must be a number, got {raw!r}") from None
+    if not math.isfinite(v) or v < 0 or (integer and v != int(v)):
+        raise SpecError(f"{where}: {key} must be a finite {'integer' if integer else 'number'} >= 0, got {raw!r}")
+    return int(v) if integer else v
+
+
+def load_points(path: str | Path) -> list[CalibrationPoint]:
+    """Read a calibration CSV; every row is validated and errors name the line and column."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"--data: no file {str(p)!r}")
+    with open(p, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in ("kind", "model", "gpu", "ranks", "measured", "unit") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise SpecError(f"{p.name}: missing columns {missing}; expected {list(COLUMNS)}")
+        out = []
+        for i, row in enumerate(reader, start=2):
+            where = f"{p.name}:{i}"
+            kind = (row.get("kind") or "").strip()
+            if kind not in KINDS:
+                raise SpecError(f"{where}: kind must be one of {list(KINDS)}, got {kind!r}")
+            unit = (row.get("unit") or "").strip()
+            want = "ms" if kind in ("decode", "prefill") else "GiB"
+            if unit != want:
+                raise SpecError(f"{where}: unit for kind {kind!r} must be {want!r}, got {unit!r}")
+            measured = _num(row, "measured", where)
+            if measured <= 0:
+                raise SpecError(f"{where}: measured must be > 0, got {measured!r}")
+            pt = CalibrationPoint(
+                kind=kind, model=row["model"].strip(), gpu=row["gpu"].strip(),
+                ranks=_num(row, "ranks", where, integer=True),
+                weight_dtype=(row.get("weight_dtype") or "bf16").strip(),
+                kv_dtype=(row.get("kv_dtype") or "bf16").strip(), measured=measured, unit=unit,
+                batch=_num(row, "batch", where, integer=True, default=1),
+                context=_num(row, "context", where, default=0.0 if kind in ("prefill", "weights") else None),
+                prompt_tokens=_num(row, "prompt_tokens", where, integer=True,
+                                   default=0 if kind != "prefill" else None),
+                prefix_tokens=_num(row, "prefix_tokens", where, integer=True, default=0),
+                source=(row.get("source") or "").strip(), line=i)
+            try:  # unknown presets fail here, naming the line
+                presets.model(pt.model), presets.hardware(pt.gpu)
+            except UnknownPresetError as exc:
+                raise SpecError(f"{where}: {exc}") from None
+            out.append(pt)
+    if not any(pt.fitted for pt in out):
+        raise SpecError(f"{p.name}: no decode or prefill rows to fit")
+    return out
+
+
+def _deployment(pt: CalibrationPoint, runtime: Runtime) -> Deployment:
+    return Deployment.build(pt.model, pt.gpu, pt.ranks, runtime=runtime, weight_dtype=pt.weight_dtype,
+                            kv_dtype=pt.kv_dtype)
+
+
+def predict(points: list[CalibrationPoint], runtime: Runtime) -> np.ndarray:
+    """Model value of each point in its unit (ms or GiB)."""
+    out = np.empty(len(points))
+    for i, pt in enumerate(points):
+        dep = _deployment(pt, runtime)
+        if pt.kind == "decode":
+            out[i] = float(step_time(dep, pt.batch, pt.context, "TP")["step_s"]) * 1e3
+        elif pt.kind == "prefill":
+            out[i] = float(prefill_time(dep, pt.prompt_tokens, pt.prefix_tokens)["prefill_s"]) * 1e3
+        elif pt.kind == "weights":
+            out[i] = sum(dep.weight_bytes("TP").values()) / GiB
+        else:
+            one = memory_per_rank(dep, 1, pt.context, "TP")["kv_B"]
+            out[i] = float(one) / GiB
+    return out
+
+
+def _to_u(field: str, v: float) -> float:
+    lo, hi = BOUNDS[field]
+    x = min(max((v - lo) / (hi - lo), 1e-6), 1 - 1e-6)
+    return math.log(x / (1 - x))
+
+
+def _from_u(field: str, u: float) -> float:
+    lo, hi = BOUNDS[field]
+    return lo + (hi - lo) / (1.0 + math.exp(-u))
+
+
+def _runtime_at(base: Runtime, u: np.ndarray, name: str) -> Runtime:
+    vals = {f: _from_u(f, float(x)) for f, x in zip(FIT_FIELDS, u)}
+    return dataclasses.replace(base, name=name, **vals)
+
+
+def fit(points: list[CalibrationPoint], *, start: Runtime | str = "uncalibrated", name: str = "calibrated",
+        max_iter: int = 60) -> dict:
+    """Fit ``FIT_FIELDS`` to the decode/prefill points. Returns ``runtime`` (fitted Runtime), ``table`` (rows
+    with label, measured, predicted before and after, error %), ``rms_error_pct``, ``max_abs_error_pct``,
+    ``iterations`` and ``cost``."""
+    base = presets.resolve("runtime", start)
+    fitted_pts = [p for p in points if p.fitted]
+    meas = np.array([p.measured for p in fitted_pts])
+    u0 = np.array([_to_u(f, getattr(base, f)) for f in FIT_FIELDS])
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        pred = predict(fitted_pts, _runtime_at(base, u, name))
+        return np.concatenate([np.log(pred / meas) / MEAS_SD, (u - u0) / PRIOR_SD])
+
+    u, lam = u0.copy(), 1e-2
+    r = residuals(u)
+    cost = float(r @ r)
+    it = 0
+    for it in range(1, max_iter + 1):
+        J = np.empty((r.size, u.size))
+        for j in range(u.size):
+            du = np.zeros_like(u)
+            du[j] = 1e-4
+            J[:, j] = (residuals(u + du) - r) / 1e-4
+        g = J.T @ r
+        A = J.T @ J
+        improved = False
+        for _ in range(12):
+            step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-9), -g)
+            r_new = residuals(u + step)
+            c_new = float(r_new @ r_new)
+            if c_new < cost:
+                u, r, lam, improved = u + step, r_new, max(lam / 3, 1e-7), True
+                done = cost - c_new < 1e-10 * max(cost, 1.0)
+                cost = c_new
+                break
+            lam *= 4
+        if not improved or done:
+            break
+    rt = _runtime_at(base, u, name)
+    before = predict(points, dataclasses.replace(base, name="start"))
+    after = predict(points, rt)
+    rows = []
+    for p, b, a in zip(points, before, after):
+        rows.append({"point": p.label(), "kind": p.kind, "model": p.model, "gpu": p.gpu, "ranks": p.ranks,
+                     "unit": p.unit, "measured": p.measured, "predicted_before": float(b), "predicted": float(a),
+                     "error_pct": 100.0 * (a / p.measured - 1.0), "fitted": p.fitted})
+    errs = np.array([row["error_pct"] for row in rows if row["fitted"]])
+    return {"runtime": rt, "table": rows, "rms_error_pct": float(np.sqrt(np.mean(errs**2))),
+            "max_abs_error_pct": float(np.max(np.abs(errs))), "iterations": it, "cost": cost,
+            "start": base.name}
+
+
+def overlay_yaml(runtime: Runtime, source: str) -> str:
+    """A preset overlay (``presets.add_file`` / ``LLMEXPLORE_PRESETS``) holding the fitted runtime."""
+    import yaml
+
+    row = {f.name: getattr(runtime, f.name) for f in dataclasses.fields(runtime)
+           if f.name not in ("name", "sources")}
+    for f in FIT_FIELDS:
+        row[f] = round(float(row[f]), 6)
+    srcs = {f: runtime.source_of(f) for f in row if runtime.source_of(f)}
+    for f in FIT_FIELDS:
+        srcs[f] = f"fitted by llmexplore calibrate to {source}"
+    row["display_name"] = f"Calibrated to {Path(source).name}"
+    row["sources"] = srcs
+    return yaml.safe_dump({"runtime": {runtime.name: row}}, sort_keys=False, allow_unicode=True)

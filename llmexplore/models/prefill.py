@@ -1,0 +1,115 @@
+"""Prefill time from per-kernel rooflines, shared with decode (MODELS.md §2, §4.3, §4.6).
+
+A prefill of a prompt of S tokens with a cached prefix of P tokens is one forward step of a single sequence
+with q = S - P new tokens attending on average to P + q/2 context tokens (causal), so it reuses the decode
+step model of :mod:`.attention` (TP layout) with ``q_tokens = S - P`` and logits for the last token only.
+Its FLOPs then equal the closed form of MODELS.md §2
+
+    F = 2 N_body (S - P) + L h_q (d_qk + d_v) (S^2 - P^2) + 2 V H
+
+(``prefill_flops``), and achieved utilisation (MFU) *emerges* from the per-kernel rooflines, the TP
+AllReduces of (S - P) H b_a per layer and the fixed overheads instead of being a typed constant.
+
+Colocated serving with chunked prefill (MODELS §4.6) mixes a decode batch and a prefill chunk in one step:
+its GEMMs stream the weights once for B + C tokens, and each attention core is paid separately
+(:func:`mixed_step_time`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import SpecError
+from ..specs import ModelSpec
+from .attention import Deployment, step_time
+
+__all__ = ["prefill_flops", "body_params_active", "prefill_time", "mixed_step_time", "prefill_mfu"]
+
+
+def body_params_active(model: ModelSpec) -> float:
+    """Matmul parameters each token passes through, without embeddings, LM head and norms [params].
+
+    For MoE only the top-k routed and the shared experts count (plus the router).
+    """
+    attn = sum(model.attn_params_per_layer.values())
+    moe = ((model.experts_per_token + model.shared_experts) * model.expert_params + model.hidden
+           * model.routed_experts) if model.is_moe else 0
+    return model.layers * attn + model.dense_layers * model.ffn_params_dense_layer + model.moe_layers * moe
+
+
+def prefill_flops(model: ModelSpec, prompt_tokens, prefix_tokens=0) -> np.ndarray:
+    """FLOPs of a causal prefill of ``prompt_tokens`` with ``prefix_tokens`` already cached [FLOP].
+
+    Llama-3-70B at 4096 tokens: the attention term is 3.8% of the total (MODELS.md §4.3). MLA prefill runs
+    un-absorbed: d_qk = d_n + d_r = 192, d_v = 128.
+    """
+    S = np.asarray(prompt_tokens, dtype=float)
+    P = np.asarray(prefix_tokens, dtype=float)
+    _check_prompt(S, P)
+    attn = model.layers * model.heads * (model.qk_head_dim + model.o_head_dim) * (S * S - P * P)
+    return 2.0 * body_params_active(model) * (S - P) + attn + 2.0 * model.vocab * model.hidden
+
+
+def _check_prompt(S: np.ndarray, P: np.ndarray) -> None:
+    if not np.all(np.isfinite(S)) or np.any(S < 1) or np.any(S != np.floor(S)):
+        raise SpecError(f"prompt_tokens must be an integer >= 1, got {float(np.ravel(S)[0]):g}")
+    if not np.all(np.isfinite(P)) or np.any(P < 0) or np.any(P != np.floor(P)):
+        raise SpecError(f"prefix_tokens must be an integer >= 0, got {float(np.ravel(P)[0]):g}")
+    if np.any(np.broadcast_to(P, np.broadcast_shapes(S.shape, P.shape))
+              >= np.broadcast_to(S, np.broadcast_shapes(S.shape, P.shape))):
+        raise SpecError("prefix_tokens must be < prompt_tokens (at least one new token to prefill)")
+
+
+def _one_prefill(dep: Deployment, new_tokens: int, mean_context: float) -> dict[str, float]:
+    d = dataclasses.replace(dep, q_tokens=int(new_tokens), logits_tokens=1, context_cv=0.0)
+    r = step_time(d, 1, mean_context, "TP")
+    return {k: float(v) for k, v in r.items()}
+
+
+def prefill_time(dep: Deployment, prompt_tokens, prefix_tokens=0) -> dict[str, np.ndarray]:
+    """Time of one prefill on the deployment's T ranks (tensor parallel) [s], by part.
+
+    Returns the :func:`.attention.step_time` parts (``step_s`` is the whole prefill) for each prompt,
+    plus ``flops`` and ``mfu`` (FLOPs / (T * dense peak * time)). Broadcasts ``prompt_tokens`` against
+    ``prefix_tokens``; distinct values are evaluated once each.
+    """
+    S = np.asarray(prompt_tokens, dtype=float)
+    P = np.asarray(prefix_tokens, dtype=float)
+    _check_prompt(S, P)
+    S, P = np.broadcast_arrays(S, P)
+    keys = np.stack([S.ravel(), P.ravel()], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    rows = [_one_prefill(dep, int(s - p), p + (s - p) / 2.0) for s, p in uniq]
+    out = {k: np.array([r[k] for r in rows])[inv.ravel()].reshape(S.shape) for k in rows[0]}
+    out["prefill_s"] = out["step_s"]
+    out["flops"] = prefill_flops(dep.model, S, P)
+    out["mfu"] = prefill_mfu(dep, out["flops"], out["step_s"])
+    return out
+
+
+def prefill_mfu(dep: Deployment, flops, seconds) -> np.ndarray:
+    """Model FLOPs utilisation: flops / (T * dense peak of the weight dtype * seconds)."""
+    peak = dep.ranks * dep.hardware.peak_TFLOPS(dep.weight_dtype) * 1e12
+    return np.asarray(flops, dtype=float) / (peak * np.asarray(seconds, dtype=float))
+
+
+def mixed_step_time(dep: Deployment, decode_batch: int, decode_context: float, chunk_tokens: int,
+                    chunk_context: float) -> dict[str, float]:
+    """One colocated iteration: ``decode_batch`` decodes at ``decode_context`` plus a prefill chunk of
+    ``chunk_tokens`` new tokens whose prompt already has ``chunk_context`` tokens before the chunk [s].
+
+    GEMMs, FFN, collectives and overheads are paid once for B + C tokens; the two attention cores are
+    paid separately. Returns ``step_s``, ``decode_core_s``, ``chunk_core_s``.
+    """
+    B, C = int(decode_batch), int(chunk_tokens)
+    if B < 0 or C < 0 or B + C < 1:
+        raise SpecError(f"decode_batch and chunk_tokens must be >= 0 with at least one token, got {B}, {C}")
+    shared = _one_prefill(dep, B + C, 1.0)
+    base = shared["step_s"] - shared["core_s"]
+    dec = float(step_time(dataclasses.replace(dep, q_tokens=1, logits_tokens=None), max(B, 1), decode_context,
+                          "TP")["core_s"]) if B else 0.0
+    chunk = _one_prefill(dep, C, chunk_context + C / 2.0)["core_s"] if C else 0.0
+    # the logits of the B decodes and the chunk's last token: base already holds one logits row
+    return {"step_s": base + dec + chunk, "decode_core_s": dec, "chunk_core_s": chunk}
