@@ -7,7 +7,6 @@ group that is always killed afterwards.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -123,8 +122,8 @@ def test_slider_redraws_figurewidget(voila, offline_page, notebook):
                 continue  # already at that end
             tried.append((i, key, start_value, readout.inner_text() if readout.count() else None))
             try:
-                page.wait_for_function(f"JSON.stringify(({WIDGET_TRACES_JS})()) !== {json.dumps(json.dumps(before))}",
-                                       timeout=REDRAW_TIMEOUT_MS)
+                page.wait_for_function(f"before => JSON.stringify(({WIDGET_TRACES_JS})()) !== JSON.stringify(before)",
+                                       arg=before, timeout=REDRAW_TIMEOUT_MS)
                 changed = True
             except Exception:  # noqa: BLE001 - try the next slider
                 pass
