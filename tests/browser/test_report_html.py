@@ -16,7 +16,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "explorer_fixture.ipynb"
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb")) + [FIXTURE]
 # Small parameters keep the build fast; a name must be defined by at least one notebook's parameters cell.
-SMALL_PARAMS = {"N_POINTS": 10}
+# small grids keep the build fast; each notebook receives only the names its parameters cell defines
+SMALL_PARAMS = {"N_POINTS": 10, "N_CONTEXT": 24, "N_BATCH": 10, "TRACE_SEGMENT": 2048, "FLUCT_SEGMENTS": 24}
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 # Tags that make the browser fetch something; URLs inside <script> bodies (plotly.js is full of them) are
