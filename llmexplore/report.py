@@ -222,7 +222,11 @@ def remote_resources(page: str) -> list[str]:
 # execution and export
 
 
-def _execute(src: Path, dst: Path, params: dict[str, Any], timeout_s: float) -> None:
+def execute_notebook(src: Path, dst: Path, params: dict[str, Any], timeout_s: float) -> None:
+    """Execute ``src`` into ``dst`` headless (engine ``llmexplore``, kernel python3, cwd = its folder).
+
+    The one place the workbook runs a notebook: the reports and the notebook tests share it.
+    """
     import papermill as pm
 
     pm.execute_notebook(
@@ -415,7 +419,7 @@ def build_reports(out_dir: str | os.PathLike = "reports", parameters: Mapping[st
             _progress(progress, f"[{i}/{n}] executing {src.name} … ", end="")
             t0 = time.perf_counter()
             try:
-                _execute(src, o.executed, per_nb_params[src], timeout_s)
+                execute_notebook(src, o.executed, per_nb_params[src], timeout_s)
             except Exception as exc:  # noqa: BLE001 - any failure is reported per notebook
                 o.seconds = time.perf_counter() - t0
                 o.error = _describe_failure(exc)

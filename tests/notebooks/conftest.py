@@ -52,23 +52,14 @@ def execute(src: Path, out: Path, params: dict, timeout_s: float = EXECUTION_TIM
     import papermill as pm
 
     from llmexplore.nbtools import cell_durations, read_records
+    from llmexplore.report import execute_notebook
 
     known = pm.inspect_notebook(str(src))
     unknown = sorted(set(params) - set(known))
     if unknown:
         pytest.fail(f"{src.name}: parameter(s) {unknown} are not in its parameters cell {sorted(known)}",
                     pytrace=False)
-    pm.execute_notebook(
-        str(src), str(out),
-        parameters=params,
-        engine_name="llmexplore",
-        kernel_name="python3",
-        execution_timeout=timeout_s,
-        start_timeout=60,
-        cwd=str(src.parent),
-        progress_bar=False,
-        extra_arguments=["--IPKernelApp.log_level=ERROR"],
-    )
+    execute_notebook(src, out, params, timeout_s)
     slow = [(i, d) for i, d in cell_durations(out) if d > max_cell_s]
     if slow:
         pytest.fail(f"{src.name}: cell(s) took suspiciously long {[(i, round(d, 1)) for i, d in slow]} "
