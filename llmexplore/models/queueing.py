@@ -133,9 +133,12 @@ def _md1_decay(rho: np.ndarray) -> np.ndarray:
     for _ in range(100):
         small = y < 1e-3
         ys = np.where(small, 1.0, y)
-        # expm1(y)/y - 1, by series for small y (no cancellation), exactly otherwise
-        ratio_m1 = np.where(small, y / 2 + y * y / 6 + y**3 / 24 + y**4 / 120, np.expm1(ys) / ys - 1.0)
-        phi = np.log1p(ratio_m1)
+        ym = np.minimum(ys, 20.0)
+        # phi = log(expm1(y)/y): series for small y (no cancellation), log1p(expm1(y)/y - 1) for moderate y,
+        # y + log1p(-e^-y) - log(y) for large y (no overflow, e.g. y ~ 700 for rho ~ 1e-300)
+        phi = np.where(small, np.log1p(y / 2 + y * y / 6 + y**3 / 24 + y**4 / 120),
+                       np.where(ys < 20.0, np.log1p(np.expm1(ym) / ym - 1.0),
+                                ys + np.log1p(-np.exp(-ys)) - np.log(ys)))
         dphi = np.where(small, 0.5 + y / 12 - y**3 / 720, 1.0 / -np.expm1(-ys) - 1.0 / ys)
         step = (phi - target) / dphi
         y = y - step
@@ -238,7 +241,7 @@ def _md1_cdf_sf(n: ArrayLike, rho: ArrayLike):
     cdf = np.zeros_like(n)
     sf = np.ones_like(n)
     tail = stable & (n >= _MD1_SWITCH) & (rho > 0)
-    body = stable & (n >= 0) & ~tail
+    body = stable & (n >= 0) & (rho > 0) & ~tail
     if body.any():
         f = np.minimum(_md1_cdf_rec(n[body], rho[body], idx[body], table), 1.0)
         cdf[body] = f
