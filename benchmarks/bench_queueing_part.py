@@ -57,7 +57,7 @@ def main() -> int:
     print(f"  1 server, constant service (Lindley, vectorised)   {r['sim_s'] * 1e3:8.1f} ms")
     print(f"  4 servers, lognormal prompts (heap loop)           {r['sim_c4_s'] * 1e3:8.1f} ms")
     print(f"  8 servers, lognormal prompts (heap loop)           {r['sim_c8_s'] * 1e3:8.1f} ms")
-    print(f"  8 servers, constant service (interleaved Lindley)   {r["sim_c8_det_s"] * 1e3:8.1f} ms")
+    print(f"  8 servers, constant service (interleaved Lindley)  {r['sim_c8_det_s'] * 1e3:8.1f} ms")
     print(" ".join(f"{k}={v:.4f}" for k, v in r.items()))
     return 0 if r["sim_s"] < 2.0 else 1
 
