@@ -547,8 +547,8 @@ def mg1_wait_sf_lundberg(t_s: ArrayLike, lam_per_s: ArrayLike, service_values_s:
     t = _time("t_s", t_s)
     lam = _rate("lam_per_s", lam_per_s)
     s = _positive("service_values_s", service_values_s).ravel()
+    theta, C = mg1_lundberg(lam, s, weights)                       # validates weights
     m1 = float(np.average(s, weights=weights)) if weights is not None else float(s.mean())
-    theta, C = mg1_lundberg(lam, s, weights)
     rho = lam * m1
     sf = np.minimum(rho, C * np.exp(-theta * np.maximum(t, 0.0)))
     sf = np.where(lam == 0, 0.0, sf)
@@ -564,8 +564,8 @@ def mg1_wait_quantile_lundberg(p: ArrayLike, lam_per_s: ArrayLike, service_value
     pp = _prob("p", p)
     lam = _rate("lam_per_s", lam_per_s)
     s = _positive("service_values_s", service_values_s).ravel()
+    theta, C = mg1_lundberg(lam, s, weights)                       # validates weights
     m1 = float(np.average(s, weights=weights)) if weights is not None else float(s.mean())
-    theta, C = mg1_lundberg(lam, s, weights)
     rho = lam * m1
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.maximum(np.log(C / (1.0 - pp)) / theta, 0.0)
