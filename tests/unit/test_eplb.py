@@ -24,7 +24,7 @@ README_PHY2LOG = [[5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1],
                   [7, 10, 6, 8, 6, 11, 8, 9, 2, 4, 5, 1, 5, 0, 3, 1]]
 
 
-# ---- literal transcription of upstream eplb.py, one layer at a time (plain Python lists) --------------------
+# ---- literal transcription of upstream eplb.py, one layer at a time (plain Python lists) -------------------
 def ref_balanced_packing(w, m):
     n = len(w)
     per = n // m
@@ -79,7 +79,7 @@ def ref_rebalance(w, P, groups, nodes, gpus):
     return phy2log, cnt_log
 
 
-# ---- upstream README oracle ----------------------------------------------------------------------------------
+# ---- upstream README oracle --------------------------------------------------------------------------------
 
 def test_readme_example_exact():
     phy2log, log2phy, logcnt = eplb.rebalance_experts(README_WEIGHT, 16, 4, 2, 8)
@@ -108,7 +108,7 @@ def test_reference_port_reproduces_readme():
         assert p2l == README_PHY2LOG[layer]
 
 
-# ---- differential tests: vectorised port == per-layer transcription -----------------------------------------
+# ---- differential tests: vectorised port == per-layer transcription ----------------------------------------
 
 @st.composite
 def problems(draw):
@@ -123,7 +123,8 @@ def problems(draw):
         redundant += gpus - P % gpus
         P = E + redundant
     layers = draw(st.integers(1, 4))
-    w = draw(st.lists(st.lists(st.integers(0, 500), min_size=E, max_size=E), min_size=layers, max_size=layers))
+    row = st.lists(st.integers(0, 500), min_size=E, max_size=E)
+    w = draw(st.lists(row, min_size=layers, max_size=layers))
     return np.array(w, dtype=float), P, groups, nodes, gpus
 
 
@@ -154,7 +155,7 @@ def test_balanced_packing_equals_reference(w, m):
         assert sorted(rank[0][pack[0] == p].tolist()) == list(range(n // m))
 
 
-# ---- invariants ----------------------------------------------------------------------------------------------
+# ---- invariants --------------------------------------------------------------------------------------------
 
 @st.composite
 def dsv3_like(draw):
@@ -222,7 +223,7 @@ def test_layers_are_independent_rows():
     assert p2l.shape == (5, 1, 40) and l2p.shape[:3] == (5, 1, 32) and c.shape == (5, 1, 32)
 
 
-# ---- optimality of replication; packing is not monotone in redundancy -----------------------------------------
+# ---- optimality of replication; packing is not monotone in redundancy --------------------------------------
 
 def brute_force_min_max_per_replica(w, num_phy):
     """min over replica counts n_e >= 1 with sum n_e = num_phy of max_e w_e / n_e."""
@@ -293,7 +294,7 @@ def test_deepseek_production_slot_arithmetic():
         eplb.rebalance_experts(w, 256, 8, 18, 144)
 
 
-# ---- input validation ----------------------------------------------------------------------------------------
+# ---- input validation --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, match", [
     ((README_WEIGHT, 15, 4, 2, 8), r"num_replicas \(15\) must be a multiple of num_gpus \(8\)"),
