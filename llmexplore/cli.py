@@ -6,6 +6,8 @@ Commands:
 * ``presets`` list model, hardware, link or runtime presets with their derived quantities.
 * ``layouts`` memory per rank and decode step time of the attention layouts TP, CP, DPA and DOP at one
   (batch, context) point, and the fastest layout that fits.
+* ``pd``      prefill/decode disaggregation vs colocated serving: one prefill, one decode step, the KV
+  transfer, and the smallest pools meeting TTFT/TPOT targets at an arrival rate.
 * ``calibrate`` fit the runtime efficiencies to measured decode/prefill times in a CSV, print the error per
   point and overall, optionally save the fit as a preset overlay.
 
@@ -424,6 +426,100 @@ def cmd_layouts(args) -> int:
     return EXIT_OK
 
 
+# ---- pd ----------------------------------------------------------------------------------------------------
+def _add_pd(sub) -> None:
+    from .units import DTYPE_BYTES
+
+    dtypes = one_of(sorted(DTYPE_BYTES))
+    p = sub.add_parser("pd", help="prefill/decode disaggregation vs colocated serving",
+                       description="Time of one prefill and one decode step, the KV transfer per request, and "
+                                   "the smallest prefill/decode pools (and colocated pool) meeting p99 TTFT and "
+                                   "TPOT targets at a Poisson arrival rate.")
+    req = p.add_argument_group("required")
+    req.add_argument("--model", required=True, metavar="M", help="model preset")
+    req.add_argument("--gpu", required=True, metavar="G", help="hardware preset")
+    req.add_argument("--prompt", required=True, action=_Checked, check=int_at_least(1), metavar="P",
+                     help="prompt tokens")
+    req.add_argument("--output", required=True, action=_Checked, check=int_at_least(1), metavar="O",
+                     help="output tokens")
+    p.add_argument("--rate", default=10.0, action=_Checked, check=float_at_least(0.0, strict=True), metavar="R",
+                   help="arrivals per second (default: 10)")
+    p.add_argument("--ttft-ms", default=1000.0, action=_Checked, check=float_at_least(0.0, strict=True),
+                   metavar="X", help="p99 TTFT target [ms] (default: 1000)")
+    p.add_argument("--tpot-ms", default=50.0, action=_Checked, check=float_at_least(0.0, strict=True),
+                   metavar="Y", help="p99 TPOT target [ms] (default: 50)")
+    p.add_argument("--link", default="roce-400g", metavar="L", help="KV-transfer link preset (default: roce-400g)")
+    p.add_argument("--nics", default=None, action=_Checked, check=int_at_least(1), metavar="N",
+                   help="NICs per instance (default: one per GPU)")
+    p.add_argument("--prefill-tp", default=8, action=_Checked, check=int_at_least(1), metavar="A",
+                   help="GPUs per prefill instance (default: 8)")
+    p.add_argument("--decode-tp", default=8, action=_Checked, check=int_at_least(1), metavar="B",
+                   help="GPUs per decode (and colocated) instance (default: 8)")
+    p.add_argument("--batch", default=64, action=_Checked, check=int_at_least(1), metavar="N",
+                   help="decode batch at which decode_step_ms is reported (default: 64)")
+    p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
+    p.add_argument("--weight-dtype", default="bf16", action=_Checked, check=dtypes, metavar="DTYPE",
+                   help=f"weight dtype, {dtypes.rule} (default: bf16)")
+    p.add_argument("--kv-dtype", default="bf16", action=_Checked, check=dtypes, metavar="DTYPE",
+                   help=f"KV-cache dtype, {dtypes.rule} (default: bf16)")
+    p.add_argument("--runtime", default="default", metavar="NAME", help="runtime preset (default: default)")
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.set_defaults(func=cmd_pd)
+
+
+def cmd_pd(args) -> int:
+    from . import pd_sweeps, presets
+
+    presets.link(args.link)  # unknown link: one-line error before any work
+    s = pd_sweeps.setup(args.model, args.gpu, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
+                        prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
+                        ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms, weight_dtype=args.weight_dtype,
+                        kv_dtype=args.kv_dtype, runtime=args.runtime, nics=args.nics)
+    pt = pd_sweeps.point_summary(s, link=args.link, decode_batch=args.batch, pipelined=not args.serial)
+    d, c = pt["disagg"], pt["colocated"]
+    doc = {
+        "prefill_ms": pt["prefill_ms"], "decode_step_ms": pt["decode_step_ms"], "decode_batch": args.batch,
+        "decode_batch_cap": pt["decode_batch_cap"], "kv_transfer_GB": pt["kv_transfer_GB"],
+        "transfer_serial_ms": pt["transfer_serial_ms"], "transfer_exposed_ms": pt["transfer_exposed_ms"],
+        "disaggregated": {"feasible": d["feasible"], "prefill_instances": d["n_p"], "decode_instances": d["n_d"],
+                          "gpus": d["gpus"], "goodput_per_gpu": d["goodput_per_gpu"], "pd_gpu_ratio": d["pd_ratio"],
+                          "ttft_p99_ms": d["ttft_s"] * 1e3, "tpot_p99_ms": d["tpot_s"] * 1e3,
+                          "reason": d["reason"]},
+        "colocated": {"feasible": c["feasible"], "instances": c["n_c"], "gpus": c["gpus"],
+                      "goodput_per_gpu": c["goodput_per_gpu"], "chunk_tokens": c["chunk_tokens"],
+                      "ttft_p99_ms": c["ttft_s"] * 1e3, "tpot_p99_ms": c["tpot_s"] * 1e3, "reason": c["reason"]},
+        "inputs": {"model": s.prefill.model.name, "gpu": s.prefill.hardware.name, "prompt": args.prompt,
+                   "output": args.output, "rate": args.rate, "ttft_ms": args.ttft_ms, "tpot_ms": args.tpot_ms,
+                   "link": args.link, "nics": args.nics, "prefill_tp": args.prefill_tp,
+                   "decode_tp": args.decode_tp, "pipelined": not args.serial, "weight_dtype": args.weight_dtype,
+                   "kv_dtype": args.kv_dtype, "runtime": s.prefill.runtime.name},
+    }
+    if args.json:
+        print_json(doc)
+        return EXIT_OK
+    print(f"{s.prefill.model.label} on {s.prefill.hardware.label}: prompt {args.prompt}, output {args.output}, "
+          f"{args.rate:g} req/s, p99 TTFT <= {args.ttft_ms:g} ms, TPOT <= {args.tpot_ms:g} ms")
+    print(f"prefill of one prompt (TP{args.prefill_tp}): {doc['prefill_ms']:.2f} ms; decode step at batch "
+          f"{args.batch} (TP{args.decode_tp}): {doc['decode_step_ms']:.2f} ms; decode batch fits up to "
+          f"{pt['decode_batch_cap']}")
+    print(f"KV per request {doc['kv_transfer_GB']:.3f} GB over {args.link}: {doc['transfer_serial_ms']:.2f} ms "
+          f"serial, {doc['transfer_exposed_ms']:.2f} ms exposed ({'serial' if args.serial else 'pipelined'})")
+    dd, cc = doc["disaggregated"], doc["colocated"]
+    if dd["feasible"]:
+        print(f"disaggregated: {dd['prefill_instances']} prefill + {dd['decode_instances']} decode instances = "
+              f"{dd['gpus']} GPUs, {dd['goodput_per_gpu']:.3f} req/s/GPU, TTFT p99 {dd['ttft_p99_ms']:.0f} ms, "
+              f"TPOT p99 {dd['tpot_p99_ms']:.1f} ms")
+    else:
+        print(f"disaggregated: infeasible ({dd['reason']})")
+    if cc["feasible"]:
+        print(f"colocated: {cc['instances']} instances = {cc['gpus']} GPUs, {cc['goodput_per_gpu']:.3f} req/s/GPU, "
+              f"chunk {cc['chunk_tokens']} tokens, TTFT p99 {cc['ttft_p99_ms']:.0f} ms, TPOT p99 "
+              f"{cc['tpot_p99_ms']:.1f} ms")
+    else:
+        print(f"colocated: infeasible ({cc['reason']})")
+    return EXIT_OK
+
+
 # ---- calibrate ---------------------------------------------------------------------------------------------
 def _add_calibrate(sub) -> None:
     p = sub.add_parser("calibrate", help="fit runtime efficiencies to measured step times",
@@ -491,7 +587,7 @@ def _version() -> str:
 
 
 #: subcommand registration, in help order
-COMMANDS = [_add_report, _add_presets, _add_layouts, _add_calibrate]
+COMMANDS = [_add_report, _add_presets, _add_layouts, _add_pd, _add_calibrate]
 
 
 def build_parser() -> argparse.ArgumentParser:

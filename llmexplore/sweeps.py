@@ -17,7 +17,7 @@ from .models.attention import LAYOUTS, Deployment
 
 __all__ = ["layout_table", "best_layout", "layout_curves", "best_layout_grid", "phase_diagram",
            "memory_table", "transition_table", "policy_summary", "require_feasible", "log_grid", "boundaries_at",
-           "deployment_table", "POINT_COLUMNS"]
+           "deployment_table", "summary_frame", "POINT_COLUMNS"]
 
 #: columns of :func:`layout_table`, in order
 POINT_COLUMNS = ["layout", "feasible", "weights_GB", "kv_GB", "activations_GB", "reserve_GB", "total_GB",
@@ -205,4 +205,15 @@ def deployment_table(dep: Deployment) -> pd.DataFrame:
     ]
     for lay in LAYOUTS:
         rows.append((f"weights per rank, {lay}", f"{sum(dep.weight_bytes(lay).values()) / 1e9:.1f} GB"))
+    return pd.DataFrame(rows, columns=["quantity", "value"])
+
+
+def summary_frame(values: dict, prefix: str = "") -> pd.DataFrame:
+    """A nested dict of headline values as a two-column table (quantity, value), nested keys joined by '.'."""
+    rows = []
+    for k, v in values.items():
+        if isinstance(v, dict):
+            rows.extend(summary_frame(v, prefix=f"{prefix}{k}.").itertuples(index=False, name=None))
+        else:
+            rows.append((f"{prefix}{k}", v))
     return pd.DataFrame(rows, columns=["quantity", "value"])

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..specs import ModelSpec
-from .attention import Deployment, step_time
+from .attention import Deployment, core_coefficients, step_time
 
 __all__ = ["prefill_flops", "body_params_active", "prefill_time", "mixed_step_time", "prefill_mfu"]
 
@@ -95,21 +95,34 @@ def prefill_mfu(dep: Deployment, flops, seconds) -> np.ndarray:
     return np.asarray(flops, dtype=float) / (peak * np.asarray(seconds, dtype=float))
 
 
-def mixed_step_time(dep: Deployment, decode_batch: int, decode_context: float, chunk_tokens: int,
-                    chunk_context: float) -> dict[str, float]:
+def mixed_step_time(dep: Deployment, decode_batch, decode_context, chunk_tokens, chunk_context) -> dict:
     """One colocated iteration: ``decode_batch`` decodes at ``decode_context`` plus a prefill chunk of
     ``chunk_tokens`` new tokens whose prompt already has ``chunk_context`` tokens before the chunk [s].
 
-    GEMMs, FFN, collectives and overheads are paid once for B + C tokens; the two attention cores are
-    paid separately. Returns ``step_s``, ``decode_core_s``, ``chunk_core_s``.
+    GEMMs, FFN, collectives and overheads are paid once for the B + C tokens (a decode step of B + C
+    one-token sequences without its attention core), the LM head for the B decodes and the chunk's last
+    token, and the two attention cores separately: the decode core at (B, s) and the chunk's causal core
+    (C queries over chunk_context + C/2 keys on average, KV read once). Broadcasts over all four inputs.
+    Returns ``step_s``, ``decode_core_s``, ``chunk_core_s``.
     """
-    B, C = int(decode_batch), int(chunk_tokens)
-    if B < 0 or C < 0 or B + C < 1:
-        raise SpecError(f"decode_batch and chunk_tokens must be >= 0 with at least one token, got {B}, {C}")
-    shared = _one_prefill(dep, B + C, 1.0)
-    base = shared["step_s"] - shared["core_s"]
-    dec = float(step_time(dataclasses.replace(dep, q_tokens=1, logits_tokens=None), max(B, 1), decode_context,
-                          "TP")["core_s"]) if B else 0.0
-    chunk = _one_prefill(dep, C, chunk_context + C / 2.0)["core_s"] if C else 0.0
-    # the logits of the B decodes and the chunk's last token: base already holds one logits row
+    B = np.asarray(decode_batch, dtype=float)
+    C = np.asarray(chunk_tokens, dtype=float)
+    if np.any(B < 0) or np.any(C < 0) or np.any(B + C < 1):
+        raise SpecError("decode_batch and chunk_tokens must be >= 0 with at least one token, got "
+                        f"{float(np.min(B)):g}, {float(np.min(C)):g}")
+    d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
+    L, rt, hw = dep.model.layers, dep.runtime, dep.hardware
+    m = np.maximum(B + C, 1.0)
+    shared = step_time(d1, m, 1.0, "TP")
+    lm = step_time(d1, B + (C > 0), 1.0, "TP")
+    base = (shared["step_s"] - shared["core_s"] - shared["head_s"] - shared["comm_head_s"]
+            + lm["head_s"] + lm["comm_head_s"])
+    dec = np.where(B > 0, step_time(d1, np.maximum(B, 1.0), decode_context, "TP")["core_s"], 0.0)
+    co = core_coefficients(d1, 1, "TP")  # one query token; FLOPs and query/output bytes scale with C
+    ctx = np.asarray(chunk_context, dtype=float) + C / 2.0
+    f = C * float(co["f1"]) * ctx
+    by = C * float(co["m0"]) + float(co["m1"]) * ctx
+    chunk = np.where(C > 0, L * (np.maximum(f / (rt.eta_attn_compute * hw.bf16_TFLOPS * 1e12),
+                                            by / (rt.eta_attn_mem * hw.hbm_bw_TBps * 1e12))
+                                 + rt.kernel_overhead_us * 1e-6), 0.0)
     return {"step_s": base + dec + chunk, "decode_core_s": dec, "chunk_core_s": chunk}

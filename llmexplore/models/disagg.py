@@ -1,0 +1,369 @@
+"""Prefill/decode disaggregation vs colocated serving: TTFT, TPOT, pool sizes and goodput (MODELS §4.5-4.7).
+
+Disaggregated. ``n_p`` prefill instances (each ``tp_p`` GPUs) serve prompts one at a time from one FCFS queue
+(Poisson arrivals at rate lam): the prefill wait is M/D/c (exact M/D/1 for one instance; Allen-Cunneen with
+cs^2 = 0 beyond, see :mod:`.queueing`). The KV cache then crosses the link (:mod:`.kv_transfer`): serially
+or layer-wise pipelined behind the prefill, and through each instance's NICs, which are themselves an M/D/1
+server (a busy link queues transfers). ``n_d`` decode instances (each ``tp_d`` GPUs) run continuous batching:
+the mean batch per instance follows Little's law B = lam_d * OSL * TPOT(B) (a fixed point), the p-th
+percentile of concurrency (Poisson) must fit in memory, and TPOT is the decode step time at that batch.
+
+    TTFT_p = W_prefill,p + D_prefill + W_link,p + exposed transfer          (quantiles added: conservative)
+
+Colocated. ``n_c`` instances of ``tp_c`` GPUs each run decodes and chunked prefill (vLLM/Sarathi): every
+iteration holds the B decodes and, while a prompt is pending, a chunk of C - B prompt tokens; such a mixed
+iteration takes t_mix, a decode-only one t_dec. A prompt needs n_ch = ceil(S / (C - B)) chunk iterations, so
+the fraction of mixed iterations is f = lam_c n_ch t_avg and the mean step t_avg = t_dec / (1 - lam_c n_ch
+(t_mix - t_dec)). TTFT = W + n_ch t_mix with an M/D/1 wait on service n_ch t_mix; TPOT (mean) = t_avg, its
+tail t_mix whenever f exceeds 1 - p.
+
+Goodput. For a target rate, the smallest pools meeting both SLOs (at the percentile) give GPUs and
+goodput per GPU = rate / GPUs; :func:`max_rate_grid` evaluates the highest sustainable rate of every
+(n_p, n_d) pair up to 64 x 64 in one vectorised pass (rate matching with queueing and transfer, which
+AIConfigurator's rate match leaves out).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import presets
+from ..errors import SpecError
+from ..specs import Link
+from . import queueing as qz
+from .attention import Deployment, max_batch, step_time
+from .kv_transfer import pipelined_exposed_s, transfer_time
+from .prefill import mixed_step_time, prefill_time
+
+__all__ = ["Workload", "PrefillSide", "DecodeSide", "prefill_side", "decode_side", "transfer_side",
+           "disagg_latency", "colocated_latency", "max_rate_grid", "size_pools", "size_colocated",
+           "poisson_quantile_mean", "md1_quantile_fast", "CHUNK_OPTIONS"]
+
+_Z = {0.5: 0.0, 0.9: 1.2816, 0.95: 1.6449, 0.99: 2.3263, 0.999: 3.0902}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests: prompt and output lengths [tokens], arrival rate [1/s], SLOs [ms] at a percentile."""
+
+    prompt_tokens: int = 4096
+    output_tokens: int = 256
+    rate_per_s: float = 36.0
+    ttft_slo_ms: float = 2000.0
+    tpot_slo_ms: float = 50.0
+    percentile: float = 0.99
+    prefix_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        for f in ("prompt_tokens", "output_tokens"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                raise SpecError(f"{f} must be an integer >= 1, got {v!r}")
+        if int(self.prefix_tokens) != self.prefix_tokens or not 0 <= self.prefix_tokens < self.prompt_tokens:
+            raise SpecError(f"prefix_tokens must be an integer in [0, prompt_tokens), got {self.prefix_tokens!r}")
+        for f in ("rate_per_s", "ttft_slo_ms", "tpot_slo_ms"):
+            v = getattr(self, f)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise SpecError(f"{f} must be a finite number > 0, got {v!r}")
+        if self.percentile not in _Z:
+            raise SpecError(f"percentile must be one of {sorted(_Z)}, got {self.percentile!r}")
+
+    @property
+    def z(self) -> float:
+        return _Z[self.percentile]
+
+    @property
+    def decode_context(self) -> float:
+        """Mean context of a decode step: prompt + half the output [tokens]."""
+        return self.prompt_tokens + self.output_tokens / 2.0
+
+    @property
+    def peak_context(self) -> float:
+        """Context a sequence reaches at its last token (memory must hold it) [tokens]."""
+        return float(self.prompt_tokens + self.output_tokens)
+
+
+def poisson_quantile_mean(z: float, capacity) -> np.ndarray:
+    """Largest mean m of a Poisson count whose normal-approximated quantile m + z sqrt(m) fits ``capacity``."""
+    c = np.maximum(np.asarray(capacity, dtype=float), 0.0)
+    return ((-z + np.sqrt(z * z + 4.0 * c)) / 2.0) ** 2
+
+
+# ---- the two sides ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PrefillSide:
+    dep: Deployment
+    prefill_s: float  # one prompt on one instance
+
+
+@dataclass(frozen=True)
+class DecodeSide:
+    dep: Deployment
+    batch_cap: int  # largest batch that fits at the peak context
+    batches: np.ndarray  # grid of batch sizes 1..batch_cap
+    step_s: np.ndarray  # decode step time at each batch (mean context)
+
+    def tpot_s(self, batch) -> np.ndarray:
+        """Decode step time at a (fractional) batch, interpolated on the exact integer grid [s]."""
+        b = np.clip(np.asarray(batch, dtype=float), 1.0, max(1.0, float(self.batch_cap)))
+        return np.interp(b, self.batches, self.step_s)
+
+
+def prefill_side(dep: Deployment, wl: Workload) -> PrefillSide:
+    return PrefillSide(dep, float(prefill_time(dep, wl.prompt_tokens, wl.prefix_tokens)["prefill_s"]))
+
+
+def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_limit: int = 4096) -> DecodeSide:
+    cap = int(max_batch(dep, wl.peak_context, layout, limit=max_batch_limit))
+    b = np.arange(1, max(cap, 1) + 1, dtype=float)
+    t = step_time(dep, b, wl.decode_context, layout)["step_s"]
+    return DecodeSide(dep, cap, b, np.asarray(t, dtype=float))
+
+
+def transfer_side(pre: PrefillSide, dec: DecodeSide, link: Link, wl: Workload, *, pipelined: bool = True,
+                  nics: int | None = None, batched_ops: bool = True, op_overhead_us: float = 1.0) -> dict:
+    """KV transfer of one request: ``link_busy_s`` (time the busiest NIC is occupied), ``exposed_s``
+    (added to TTFT at an idle link: serial, or pipelined behind the prefill) and the bytes."""
+    m = pre.dep.model
+    tr = transfer_time(m, link, wl.prompt_tokens, kv_dtype=dec.dep.kv_dtype,
+                       page_tokens=dec.dep.runtime.page_tokens, prefill_tp=pre.dep.ranks, decode_tp=dec.dep.ranks,
+                       op_overhead_us=op_overhead_us, batched_ops=batched_ops, nics=nics)
+    serial = float(tr["transfer_s"])
+    exposed = (float(pipelined_exposed_s(serial, pre.prefill_s, m.layers, latency_s=float(tr["latency_s"])))
+               if pipelined else serial)
+    return {"serial_s": serial, "exposed_s": exposed, "link_busy_s": float(tr["bandwidth_s"] + tr["ops_s"]),
+            "physical_B": float(tr["physical_B"]), "logical_B": float(tr["logical_B"])}
+
+
+# ---- latency at a given configuration ----------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _md1_table(p: float) -> tuple[np.ndarray, np.ndarray]:
+    """W_p / D of M/D/1 as a function of rho alone, tabulated once per percentile from the exact
+    :func:`.queueing.md1_wait_quantile` (dense towards rho = 1 and around the atom at rho = 1 - p)."""
+    rho = np.unique(np.concatenate([1.0 - np.geomspace(1e-5, 1.0, 3000), np.linspace(0.0, 0.999, 2000),
+                                    (1.0 - p) + np.linspace(-0.002, 0.002, 401)]))
+    rho = rho[(rho >= 0) & (rho < 1)]
+    return rho, qz.md1_wait_quantile(p, rho, 1.0)
+
+
+def md1_quantile_fast(p: float, lam, service_s) -> np.ndarray:
+    """Exact M/D/1 waiting-time quantile interpolated in rho (relative error < 2e-3) [s]; inf if rho >= 1."""
+    rho_t, w_t = _md1_table(float(p))
+    lam = np.asarray(lam, dtype=float)
+    D = np.asarray(service_s, dtype=float)
+    rho = lam * D
+    out = np.interp(rho, rho_t, w_t) * D
+    out = np.where(rho < 1, out, np.inf)
+    near = (rho > rho_t[-1]) & (rho < 1)  # beyond the table: the exact series
+    if np.any(near):
+        lam_b, D_b = np.broadcast_arrays(lam, D)
+        out = np.array(out, dtype=float)
+        out[near] = qz.md1_wait_quantile(p, lam_b[near], D_b[near])
+    return out
+
+
+def _wait_quantile(p: float, lam, service_s: float, servers) -> np.ndarray:
+    lam = np.asarray(lam, dtype=float)
+    c = np.asarray(servers, dtype=float)
+    one = md1_quantile_fast(p, lam / c, service_s)  # exact (interpolated) for a single server
+    many = qz.mgc_wait_quantile(p, lam, service_s, np.maximum(c, 1), cs2=0.0)
+    return np.where(c == 1, one, many)
+
+
+def _decode_fixed_point(dec: DecodeSide, lam_d, wl: Workload) -> dict:
+    """Mean batch B = lam_d OSL TPOT(B) per decode instance (vectorised over lam_d), its percentile and TPOT."""
+    lam_d = np.asarray(lam_d, dtype=float)
+    lo = np.zeros_like(lam_d)
+    hi = np.full_like(lam_d, float(max(dec.batch_cap, 1)))
+    # g(B) = B - lam OSL TPOT(B) is increasing where a solution exists; bisect on [0, cap]
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        g = mid - lam_d * wl.output_tokens * dec.tpot_s(np.maximum(mid, 1.0))
+        lo = np.where(g < 0, mid, lo)
+        hi = np.where(g < 0, hi, mid)
+    mean_b = hi
+    ok = hi - lam_d * wl.output_tokens * dec.tpot_s(np.maximum(hi, 1.0)) >= -1e-9
+    pct_b = mean_b + wl.z * np.sqrt(mean_b)
+    fits = ok & (pct_b <= dec.batch_cap) & (dec.batch_cap >= 1)
+    tpot = dec.tpot_s(np.maximum(pct_b, 1.0))
+    return {"mean_batch": mean_b, "batch_pct": pct_b, "tpot_s": np.where(fits, tpot, np.inf), "fits": fits}
+
+
+def disagg_latency(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, n_p, n_d) -> dict:
+    """TTFT and TPOT at the workload's percentile for pools of ``n_p`` prefill and ``n_d`` decode instances
+    (broadcast). inf marks an unstable prefill queue or link, or a decode batch that does not fit."""
+    n_p = np.asarray(n_p, dtype=float)
+    n_d = np.asarray(n_d, dtype=float)
+    lam = wl.rate_per_s
+    p = wl.percentile
+    w_pre = _wait_quantile(p, lam, pre.prefill_s, n_p)
+    w_link = md1_quantile_fast(p, lam / n_p, xfer["link_busy_s"]) if xfer["link_busy_s"] > 0 else 0.0
+    w_link_d = md1_quantile_fast(p, lam / n_d, xfer["link_busy_s"] * pre.dep.ranks / dec.dep.ranks) \
+        if xfer["link_busy_s"] > 0 else 0.0  # the decode instance's NICs receive every request's bytes
+    ttft = w_pre + pre.prefill_s + np.maximum(w_link, w_link_d) + xfer["exposed_s"]
+    d = _decode_fixed_point(dec, lam / n_d, wl)
+    ttft, tpot = np.broadcast_arrays(ttft, d["tpot_s"])
+    return {"ttft_s": ttft, "tpot_s": tpot, "prefill_wait_s": np.broadcast_to(w_pre, ttft.shape),
+            "link_wait_s": np.broadcast_to(np.maximum(w_link, w_link_d), ttft.shape),
+            "decode_batch": np.broadcast_to(d["mean_batch"], ttft.shape)}
+
+
+def colocated_latency(dep: Deployment, wl: Workload, n_c, *, chunk_tokens: int = 2048,
+                      layout: str = "TP") -> dict:
+    """Colocated chunked-prefill serving on ``n_c`` instances (vectorised over n_c): TTFT and TPOT at the
+    workload's percentile, mean TPOT, mean decode batch. ``chunk_tokens`` is the per-iteration token budget C
+    (vLLM max_num_batched_tokens; 2048 is its chunked-prefill default for online serving [assumption])."""
+    if int(chunk_tokens) != chunk_tokens or chunk_tokens < 2:
+        raise SpecError(f"chunk_tokens must be an integer >= 2, got {chunk_tokens!r}")
+    n_c = np.asarray(n_c, dtype=float)
+    lam_c = wl.rate_per_s / n_c
+    dec = decode_side(dep, wl, layout=layout)
+    S, P = wl.prompt_tokens, wl.prefix_tokens
+    # mixed-iteration time at batch b: one chunk of (C - b) prompt tokens halfway through the prompt
+    b_grid = dec.batches
+    chunk = np.maximum(chunk_tokens - b_grid, 1.0)
+    t_mix = mixed_step_time(dep, b_grid, wl.decode_context, chunk, P + (S - P) / 2.0)["step_s"]
+
+    def mix(b):
+        return np.interp(b, b_grid, t_mix)
+
+    def n_chunks(b):
+        return np.ceil((S - P) / np.maximum(chunk_tokens - b, 1.0))
+
+    def t_avg(b):
+        td, tm = dec.tpot_s(b), mix(b)
+        denom = 1.0 - lam_c * n_chunks(b) * (tm - td)
+        return np.where(denom > 0, td / np.maximum(denom, 1e-12), np.inf)
+
+    lo = np.zeros_like(lam_c)
+    hi = np.full_like(lam_c, float(max(dec.batch_cap, 1)))
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        with np.errstate(invalid="ignore"):
+            g = mid - lam_c * wl.output_tokens * t_avg(np.maximum(mid, 1.0))
+        lo = np.where(g < 0, mid, lo)
+        hi = np.where(g < 0, hi, mid)
+    b = np.maximum(hi, 1.0)
+    ta = t_avg(b)
+    frac_mixed = lam_c * n_chunks(b) * ta
+    pct_b = hi + wl.z * np.sqrt(hi)
+    fits = np.isfinite(ta) & (frac_mixed < 1.0) & (pct_b <= dec.batch_cap)
+    service = n_chunks(b) * mix(b)
+    with np.errstate(invalid="ignore"):
+        w = md1_quantile_fast(wl.percentile, np.where(fits, lam_c, 0.0), service)
+    ttft = np.where(fits, w + service, np.inf)
+    tail = np.where(frac_mixed > 1.0 - wl.percentile, mix(pct_b), dec.tpot_s(pct_b))
+    tpot = np.where(fits, tail, np.inf)
+    return {"ttft_s": ttft, "tpot_s": tpot, "tpot_mean_s": np.where(fits, ta, np.inf), "decode_batch": hi,
+            "mixed_fraction": frac_mixed, "prefill_service_s": service}
+
+
+# ---- sizing ------------------------------------------------------------------------------------------------
+def max_rate_grid(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *, n_max: int = 64) -> dict:
+    """Highest Poisson rate each (n_p, n_d) pair sustains within both SLOs, for n_p, n_d in 1..n_max.
+
+    Prefill: the largest rate whose TTFT percentile (prefill wait + prefill + the prefill NICs' wait + the
+    exposed transfer) meets the SLO, by a vectorised bisection over n_p. Decode: the largest rate whose batch
+    percentile fits memory and keeps TPOT within its SLO (closed form through the Poisson quantile), and
+    whose inbound NICs' wait fits in the TTFT slack left at an idle prefill pool. Returns ``n``,
+    ``rate_prefill`` [n], ``rate_decode`` [n], ``rate`` [n_p, n_d] (their minimum), ``gpus`` and
+    ``rate_per_gpu`` [n_p, n_d].
+    """
+    n = np.arange(1, int(n_max) + 1, dtype=float)
+    p, slo_ttft = wl.percentile, wl.ttft_slo_ms * 1e-3
+    busy_p = xfer["link_busy_s"]
+    busy_d = xfer["link_busy_s"] * pre.dep.ranks / dec.dep.ranks  # a decode instance's NICs take every byte
+    base = pre.prefill_s + xfer["exposed_s"]
+
+    def bisect(ok_fn, hi):
+        lo = np.zeros_like(hi)
+        for _ in range(48):
+            mid = 0.5 * (lo + hi)
+            ok = ok_fn(mid)
+            lo = np.where(ok, mid, lo)
+            hi = np.where(ok, hi, mid)
+        return lo
+
+    cap_p = np.minimum(n / pre.prefill_s, n / busy_p if busy_p > 0 else np.inf) * (1 - 1e-9)
+    rate_p = bisect(lambda lam: _wait_quantile(p, lam, pre.prefill_s, n)
+                    + (md1_quantile_fast(p, lam / n, busy_p) if busy_p > 0 else 0.0) + base <= slo_ttft, cap_p)
+    rate_p = np.where(base <= slo_ttft, rate_p, 0.0)
+    # decode: the batch b* allowed by memory and the TPOT SLO; mean concurrency m with m + z sqrt(m) <= b*
+    ok_b = dec.step_s <= wl.tpot_slo_ms * 1e-3
+    b_star = float(dec.batches[ok_b].max()) if ok_b.any() and dec.batch_cap >= 1 else 0.0
+    m_star = float(poisson_quantile_mean(wl.z, b_star))
+    rate_1 = m_star / (wl.output_tokens * float(dec.tpot_s(max(b_star, 1.0)))) if b_star >= 1 else 0.0
+    rate_d = n * rate_1
+    if busy_d > 0:
+        slack = slo_ttft - base
+        cap_d = n / busy_d * (1 - 1e-9)
+        rate_link = bisect(lambda lam: md1_quantile_fast(p, lam / n, busy_d) <= slack, cap_d) if slack > 0 \
+            else np.zeros_like(n)
+        rate_d = np.minimum(rate_d, rate_link)
+    rate = np.minimum(rate_p[:, None], rate_d[None, :])
+    gpus = n[:, None] * pre.dep.ranks + n[None, :] * dec.dep.ranks
+    return {"n": n, "rate_prefill": rate_p, "rate_decode": rate_d, "rate": rate, "gpus": gpus,
+            "rate_per_gpu": rate / gpus, "decode_batch_slo": b_star}
+
+
+def size_pools(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *, n_max: int = 64) -> dict:
+    """Smallest prefill and decode pools (fewest GPUs) meeting both SLOs at the workload's rate.
+
+    Candidates come from :func:`max_rate_grid`; each is then checked with the full latency model
+    (:func:`disagg_latency`: prefill wait and link waits on both sides added at the percentile). Returns
+    ``feasible``, ``reason``, ``n_p``, ``n_d``, ``gpus``, ``goodput_per_gpu`` (rate / GPUs), ``pd_ratio``
+    (prefill GPUs / decode GPUs) and the TTFT and TPOT there [s].
+    """
+    g = max_rate_grid(pre, dec, xfer, wl, n_max=n_max)
+    lam = wl.rate_per_s
+    cand = np.argwhere(g["rate"] >= lam)
+    if not len(cand):
+        side = "prefill" if g["rate_prefill"].max() < lam else "decode"
+        return {"feasible": False, "reason": f"the {side} pool cannot meet the SLOs at {lam:g} req/s within "
+                f"{n_max} instances", "n_p": np.nan, "n_d": np.nan, "gpus": np.inf, "goodput_per_gpu": 0.0,
+                "pd_ratio": np.nan, "ttft_s": np.inf, "tpot_s": np.inf}
+    n_p = g["n"][cand[:, 0]]
+    n_d = g["n"][cand[:, 1]]
+    gpus = n_p * pre.dep.ranks + n_d * dec.dep.ranks
+    lat = disagg_latency(pre, dec, xfer, wl, n_p, n_d)
+    ok = (lat["ttft_s"] <= wl.ttft_slo_ms * 1e-3) & (lat["tpot_s"] <= wl.tpot_slo_ms * 1e-3)
+    if not ok.any():
+        return {"feasible": False, "reason": "no pool pair meets both SLOs once the link waits are added",
+                "n_p": np.nan, "n_d": np.nan, "gpus": np.inf, "goodput_per_gpu": 0.0, "pd_ratio": np.nan,
+                "ttft_s": np.inf, "tpot_s": np.inf}
+    order = np.lexsort((n_p, np.where(ok, gpus, np.inf)))  # fewest GPUs, then fewer prefill instances
+    i = order[0]
+    return {"feasible": True, "reason": "", "n_p": int(n_p[i]), "n_d": int(n_d[i]), "gpus": int(gpus[i]),
+            "goodput_per_gpu": lam / gpus[i], "pd_ratio": n_p[i] * pre.dep.ranks / (n_d[i] * dec.dep.ranks),
+            "ttft_s": float(lat["ttft_s"][i]), "tpot_s": float(lat["tpot_s"][i])}
+
+
+CHUNK_OPTIONS = (256, 512, 1024, 2048, 4096, 8192)
+
+
+def size_colocated(dep: Deployment, wl: Workload, *, n_max: int = 64, chunk_tokens=CHUNK_OPTIONS) -> dict:
+    """Smallest number of colocated instances meeting both SLOs at the workload's rate, with the chunk budget
+    (one value or several to choose from) that needs the fewest GPUs."""
+    n = np.arange(1, int(n_max) + 1, dtype=float)
+    best = None
+    for c in np.atleast_1d(chunk_tokens):
+        lat = colocated_latency(dep, wl, n, chunk_tokens=int(c))
+        ok = (lat["ttft_s"] <= wl.ttft_slo_ms * 1e-3) & (lat["tpot_s"] <= wl.tpot_slo_ms * 1e-3)
+        if ok.any():
+            i = int(np.nonzero(ok)[0][0])
+            key = (n[i], float(lat["ttft_s"][i]))
+            if best is None or key < best[0]:
+                best = (key, int(c), i, lat)
+    if best is None:
+        return {"feasible": False, "reason": f"no colocated pool of up to {n_max} instances meets the SLOs "
+                f"with chunk budgets {list(np.atleast_1d(chunk_tokens))}", "n_c": np.nan, "gpus": np.inf,
+                "goodput_per_gpu": 0.0, "ttft_s": np.inf, "tpot_s": np.inf, "chunk_tokens": np.nan}
+    _, c, i, lat = best
+    gpus = int(n[i]) * dep.ranks
+    return {"feasible": True, "reason": "", "n_c": int(n[i]), "gpus": gpus,
+            "goodput_per_gpu": wl.rate_per_s / gpus, "ttft_s": float(lat["ttft_s"][i]),
+            "tpot_s": float(lat["tpot_s"][i]), "chunk_tokens": c}

@@ -1,0 +1,237 @@
+"""Sweeps for prefill/decode disaggregation: tidy tables built from :mod:`llmexplore.models.disagg`.
+
+Every function takes preset names or specs and returns a DataFrame (one row per point), with units in the
+column names. Infeasible points keep ``gpus = inf`` / ``goodput_per_gpu = 0`` and a ``reason``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from . import presets
+from .models import disagg as dg
+from .models.attention import Deployment, step_time
+from .models.kv_transfer import pipelined_exposed_s, transfer_time
+from .specs import Link
+
+__all__ = ["PDSetup", "setup", "custom_link", "link_comparison", "latency_vs_rate", "exposed_vs_bandwidth",
+           "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs", "queue_check", "goodput_grid", "point_summary"]
+
+
+@dataclass(frozen=True)
+class PDSetup:
+    """Everything fixed for one PD comparison: the two deployments (same model and GPU), the workload."""
+
+    prefill: Deployment
+    decode: Deployment
+    workload: dg.Workload
+    nics: int | None = None  # NICs per instance (None: one per GPU)
+    batched_ops: bool = True
+
+    def sides(self):
+        return dg.prefill_side(self.prefill, self.workload), dg.decode_side(self.decode, self.workload)
+
+
+def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp: int = 8, prompt_tokens=4096,
+          output_tokens=256, rate_per_s=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0, percentile=0.99,
+          prefix_tokens=0, weight_dtype="bf16", kv_dtype="bf16", runtime="default", nics=None,
+          batched_ops=True) -> PDSetup:
+    """Build a :class:`PDSetup` from preset names (validated)."""
+    wl = dg.Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate_per_s=rate_per_s,
+                     ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms, percentile=percentile,
+                     prefix_tokens=prefix_tokens)
+    kw = dict(runtime=runtime, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+    return PDSetup(Deployment.build(model, gpu, prefill_tp, **kw), Deployment.build(model, gpu, decode_tp, **kw),
+                   wl, nics, batched_ops)
+
+
+def custom_link(achievable_GBps: float, *, like="roce-400g") -> Link:
+    """A link like ``like`` (latency, kind) but with the given achievable bandwidth per direction [GB/s]."""
+    base = presets.resolve("links", like)
+    return dataclasses.replace(base, name=f"{achievable_GBps:g} GB/s", display_name=f"{achievable_GBps:g} GB/s",
+                               line_rate_GBps=max(base.line_rate_GBps, achievable_GBps),
+                               achievable_GBps=achievable_GBps)
+
+
+def _disagg_row(s: PDSetup, pre, dec, link: Link, pipelined: bool, nics) -> dict:
+    x = dg.transfer_side(pre, dec, link, s.workload, pipelined=pipelined, nics=nics, batched_ops=s.batched_ops)
+    z = dg.size_pools(pre, dec, x, s.workload)
+    return {"mode": "disaggregated, " + ("pipelined" if pipelined else "serial"), "link": link.name,
+            "gpus": z["gpus"], "goodput_per_gpu": z["goodput_per_gpu"], "n_prefill": z["n_p"],
+            "n_decode": z["n_d"], "pd_gpu_ratio": z["pd_ratio"], "ttft_ms": z["ttft_s"] * 1e3,
+            "tpot_ms": z["tpot_s"] * 1e3, "transfer_ms": x["serial_s"] * 1e3, "exposed_ms": x["exposed_s"] * 1e3,
+            "kv_GB": x["physical_B"] / 1e9, "reason": z["reason"]}
+
+
+def link_comparison(s: PDSetup, links=(("nvlink4", None), ("roce-400g", None), ("tcp-100g", 1))) -> pd.DataFrame:
+    """Colocated vs disaggregated (serial and pipelined transfer) over several links: pool sizes, GPUs and
+    goodput per GPU at the workload's rate and SLOs. ``links`` are (preset, NICs per instance or None)."""
+    pre, dec = s.sides()
+    co = dg.size_colocated(s.prefill, s.workload)
+    rows = [{"mode": "colocated", "link": "-", "gpus": co["gpus"], "goodput_per_gpu": co["goodput_per_gpu"],
+             "n_prefill": np.nan, "n_decode": co["n_c"], "pd_gpu_ratio": np.nan, "ttft_ms": co["ttft_s"] * 1e3,
+             "tpot_ms": co["tpot_s"] * 1e3, "transfer_ms": 0.0, "exposed_ms": 0.0, "kv_GB": 0.0,
+             "reason": co["reason"] or f"chunk budget {co['chunk_tokens']} tokens"}]
+    for name, nics in links:
+        link = presets.resolve("links", name)
+        for pipelined in (False, True):
+            row = _disagg_row(s, pre, dec, link, pipelined, nics if nics is not None else s.nics)
+            row["link"] = link.name + (f" ({nics} NIC/instance)" if nics else "")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_decode=None,
+                    n_colocated=None) -> pd.DataFrame:
+    """TTFT and TPOT percentiles vs arrival rate at fixed pools (default: the pools sized for the workload's
+    rate), colocated and disaggregated (pipelined). Equal GPU budgets make the comparison fair: unless given,
+    the colocated pool gets as many GPUs as the disaggregated one."""
+    pre, dec = s.sides()
+    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=True, nics=s.nics, batched_ops=s.batched_ops)
+    z = dg.size_pools(pre, dec, x, s.workload)
+    n_p = n_prefill or (z["n_p"] if z["feasible"] else 1)
+    n_d = n_decode or (z["n_d"] if z["feasible"] else 1)
+    gpus = n_p * s.prefill.ranks + n_d * s.decode.ranks
+    n_c = n_colocated or max(1, gpus // s.prefill.ranks)
+    rates = np.asarray(rates, dtype=float)
+    rows = []
+    for lam in rates:
+        wl = dataclasses.replace(s.workload, rate_per_s=float(lam))
+        d = dg.disagg_latency(pre, dec, x, wl, n_p, n_d)
+        c = dg.colocated_latency(s.prefill, wl, n_c, chunk_tokens=512)
+        rows.append({"rate_per_s": lam, "mode": f"disaggregated {n_p}P+{n_d}D", "gpus": gpus,
+                     "ttft_ms": float(d["ttft_s"]) * 1e3, "tpot_ms": float(d["tpot_s"]) * 1e3})
+        rows.append({"rate_per_s": lam, "mode": f"colocated {n_c} instances", "gpus": n_c * s.prefill.ranks,
+                     "ttft_ms": float(c["ttft_s"]) * 1e3, "tpot_ms": float(c["tpot_s"]) * 1e3})
+    return pd.DataFrame(rows)
+
+
+def exposed_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
+    """Exposed KV-transfer time of one request vs achievable link bandwidth per GPU, serial vs pipelined."""
+    pre, _ = s.sides()
+    m = s.prefill.model
+    rows = []
+    for bw in np.asarray(bandwidths_GBps, dtype=float):
+        tr = transfer_time(m, custom_link(bw), s.workload.prompt_tokens, kv_dtype=s.decode.kv_dtype,
+                           page_tokens=s.decode.runtime.page_tokens, prefill_tp=s.prefill.ranks,
+                           decode_tp=s.decode.ranks, batched_ops=s.batched_ops, nics=s.nics)
+        serial = float(tr["transfer_s"])
+        piped = float(pipelined_exposed_s(serial, pre.prefill_s, m.layers, latency_s=float(tr["latency_s"])))
+        rows.append({"bandwidth_GBps": bw, "mode": "serial", "exposed_ms": serial * 1e3,
+                     "prefill_ms": pre.prefill_s * 1e3})
+        rows.append({"bandwidth_GBps": bw, "mode": "layer-wise pipelined", "exposed_ms": piped * 1e3,
+                     "prefill_ms": pre.prefill_s * 1e3})
+    return pd.DataFrame(rows)
+
+
+def gpus_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
+    """GPUs needed at the workload's rate and SLOs vs link bandwidth: disaggregated (serial / pipelined)
+    against the colocated pool (independent of the link)."""
+    pre, dec = s.sides()
+    co = dg.size_colocated(s.prefill, s.workload)
+    rows = []
+    for bw in np.asarray(bandwidths_GBps, dtype=float):
+        for pipelined in (False, True):
+            r = _disagg_row(s, pre, dec, custom_link(bw), pipelined, s.nics)
+            rows.append({"bandwidth_GBps": bw, "mode": r["mode"], "gpus": r["gpus"],
+                         "goodput_per_gpu": r["goodput_per_gpu"]})
+        rows.append({"bandwidth_GBps": bw, "mode": "colocated", "gpus": co["gpus"],
+                     "goodput_per_gpu": co["goodput_per_gpu"]})
+    return pd.DataFrame(rows)
+
+
+def breakeven_bandwidth(table: pd.DataFrame) -> dict[str, float]:
+    """Lowest bandwidth from which each disaggregated mode needs no more GPUs than colocated (NaN if never)
+    [GB/s], read from a :func:`gpus_vs_bandwidth` table."""
+    co = table[table["mode"] == "colocated"].set_index("bandwidth_GBps")["gpus"]
+    out = {}
+    for mode in ("disaggregated, serial", "disaggregated, pipelined"):
+        d = table[table["mode"] == mode].set_index("bandwidth_GBps")["gpus"]
+        pays = (d <= co.loc[d.index]).to_numpy()
+        bws = d.index.to_numpy()
+        # the lowest bandwidth from which it pays at every higher bandwidth too
+        ok = np.flatnonzero(np.logical_and.accumulate(pays[::-1])[::-1])
+        out[mode] = float(bws[ok[0]]) if len(ok) else float("nan")
+    return out
+
+
+def pool_sizes_vs(s: PDSetup, field: str, values, *, links=(("roce-400g", None), ("tcp-100g", 1))
+                  ) -> pd.DataFrame:
+    """Sized pools (P:D GPU ratio, GPUs, goodput per GPU) vs one workload field (``prompt_tokens``,
+    ``output_tokens`` or ``rate_per_s``), per link (pipelined transfer) and colocated."""
+    if field not in ("prompt_tokens", "output_tokens", "rate_per_s"):
+        from .errors import SpecError
+        raise SpecError(f"field must be prompt_tokens, output_tokens or rate_per_s, got {field!r}")
+    rows = []
+    for v in np.asarray(values).tolist():
+        wl = dataclasses.replace(s.workload, **{field: v})
+        s2 = dataclasses.replace(s, workload=wl)
+        pre, dec = s2.sides()
+        for name, nics in links:
+            link = presets.resolve("links", name)
+            r = _disagg_row(s2, pre, dec, link, True, nics if nics is not None else s.nics)
+            label = link.name + (f", {nics} NIC/instance" if nics else "")
+            rows.append({field: v, "mode": f"disaggregated over {label}", **{
+                k: r[k] for k in ("gpus", "goodput_per_gpu", "n_prefill", "n_decode", "pd_gpu_ratio")}})
+        co = dg.size_colocated(s2.prefill, wl)
+        rows.append({field: v, "mode": "colocated", "gpus": co["gpus"], "goodput_per_gpu": co["goodput_per_gpu"],
+                     "n_prefill": np.nan, "n_decode": co["n_c"], "pd_gpu_ratio": np.nan})
+    return pd.DataFrame(rows)
+
+
+def goodput_grid(s: PDSetup, *, link="roce-400g", n_max: int = 64) -> dict:
+    """Highest rate per GPU for every (n_prefill, n_decode) up to ``n_max`` (see disagg.max_rate_grid)."""
+    pre, dec = s.sides()
+    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=True, nics=s.nics, batched_ops=s.batched_ops)
+    return dg.max_rate_grid(pre, dec, x, s.workload, n_max=n_max)
+
+
+def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipelined: bool = True) -> dict:
+    """One point for the CLI and the notebook headline: prefill alone, decode step at a batch, transfer,
+    sized pools (disaggregated and colocated) and their latencies."""
+    pre, dec = s.sides()
+    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=pipelined, nics=s.nics, batched_ops=s.batched_ops)
+    z = dg.size_pools(pre, dec, x, s.workload)
+    co = dg.size_colocated(s.prefill, s.workload)
+    step = float(step_time(s.decode, decode_batch, s.workload.decode_context, "TP")["step_s"])
+    return {
+        "prefill_ms": pre.prefill_s * 1e3, "decode_step_ms": step * 1e3, "decode_batch": decode_batch,
+        "decode_batch_cap": dec.batch_cap, "kv_transfer_GB": x["physical_B"] / 1e9,
+        "transfer_serial_ms": x["serial_s"] * 1e3, "transfer_exposed_ms": x["exposed_s"] * 1e3,
+        "disagg": {k: (v if not isinstance(v, (np.floating,)) else float(v)) for k, v in z.items()},
+        "colocated": co,
+    }
+
+
+def queue_check(s: PDSetup, *, n_requests: int = 1_000_000, seed: int = 0, loads=(0.5, 0.7, 0.85)) -> pd.DataFrame:
+    """The prefill queue's p99 TTFT from the formulas vs a discrete-event simulation of the same queue.
+
+    One prefill instance (exact M/D/1) and the sized pool (M/D/c, Allen-Cunneen approximation) at several
+    loads rho = rate * D / c; the simulation runs ``n_requests`` Poisson arrivals (vectorised).
+    """
+    from .models import queueing as qz
+
+    pre, dec = s.sides()
+    D = pre.prefill_s
+    x = dg.transfer_side(pre, dec, presets.link("roce-400g"), s.workload, pipelined=True, nics=s.nics)
+    z = dg.size_pools(pre, dec, x, s.workload)
+    pools = sorted({1, int(z["n_p"]) if z["feasible"] else 4})
+    rows = []
+    for c in pools:
+        for rho in loads:
+            lam = rho * c / D
+            arr = qz.poisson_arrivals(lam, n_requests, seed)
+            sim = qz.sim_percentiles(arr, D, servers=c, quantiles=(0.99,))
+            formula = float(dg._wait_quantile(0.99, lam, D, c)) + D
+            rows.append({"instances": c, "load": rho, "rate_per_s": lam,
+                         "model": "M/D/1 exact" if c == 1 else "M/D/c Allen-Cunneen",
+                         "ttft_p99_formula_ms": formula * 1e3, "ttft_p99_sim_ms": sim["sojourn_p99_s"] * 1e3,
+                         "error_pct": 100 * (formula / sim["sojourn_p99_s"] - 1), "requests": n_requests})
+    return pd.DataFrame(rows)
