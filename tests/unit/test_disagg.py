@@ -1,0 +1,170 @@
+"""Prefill/decode disaggregation: latency, sizing, goodput, colocated serving (MODELS.md §4.5-4.7)."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmexplore import cli, pd_sweeps, presets
+from llmexplore.errors import SpecError
+from llmexplore.models import disagg as dg
+from llmexplore.models import queueing as qz
+from llmexplore.models.attention import step_time
+from llmexplore.models.prefill import prefill_time
+
+
+@pytest.fixture(scope="module")
+def s70():
+    # the issue's scenario: Llama-3-70B, 4,096-token prompts, 256 output tokens, 36 requests/s
+    return pd_sweeps.setup("llama-3-70b", "h100-sxm", prompt_tokens=4096, output_tokens=256, rate_per_s=36,
+                           ttft_slo_ms=1000, tpot_slo_ms=40)
+
+
+@pytest.fixture(scope="module")
+def sides(s70):
+    return s70.sides()
+
+
+def test_workload_validation():
+    with pytest.raises(SpecError, match="prompt_tokens must be an integer >= 1, got 0"):
+        dg.Workload(prompt_tokens=0)
+    with pytest.raises(SpecError, match="rate_per_s must be a finite number > 0"):
+        dg.Workload(rate_per_s=-1)
+    with pytest.raises(SpecError, match="percentile must be one of"):
+        dg.Workload(percentile=0.42)
+    with pytest.raises(SpecError, match="prefix_tokens"):
+        dg.Workload(prompt_tokens=100, prefix_tokens=100)
+
+
+def test_poisson_quantile_mean_inverts():
+    for cap in (1, 10, 100, 1000):
+        m = float(dg.poisson_quantile_mean(2.3263, cap))
+        assert m + 2.3263 * np.sqrt(m) == pytest.approx(cap)
+
+
+def test_fast_md1_quantile_matches_exact():
+    rho = np.random.default_rng(1).uniform(0, 0.9999, 500)
+    fast = dg.md1_quantile_fast(0.99, rho / 0.2, 0.2)
+    exact = qz.md1_wait_quantile(0.99, rho / 0.2, 0.2)
+    np.testing.assert_allclose(fast, exact, rtol=2e-3, atol=1e-9)
+    assert np.isinf(dg.md1_quantile_fast(0.99, 10.0, 0.2))
+
+
+def test_idle_system_latency_is_the_service_times(s70, sides):
+    pre, dec = sides
+    x = dg.transfer_side(pre, dec, presets.link("roce-400g"), s70.workload, pipelined=False)
+    wl = dg.Workload(prompt_tokens=4096, output_tokens=256, rate_per_s=1e-6, ttft_slo_ms=1000, tpot_slo_ms=40)
+    lat = dg.disagg_latency(pre, dec, x, wl, 1, 1)
+    assert float(lat["ttft_s"]) == pytest.approx(pre.prefill_s + x["serial_s"], rel=1e-6)
+    assert float(lat["tpot_s"]) == pytest.approx(float(step_time(s70.decode, 1, 4096 + 128, "TP")["step_s"]))
+    assert pre.prefill_s == pytest.approx(float(prefill_time(s70.prefill, 4096)["prefill_s"]))
+
+
+def test_ttft_matches_a_simulation_of_the_same_queue(sides):
+    # one prefill instance: TTFT = W + D + transfer with W from the exact M/D/1; simulate the queue
+    pre, _ = sides
+    D, lam = pre.prefill_s, 0.7 / pre.prefill_s
+    arr = qz.poisson_arrivals(lam, 4_000_000, seed=3)
+    sim = qz.sim_percentiles(arr, D, servers=1, quantiles=(0.99,))
+    model = float(dg._wait_quantile(0.99, lam, D, 1)) + D
+    assert model == pytest.approx(sim["sojourn_p99_s"], rel=0.02)  # sampling sd ~0.3% at 4M requests
+
+
+def test_sized_pools_meet_the_slos_and_nothing_cheaper_does(s70, sides):
+    pre, dec = sides
+    wl = s70.workload
+    x = dg.transfer_side(pre, dec, presets.link("roce-400g"), wl)
+    z = dg.size_pools(pre, dec, x, wl, n_max=16)
+    assert z["feasible"]
+    assert z["ttft_s"] <= wl.ttft_slo_ms / 1e3 and z["tpot_s"] <= wl.tpot_slo_ms / 1e3
+    n = np.arange(1, 17)
+    lat = dg.disagg_latency(pre, dec, x, wl, n[:, None], n[None, :])
+    ok = (lat["ttft_s"] <= wl.ttft_slo_ms / 1e3) & (lat["tpot_s"] <= wl.tpot_slo_ms / 1e3)
+    gpus = n[:, None] * 8 + n[None, :] * 8
+    assert z["gpus"] == gpus[ok].min()  # brute force over every pair agrees
+
+
+def test_more_instances_never_worse(s70, sides):
+    pre, dec = sides
+    g = dg.max_rate_grid(pre, dec, dg.transfer_side(pre, dec, presets.link("roce-400g"), s70.workload),
+                         s70.workload, n_max=24)
+    assert np.all(np.diff(g["rate_prefill"]) >= 0) and np.all(np.diff(g["rate_decode"]) >= 0)
+    assert np.all(np.diff(g["rate"], axis=0) >= -1e-12) and np.all(np.diff(g["rate"], axis=1) >= -1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(bw=st.floats(0.5, 800), factor=st.floats(1.0, 10.0), rate=st.floats(1.0, 60.0))
+def test_faster_link_never_slower(bw, factor, rate):
+    s = pd_sweeps.setup("llama-3-8b", "h100-sxm", prefill_tp=1, decode_tp=1, prompt_tokens=2048,
+                        output_tokens=128, rate_per_s=rate, ttft_slo_ms=2000, tpot_slo_ms=50)
+    pre, dec = s.sides()
+    out = []
+    for b in (bw, bw * factor):
+        x = dg.transfer_side(pre, dec, pd_sweeps.custom_link(b), s.workload)
+        out.append((x["exposed_s"], float(dg.disagg_latency(pre, dec, x, s.workload, 8, 8)["ttft_s"]),
+                    dg.size_pools(pre, dec, x, s.workload, n_max=32)["gpus"]))
+    (e0, t0, g0), (e1, t1, g1) = out
+    assert e1 <= e0 + 1e-15 and (t1 <= t0 + 1e-12 or np.isinf(t0)) and g1 <= g0
+
+
+def test_colocated_chunked_prefill(s70):
+    wl = s70.workload
+    lat = dg.colocated_latency(s70.prefill, wl, np.arange(10, 40), chunk_tokens=512)
+    ttft = lat["ttft_s"][np.isfinite(lat["ttft_s"])]
+    assert len(ttft) > 5 and np.all(np.diff(ttft) <= 1e-12)  # more instances: shorter queues
+    # while prefill chunks are pending, TPOT is the mixed-iteration time, above the pure decode step
+    i = np.nonzero(np.isfinite(lat["tpot_s"]))[0][0]
+    assert lat["mixed_fraction"][i] > 0.01
+    assert lat["tpot_s"][i] > float(step_time(s70.prefill, 1, wl.decode_context, "TP")["step_s"])
+    co = dg.size_colocated(s70.prefill, wl)
+    assert co["feasible"] and co["ttft_s"] <= 1.0 and co["tpot_s"] <= 0.04
+
+
+def test_scenario_llama70_36rps(s70):
+    """Issue #3's scenario: RDMA disaggregation beats colocation; 100 GbE TCP with one NIC per 8-GPU node
+    does not; the break-even link bandwidth lies between them and pipelining lowers it (it hides latency,
+    not the link's occupancy: 36 req/s x 1.34 GB = 48 GB/s must cross the links either way)."""
+    comp = pd_sweeps.link_comparison(s70).set_index(["mode", "link"])["gpus"]
+    colo = comp[("colocated", "-")]
+    assert comp[("disaggregated, pipelined", "roce-400g")] < colo
+    assert comp[("disaggregated, pipelined", "nvlink4")] < colo
+    assert comp[("disaggregated, pipelined", "tcp-100g (1 NIC/instance)")] > colo
+    one_nic = pd_sweeps.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40, nics=1)
+    be = pd_sweeps.breakeven_bandwidth(pd_sweeps.gpus_vs_bandwidth(one_nic, np.geomspace(1, 400, 40)))
+    tcp = presets.link("tcp-100g").achievable_GBps
+    roce = presets.link("roce-400g").achievable_GBps
+    assert tcp < be["disaggregated, pipelined"] <= be["disaggregated, serial"] < roce
+    # the aggregate KV bandwidth the links must carry sets the scale of the break-even
+    assert 36 * 4096 * 327_680 / 1e9 == pytest.approx(48.3, abs=0.1)
+
+
+def test_pool_sizes_vs_prompt_shift_work_to_prefill(s70):
+    df = pd_sweeps.pool_sizes_vs(s70, "prompt_tokens", [1024, 4096, 16384], links=(("roce-400g", None),))
+    ratio = df[df["mode"].str.startswith("disaggregated")]["pd_gpu_ratio"].to_numpy()
+    assert np.all(np.diff(ratio) >= 0) and ratio[-1] > ratio[0]
+    with pytest.raises(SpecError, match="field must be"):
+        pd_sweeps.pool_sizes_vs(s70, "batch", [1])
+
+
+def test_cli_pd_json(capsys):
+    assert cli.main(["pd", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--prompt", "4096", "--output", "256",
+                     "--rate", "36", "--ttft-ms", "1000", "--tpot-ms", "40", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["prefill_ms"] == pytest.approx(171.6, abs=0.5)  # AIConfigurator 171.62 ms (calibration set)
+    assert doc["kv_transfer_GB"] == pytest.approx(4096 * 327_680 / 1e9)
+    assert doc["disaggregated"]["feasible"] and doc["colocated"]["feasible"]
+    assert doc["disaggregated"]["gpus"] < doc["colocated"]["gpus"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--prompt", "0", "--output", "8"], "--prompt must be an integer >= 1, got 0"),
+    (["--prompt", "8", "--output", "8", "--link", "warp"], "no links preset 'warp'"),
+    (["--prompt", "8", "--output", "8", "--prefill-tp", "3"], "ranks (3) must divide"),
+    (["--prompt", "8", "--output", "8", "--rate", "-2"], "--rate must be a finite number > 0"),
+])
+def test_cli_pd_bad_input(capsys, argv, needle):
+    assert cli.main(["pd", "--model", "llama-3-70b", "--gpu", "h100-sxm", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
