@@ -1,7 +1,6 @@
 """Benchmark the FCFS queue simulator (:func:`llmexplore.models.queueing.simulate_fcfs`) on 1M requests.
 
-Run: ``.venv/bin/python benchmarks/bench_queueing_part.py``. Part of the PD/MoE benchmark (to be folded into
-``benchmarks/bench_pd_moe.py``). Target: 1M requests with one server in < 2 s on 2 cores. Timings are medians
+Imported by ``benchmarks/bench_pd_moe.py`` (it can also run alone). Target: 1M requests with one server in < 2 s on 2 cores. Timings are medians
 of 3 runs of the simulator alone (arrivals and service times are generated once, outside the timer):
 
 * ``sim_s``: 1 server, M/D/1 at rho = 0.85 (vectorised Lindley recursion);
