@@ -685,13 +685,17 @@ def rank_load_mc(layer_p, k: int, n_tokens: int, *, ranks: int, phy2log=None, tr
         ``hit_prob`` [L, R].
     """
     p = np.atleast_2d(np.asarray(layer_p, dtype=float))
-    L, E = p.shape
+    E = p.shape[-1]
     _experts_k(E, k)
     for name, v in (("n_tokens", n_tokens), ("trials", trials)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise SpecError(f"{name} must be an integer >= 1, got {v!r}")
-    p2l = np.arange(E) if phy2log is None else np.asarray(phy2log)
-    p2l = np.broadcast_to(np.atleast_2d(p2l), (L, p2l.shape[-1]))
+    p2l = np.atleast_2d(np.arange(E) if phy2log is None else np.asarray(phy2log))
+    if p.ndim != 2 or p2l.ndim != 2:
+        raise SpecError(f"layer_p and phy2log must be 1-D or 2-D [L, ...], got {p.shape} and {p2l.shape}")
+    L = max(p.shape[0], p2l.shape[0])
+    p = np.broadcast_to(p, (L, E))
+    p2l = np.broadcast_to(p2l, (L, p2l.shape[-1]))
     P = p2l.shape[-1]
     if P % ranks:
         raise SpecError(f"ranks ({ranks}) must divide the expert slots ({P})")
@@ -774,7 +778,7 @@ class MoEDeployment:
     act_dtype: str = "bf16"
     q_tokens: int = 1
     dispatch: str = "rank"
-    layers: int = 0
+    layers: int | None = None
     seed: int = 0
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -812,6 +816,8 @@ class MoEDeployment:
             raise SpecError(f"balance must be one of {list(BALANCE)}, got {self.balance!r}")
         if self.dispatch not in DISPATCH:
             raise SpecError(f"dispatch must be one of {list(DISPATCH)}, got {self.dispatch!r}")
+        if self.layers is None:
+            object.__setattr__(self, "layers", m.moe_layers)
         _pos_int("layers", self.layers)
         E = m.routed_experts
         if ep == 1 and self.redundant:
@@ -838,12 +844,9 @@ class MoEDeployment:
     @property
     def attn_dep(self) -> att.Deployment:
         """The TP-``tp`` attention deployment of one attention group (non-MoE parts of the step)."""
-        if "attn" not in self._cache:
-            self._cache["attn"] = att.Deployment(
-                model=self.model, hardware=self.hardware, ranks=self.tp, runtime=self.runtime,
-                fabric=self.fabric, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                act_dtype=self.act_dtype, q_tokens=self.q_tokens)
-        return self._cache["attn"]
+        return att.Deployment(model=self.model, hardware=self.hardware, ranks=self.tp, runtime=self.runtime,
+                              fabric=self.fabric, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
+                              act_dtype=self.act_dtype, q_tokens=self.q_tokens)
 
     @property
     def slots(self) -> int:
@@ -895,9 +898,10 @@ def _layer_probs_for(md: MoEDeployment, skew, probs) -> tuple[np.ndarray, np.nda
             raise SpecError(f"probs must have shape [E] or [layers, E], got {p.shape}")
         return p, np.asarray(expert_skew(p).max())
     sk = _check_skew(skew, E, k)
-    key = ("lp", sk.shape, sk.tobytes())
+    # memo of the layer shares, keyed by everything they depend on (dataclasses.replace shares the dict)
+    key = ("layer_probs", E, k, md.layers, md.seed, sk.shape, sk.tobytes())
     if key not in md._cache:
-        if len(md._cache) > 16:  # bounded memo of layer shares per skew grid (pure function of the inputs)
+        if len(md._cache) > 16:
             md._cache.clear()
         md._cache[key] = layer_probs(skew_probs(sk, E, k), md.layers, md.seed)
     return md._cache[key], sk

@@ -480,6 +480,46 @@ def test_redundancy_not_slower_when_compute_bound(tp, ep):
     assert np.all(red["load_straggler"] < static["load_straggler"])
 
 
+def test_replace_does_not_reuse_stale_memo():
+    """dataclasses.replace shares the memo dict: results must still follow the changed fields."""
+    md = build(2, 8, layers=4)
+    a = moe.step_time(md, 256, 2048, skew=2.6)
+    md8 = dataclasses.replace(md, layers=8)
+    fresh8 = dataclasses.replace(build(2, 8, layers=8), _cache={})
+    assert float(moe.step_time(md8, 256, 2048, skew=2.6)["step_s"]) == pytest.approx(
+        float(moe.step_time(fresh8, 256, 2048, skew=2.6)["step_s"]), rel=1e-12)
+    slow_nvl = dataclasses.replace(md.fabric.scale_up, achievable_GBps=20.0)  # slower than the NIC leg
+    md_slow = dataclasses.replace(md, fabric=dataclasses.replace(md.fabric, scale_up=slow_nvl))
+    slow = moe.step_time(md_slow, 256, 2048, skew=2.6)
+    assert float(slow["comm_attn_s"]) > float(a["comm_attn_s"])  # the TP2 attention AllReduce sees it too
+    assert float(slow["dispatch_s"]) > float(a["dispatch_s"])
+    direct = moe.MoEDeployment(model=DSV3, hardware=md.hardware, runtime=md.runtime, fabric=md.fabric,
+                               gpus=16, tp=2, ep=8)
+    assert direct.layers == DSV3.moe_layers
+
+
+def test_expected_rank_shares_before_after():
+    md = build(2, 8, 32, layers=4)
+    sh = moe.expected_rank_shares(md, skew=np.array([1.0, 2.6]))
+    assert sh["before"].shape == sh["after"].shape == (2, 4, 8)
+    assert sh["before"].sum(-1) == pytest.approx(np.ones((2, 4)))
+    assert sh["after"].sum(-1) == pytest.approx(np.ones((2, 4)))
+    assert sh["imbalance_before"][0] == pytest.approx(np.ones(4))  # uniform routing: balanced either way
+    assert np.all(sh["imbalance_after"][1] < sh["imbalance_before"][1])
+    r = moe.step_time(md, 256, 2048, skew=2.6)
+    assert float(r["expected_imbalance"]) == pytest.approx(sh["imbalance_after"][1].mean(), rel=1e-12)
+    with pytest.raises(SpecError, match="needs expert parallelism"):
+        moe.expected_rank_shares(build(16, 1))
+
+
+def test_monte_carlo_broadcasts_one_histogram_over_layer_placements():
+    p = moe.skew_probs(2.6, E, K)
+    lp = moe.layer_probs(p, 3, seed=1)
+    phy = moe.eplb_placement(lp, ranks=8, redundant=16, groups=8, nodes=2)
+    mc = moe.rank_load_mc(lp[0], K, 64, ranks=8, phy2log=phy, trials=50, seed=0)
+    assert mc["pairs"].shape == (3, 50, 8) and mc["active"].max() <= (256 + 16) // 8
+
+
 # ---- validation --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw, match", [
