@@ -411,7 +411,13 @@ def expected_max_normal(mean, sd, axis: int = -1) -> np.ndarray:
     m, s = np.broadcast_arrays(m, s)
     if np.any(s < 0) or not np.all(np.isfinite(s)):
         raise SpecError("sd must be finite and >= 0")
-    return _expected_max_piecewise(m, s, 1.0, 0.0, 1.0)
+    # exchangeable items (all means and sds equal): closed form mean + sd z_n; quadrature for the rest
+    same = np.all(m == m[..., :1], axis=-1) & np.all(s == s[..., :1], axis=-1)
+    out = m[..., 0] + s[..., 0] * expected_max_std_normal(m.shape[-1])
+    if not np.all(same):
+        out = np.array(out, dtype=float)
+        out[~same] = _expected_max_piecewise(m[~same], s[~same], 1.0, 0.0, 1.0)
+    return out
 
 
 # ================================================================================================= placement
