@@ -8,6 +8,8 @@ Commands:
   (batch, context) point, and the fastest layout that fits.
 * ``pd``      prefill/decode disaggregation vs colocated serving: one prefill, one decode step, the KV
   transfer, and the smallest pools meeting TTFT/TPOT targets at an arrival rate.
+* ``moe``     MoE decode on N GPUs split into TP x EP, under skewed routing, with optional redundant experts
+  (EPLB), against pure TP.
 * ``calibrate`` fit the runtime efficiencies to measured decode/prefill times in a CSV, print the error per
   point and overall, optionally save the fit as a preset overlay.
 
@@ -520,6 +522,89 @@ def cmd_pd(args) -> int:
     return EXIT_OK
 
 
+# ---- moe ---------------------------------------------------------------------------------------------------
+def _add_moe(sub) -> None:
+    p = sub.add_parser("moe", help="MoE decode: pure TP vs TP x EP under routing skew, with redundant experts",
+                       description="Decode step of an MoE model on N GPUs split into tp = N / ep x ep: routed-expert "
+                                   "GEMMs on the busiest rank, dispatch/combine all-to-all, load imbalance from a "
+                                   "hot-expert skew, EPLB placement with redundant experts; compared with pure TP.")
+    req = p.add_argument_group("required")
+    req.add_argument("--model", required=True, metavar="M", help="MoE model preset (e.g. deepseek-v3)")
+    req.add_argument("--gpu", required=True, metavar="G", help="hardware preset")
+    req.add_argument("--gpus", required=True, action=_Checked, check=int_at_least(1), metavar="N", help="GPUs")
+    req.add_argument("--batch-tokens", required=True, action=_Checked, check=int_at_least(1), metavar="T",
+                     help="decode tokens per step (sequences, one token each)")
+    p.add_argument("--ep", default=None, action=_Checked, check=int_at_least(1), metavar="E",
+                   help="expert-parallel degree (default: N, data-parallel attention + EP)")
+    p.add_argument("--skew", default=1.0, action=_Checked, check=float_at_least(1.0), metavar="Z",
+                   help="hot-expert skew, max / mean expert load (default: 1, uniform)")
+    p.add_argument("--redundant-experts", default=0, action=_Checked, check=int_at_least(0), metavar="R",
+                   help="redundant expert slots placed by EPLB (default: 0)")
+    p.add_argument("--no-eplb", action="store_true", help="static contiguous placement (needs R = 0)")
+    p.add_argument("--context", default=2048, action=_Checked, check=int_at_least(1), metavar="S",
+                   help="context length [tokens] (default: 2048)")
+    p.add_argument("--weight-dtype", default="fp8", action=_Checked, check=one_of(["bf16", "fp8"]),
+                   metavar="DTYPE", help="weight dtype (default: fp8)")
+    p.add_argument("--runtime", default="default", metavar="NAME", help="runtime preset (default: default)")
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.set_defaults(func=cmd_moe)
+
+
+def _moe_record(md, batch, context, skew) -> dict[str, Any]:
+    import numpy as np
+
+    from .models import moe
+
+    r = moe.step_time(md, batch, context, skew=skew)
+    mem = moe.memory_per_gpu(md, batch, context)
+    v = {k: float(np.asarray(x)) for k, x in r.items() if np.ndim(x) == 0 or np.size(x) == 1}
+    return {"layout": md.label(), "tp": md.tp, "ep": md.ep, "redundant_experts": md.redundant,
+            "balance": md.balance, "feasible": bool(mem["feasible"]), "step_ms": v["step_s"] * 1e3,
+            "moe_layer_us": v["moe_layer_s"] * 1e6, "routed_layer_us": v["routed_layer_s"] * 1e6,
+            "dispatch_layer_us": v["dispatch_layer_s"] * 1e6, "combine_layer_us": v["combine_layer_s"] * 1e6,
+            "attention_ms": v["attention_s"] * 1e3, "comm_ms": v["comm_s"] * 1e3,
+            "time_straggler": v["time_straggler"], "load_straggler": v["load_straggler"],
+            "expected_imbalance": v["expected_imbalance"], "distinct_ranks": v["distinct_ranks"],
+            "tokens_per_s": v["tokens_per_s"], "memory_GB": float(mem["total_B"]) / 1e9,
+            "usable_GB": float(mem["usable_B"]) / 1e9}
+
+
+def cmd_moe(args) -> int:
+    from .models import moe
+
+    ep = args.ep or args.gpus
+    if args.gpus % ep:
+        raise UsageError(f"--ep must divide --gpus ({args.gpus}), got {ep}")
+    if args.no_eplb and args.redundant_experts:
+        raise UsageError(f"--redundant-experts must be 0 with --no-eplb, got {args.redundant_experts}")
+    balance = "none" if (args.no_eplb or ep == 1) else "eplb"
+    kw = dict(weight_dtype=args.weight_dtype, runtime=args.runtime, layers=8)
+    md = moe.MoEDeployment.build(args.model, args.gpu, args.gpus, tp=args.gpus // ep, ep=ep,
+                                 redundant=args.redundant_experts, balance=balance, **kw)
+    rec = _moe_record(md, args.batch_tokens, args.context, args.skew)
+    ref = None
+    if ep != 1 and md.model.moe_intermediate % args.gpus == 0:
+        ref = _moe_record(moe.MoEDeployment.build(args.model, args.gpu, args.gpus, tp=args.gpus, ep=1, **kw),
+                          args.batch_tokens, args.context, args.skew)
+    doc = {**rec, "pure_tp": ref,
+           "inputs": {"model": md.model.name, "gpu": md.hardware.name, "gpus": args.gpus, "ep": ep,
+                      "batch_tokens": args.batch_tokens, "context": args.context, "skew": args.skew,
+                      "redundant_experts": args.redundant_experts, "weight_dtype": args.weight_dtype,
+                      "runtime": md.runtime.name, "layers_sampled": 8}}
+    if args.json:
+        print_json(doc)
+        return EXIT_OK
+    print(f"{md.model.label} on {args.gpus}x {md.hardware.label}: {args.batch_tokens} decode tokens per step, "
+          f"context {args.context}, skew {args.skew:g}")
+    cols = [Col("layout", "layout"), Col("feasible", "fits"), Col("step_ms", "step ms", ".2f"),
+            Col("moe_layer_us", "MoE layer us", ".0f"), Col("routed_layer_us", "routed us", ".0f"),
+            Col("dispatch_layer_us", "dispatch us", ".0f"), Col("combine_layer_us", "combine us", ".0f"),
+            Col("load_straggler", "load max/mean", ".3f"), Col("expected_imbalance", "imbalance", ".3f"),
+            Col("memory_GB", "GB/GPU", ".1f"), Col("tokens_per_s", "tok/s", ".0f")]
+    print(format_table([r for r in (rec, ref) if r], cols))
+    return EXIT_OK
+
+
 # ---- calibrate ---------------------------------------------------------------------------------------------
 def _add_calibrate(sub) -> None:
     p = sub.add_parser("calibrate", help="fit runtime efficiencies to measured step times",
@@ -587,7 +672,7 @@ def _version() -> str:
 
 
 #: subcommand registration, in help order
-COMMANDS = [_add_report, _add_presets, _add_layouts, _add_pd, _add_calibrate]
+COMMANDS = [_add_report, _add_presets, _add_layouts, _add_pd, _add_moe, _add_calibrate]
 
 
 def build_parser() -> argparse.ArgumentParser:
