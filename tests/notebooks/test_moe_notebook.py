@@ -1,0 +1,43 @@
+"""notebooks/30_moe_expert_parallel.ipynb with a small sweep: recorded values against the package."""
+
+import pytest
+
+from llmexplore import moe_sweeps
+
+SMALL = dict(BATCHES=[64, 256, 4096], N_SKEWS=5, MC_TRIALS=100, REDUNDANT=[32])
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory):
+    from conftest import execute, resolve_notebook
+
+    src = resolve_notebook("30_moe_expert_parallel.ipynb")
+    return execute(src, tmp_path_factory.mktemp("nb30") / src.name, SMALL)
+
+
+def test_scenario_values_match_the_package(rec):
+    df = moe_sweeps.scenario_table("h200", batch=(256,), redundant=(32,))
+    for row in df.itertuples():
+        assert rec["step_ms_at_batch"][row.layout] == pytest.approx(row.step_ms, rel=1e-9)
+    s = rec["step_ms_at_batch"]
+    assert s["TP2xEP8 static"] < s["TP16"] and s["DPA+EP16 static"] < s["TP16"]
+
+
+def test_rebalancing_flattens_the_ranks(rec):
+    imb = rec["imbalance_before_after"]
+    assert imb["TP2xEP8 static"] > imb["TP2xEP8 +0 EPLB"] > imb["TP2xEP8 +32 EPLB"] >= 1.0
+    loads = rec["rank_load_max_before_after"]
+    assert loads["static"] > 1.03 and min(loads.values()) < 1.01
+
+
+def test_redundancy_sign_flips_with_batch(rec):
+    assert rec["redundancy_gain_pct_small_batch"] < 0 < rec["redundancy_gain_pct_large_batch"]
+
+
+def test_pure_tp_has_no_all_to_all(rec):
+    dc = rec["dispatch_combine_us_at_batch"]
+    assert dc["TP16"] == 0 and all(v > 0 for k, v in dc.items() if k != "TP16")
+
+
+def test_monte_carlo_check(rec):
+    assert all(abs(e) < 2.0 for e in rec["max_load_error_pct"].values())
