@@ -17,7 +17,9 @@ FIXTURE = REPO_ROOT / "tests" / "fixtures" / "explorer_fixture.ipynb"
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb")) + [FIXTURE]
 # Small parameters keep the build fast; a name must be defined by at least one notebook's parameters cell.
 # small grids keep the build fast; each notebook receives only the names its parameters cell defines
-SMALL_PARAMS = {"N_POINTS": 10, "N_CONTEXT": 24, "N_BATCH": 10, "TRACE_SEGMENT": 2048, "FLUCT_SEGMENTS": 24}
+SMALL_PARAMS = {"N_POINTS": 10, "N_CONTEXT": 24, "N_BATCH": 10, "TRACE_SEGMENT": 2048, "FLUCT_SEGMENTS": 24,
+                "N_RATES": 8, "N_BANDWIDTHS": 14, "PROMPTS": [1024, 4096], "OUTPUTS": [128, 512], "GRID_MAX": 12,
+                "SIM_REQUESTS": 200000, "BATCHES": [64, 256, 4096], "N_SKEWS": 5, "MC_TRIALS": 50}
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 # Tags that make the browser fetch something; URLs inside <script> bodies (plotly.js is full of them) are
