@@ -174,19 +174,36 @@ def _wait_quantile(p: float, lam, service_s: float, servers) -> np.ndarray:
     return np.where(c == 1, one, many)
 
 
+def _first_fixed_point(batches: np.ndarray, step_s: np.ndarray, lam, output_tokens: int) -> np.ndarray:
+    """Smallest mean batch B solving B = lam * OSL * t(B) on the batch grid, per rate (vectorised).
+
+    ``step_s`` [..., nb] is t(B) at ``batches`` [nb] (it may be inf where the instance cannot run). The map
+    can have two fixed points (t grows faster than linearly near memory or chunk limits): the smallest one is
+    the stable operating point. Between grid points t is interpolated linearly, so the root is exact for the
+    interpolant. Returns NaN where there is none (the instance saturates).
+    """
+    lam = np.asarray(lam, dtype=float)[..., None]
+    b = np.concatenate([[0.0], batches])
+    t = np.concatenate([step_s[..., :1], step_s], axis=-1)  # t(0) := t(1): a lone request still takes a step
+    g = b - lam * output_tokens * t  # g(0) < 0 for lam > 0
+    ok = g >= 0
+    first = np.argmax(ok, axis=-1)
+    has = ok.any(axis=-1)
+    i = np.maximum(first, 1)
+    g1 = np.take_along_axis(g, i[..., None], -1)[..., 0]
+    g0 = np.take_along_axis(g, (i - 1)[..., None], -1)[..., 0]
+    b1, b0 = b[i], b[i - 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        root = np.where(np.isfinite(g0), b0 + (b1 - b0) * (-g0) / (g1 - g0), b1)
+    return np.where(has, root, np.nan)
+
+
 def _decode_fixed_point(dec: DecodeSide, lam_d, wl: Workload) -> dict:
     """Mean batch B = lam_d OSL TPOT(B) per decode instance (vectorised over lam_d), its percentile and TPOT."""
     lam_d = np.asarray(lam_d, dtype=float)
-    lo = np.zeros_like(lam_d)
-    hi = np.full_like(lam_d, float(max(dec.batch_cap, 1)))
-    # g(B) = B - lam OSL TPOT(B) is increasing where a solution exists; bisect on [0, cap]
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        g = mid - lam_d * wl.output_tokens * dec.tpot_s(np.maximum(mid, 1.0))
-        lo = np.where(g < 0, mid, lo)
-        hi = np.where(g < 0, hi, mid)
-    mean_b = hi
-    ok = hi - lam_d * wl.output_tokens * dec.tpot_s(np.maximum(hi, 1.0)) >= -1e-9
+    mean_b = _first_fixed_point(dec.batches, dec.step_s, lam_d, wl.output_tokens)
+    ok = np.isfinite(mean_b)
+    mean_b = np.where(ok, mean_b, float(max(dec.batch_cap, 1)))
     pct_b = mean_b + wl.z * np.sqrt(mean_b)
     fits = ok & (pct_b <= dec.batch_cap) & (dec.batch_cap >= 1)
     tpot = dec.tpot_s(np.maximum(pct_b, 1.0))
@@ -234,21 +251,18 @@ def colocated_latency(dep: Deployment, wl: Workload, n_c, *, chunk_tokens: int =
     def n_chunks(b):
         return np.ceil((S - P) / np.maximum(chunk_tokens - b, 1.0))
 
-    def t_avg(b):
+    def t_avg(b, lam=lam_c):
         td, tm = dec.tpot_s(b), mix(b)
-        denom = 1.0 - lam_c * n_chunks(b) * (tm - td)
+        with np.errstate(divide="ignore"):
+            denom = 1.0 - lam * n_chunks(b) * (tm - td)
         return np.where(denom > 0, td / np.maximum(denom, 1e-12), np.inf)
 
-    lo = np.zeros_like(lam_c)
-    hi = np.full_like(lam_c, float(max(dec.batch_cap, 1)))
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        with np.errstate(invalid="ignore"):
-            g = mid - lam_c * wl.output_tokens * t_avg(np.maximum(mid, 1.0))
-        lo = np.where(g < 0, mid, lo)
-        hi = np.where(g < 0, hi, mid)
+    # mean step time on the batch grid for every instance count, then the smallest fixed point
+    grid_t = t_avg(b_grid[None, :], lam_c[..., None]) if lam_c.ndim else t_avg(b_grid, lam_c)
+    root = _first_fixed_point(b_grid, grid_t, lam_c, wl.output_tokens)
+    hi = np.where(np.isfinite(root), root, float(max(dec.batch_cap, 1)))
     b = np.maximum(hi, 1.0)
-    ta = t_avg(b)
+    ta = np.where(np.isfinite(root), t_avg(b), np.inf)
     frac_mixed = lam_c * n_chunks(b) * ta
     pct_b = hi + wl.z * np.sqrt(hi)
     fits = np.isfinite(ta) & (frac_mixed < 1.0) & (pct_b <= dec.batch_cap)
@@ -360,7 +374,7 @@ def size_colocated(dep: Deployment, wl: Workload, *, n_max: int = 64, chunk_toke
                 best = (key, int(c), i, lat)
     if best is None:
         return {"feasible": False, "reason": f"no colocated pool of up to {n_max} instances meets the SLOs "
-                f"with chunk budgets {list(np.atleast_1d(chunk_tokens))}", "n_c": np.nan, "gpus": np.inf,
+                f"with chunk budgets {[int(c) for c in np.atleast_1d(chunk_tokens)]}", "n_c": np.nan, "gpus": np.inf,
                 "goodput_per_gpu": 0.0, "ttft_s": np.inf, "tpot_s": np.inf, "chunk_tokens": np.nan}
     _, c, i, lat = best
     gpus = int(n[i]) * dep.ranks

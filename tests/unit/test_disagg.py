@@ -168,3 +168,20 @@ def test_cli_pd_bad_input(capsys, argv, needle):
     assert cli.main(["pd", "--model", "llama-3-70b", "--gpu", "h100-sxm", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_colocated_pool_grows_with_prompt_length(s70):
+    # regression: the mean-batch fixed point has two roots near the chunk budget; the stable (smallest) one
+    # must be taken, else a mid-size prompt looked costlier than a longer one
+    import dataclasses
+    gpus = [dg.size_colocated(s70.prefill, dataclasses.replace(s70.workload, prompt_tokens=S))["gpus"]
+            for S in (512, 1024, 2048, 4096)]
+    assert gpus == sorted(gpus) and gpus[0] < gpus[-1]
+
+
+def test_first_fixed_point_takes_the_smaller_root():
+    b = np.arange(1, 101, dtype=float)
+    t = 0.01 + 0.02 * (b / 100) ** 8  # convex: g(B) = B - lam*OSL*t(B) crosses zero twice
+    root = float(dg._first_fixed_point(b, t, 10.0, 100))  # lam*OSL = 1000: B = 1000 t(B)
+    assert 10.0 <= root < 11.0 and root == pytest.approx(1000 * (0.01 + 0.02 * (root / 100) ** 8), rel=1e-3)
+    assert np.isnan(dg._first_fixed_point(b, t, 1e4, 100))  # saturated: no operating point
