@@ -11,37 +11,21 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from llmexplore import sweeps, widgets
-from llmexplore.models import attention as att
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _timing import median_s as _median_s  # noqa: E402
+from _timing import reference_s  # noqa: E402
+
+from llmexplore import sweeps, widgets  # noqa: E402
+from llmexplore.models import attention as att  # noqa: E402
 
 N_GRID = 1000  # batch values x context values
 N_LOOP = 400  # sampled points evaluated one at a time (x 4 layouts)
 REPEATS = 5
-
-
-def _median_s(fn, repeats: int = REPEATS) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-def reference_s() -> float:
-    """A fixed numpy workload: 20 elementwise passes over 1e6 doubles."""
-    x = np.linspace(1.0, 2.0, 1_000_000)
-
-    def work():
-        y = x
-        for _ in range(10):
-            y = np.maximum(y * 1.0001, x) + 1e-9
-        return y
-
-    return _median_s(work)
 
 
 def main() -> int:

@@ -13,29 +13,19 @@ The last line is machine-readable: ``sim_s=… sizing_ms=… fit_s=…``.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _queueing import bench_queueing  # noqa: E402
-from bench_layouts import reference_s  # noqa: E402
+from _timing import median_s as _median_s  # noqa: E402
+from _timing import reference_s  # noqa: E402
 
 from llmexplore import pd_sweeps, presets  # noqa: E402
 from llmexplore.models import calibrate, disagg  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "calibration" / "aic-llama31-70b-tp8-h100.csv"
-
-
-def _median_s(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main() -> int:

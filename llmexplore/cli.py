@@ -331,33 +331,43 @@ def cmd_presets(args) -> int:
     return EXIT_OK
 
 
-# ---- layouts -----------------------------------------------------------------------------------------------
-def _add_layouts(sub) -> None:
+# ---- shared option groups -----------------------------------------------------------------------------------
+def _model_gpu(req, model_help: str = "model preset (see: presets models)") -> None:
+    req.add_argument("--model", required=True, metavar="M", help=model_help)
+    req.add_argument("--gpu", required=True, metavar="G", help="hardware preset (see: presets hardware)")
+
+
+def _dtypes_runtime(p, *, weight_default: str = "bf16", kv: bool = True) -> None:
     from .units import DTYPE_BYTES
 
     dtypes = one_of(sorted(DTYPE_BYTES))
+    p.add_argument("--weight-dtype", default=weight_default, action=_Checked, check=dtypes, metavar="DTYPE",
+                   help=f"weight dtype, {dtypes.rule} (default: {weight_default})")
+    if kv:
+        p.add_argument("--kv-dtype", default="bf16", action=_Checked, check=dtypes, metavar="DTYPE",
+                       help=f"KV-cache dtype, {dtypes.rule} (default: bf16)")
+    p.add_argument("--runtime", default="default", metavar="NAME", help="runtime preset (default: default)")
+
+
+# ---- layouts -----------------------------------------------------------------------------------------------
+def _add_layouts(sub) -> None:
     p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
                        description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of "
                                    "the attention layouts TP, CP, DPA and DOP on T ranks at one (batch, "
                                    "context) point, and the fastest layout that fits.")
     req = p.add_argument_group("required")
-    req.add_argument("--model", required=True, metavar="M", help="model preset (see: presets models)")
-    req.add_argument("--gpu", required=True, metavar="G", help="hardware preset (see: presets hardware)")
+    _model_gpu(req)
     req.add_argument("--ranks", required=True, action=_Checked, check=int_at_least(1), metavar="T",
                      help="ranks T in the attention group")
     req.add_argument("--batch", required=True, action=_Checked, check=int_at_least(1), metavar="B",
                      help="concurrent sequences B")
     req.add_argument("--context", required=True, action=_Checked, check=int_at_least(1), metavar="S",
                      help="context length S [tokens]")
-    p.add_argument("--weight-dtype", default="bf16", action=_Checked, check=dtypes, metavar="DTYPE",
-                   help=f"weight dtype, {dtypes.rule} (default: bf16)")
-    p.add_argument("--kv-dtype", default="bf16", action=_Checked, check=dtypes, metavar="DTYPE",
-                   help=f"KV-cache dtype, {dtypes.rule} (default: bf16)")
+    _dtypes_runtime(p)
     p.add_argument("--q-tokens", default=1, action=_Checked, check=int_at_least(1), metavar="Q",
                    help="query tokens per sequence per step (speculative decoding; default: 1)")
     p.add_argument("--context-cv", default=0.0, action=_Checked, check=float_at_least(0.0), metavar="CV",
                    help="coefficient of variation of context lengths (default: 0, all equal)")
-    p.add_argument("--runtime", default="default", metavar="NAME", help="runtime preset (default: default)")
     p.add_argument("--scale-up-link", metavar="LINK", help="link preset (default: the GPU's own)")
     p.add_argument("--scale-out-link", metavar="LINK", help="link preset (default: the GPU's own)")
     p.add_argument("--json", action="store_true",
@@ -430,16 +440,12 @@ def cmd_layouts(args) -> int:
 
 # ---- pd ----------------------------------------------------------------------------------------------------
 def _add_pd(sub) -> None:
-    from .units import DTYPE_BYTES
-
-    dtypes = one_of(sorted(DTYPE_BYTES))
     p = sub.add_parser("pd", help="prefill/decode disaggregation vs colocated serving",
                        description="Time of one prefill and one decode step, the KV transfer per request, and "
                                    "the smallest prefill/decode pools (and colocated pool) meeting p99 TTFT and "
                                    "TPOT targets at a Poisson arrival rate.")
     req = p.add_argument_group("required")
-    req.add_argument("--model", required=True, metavar="M", help="model preset")
-    req.add_argument("--gpu", required=True, metavar="G", help="hardware preset")
+    _model_gpu(req)
     req.add_argument("--prompt", required=True, action=_Checked, check=int_at_least(1), metavar="P",
                      help="prompt tokens")
     req.add_argument("--output", required=True, action=_Checked, check=int_at_least(1), metavar="O",
@@ -460,11 +466,7 @@ def _add_pd(sub) -> None:
     p.add_argument("--batch", default=64, action=_Checked, check=int_at_least(1), metavar="N",
                    help="decode batch at which decode_step_ms is reported (default: 64)")
     p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
-    p.add_argument("--weight-dtype", default="bf16", action=_Checked, check=dtypes, metavar="DTYPE",
-                   help=f"weight dtype, {dtypes.rule} (default: bf16)")
-    p.add_argument("--kv-dtype", default="bf16", action=_Checked, check=dtypes, metavar="DTYPE",
-                   help=f"KV-cache dtype, {dtypes.rule} (default: bf16)")
-    p.add_argument("--runtime", default="default", metavar="NAME", help="runtime preset (default: default)")
+    _dtypes_runtime(p)
     p.add_argument("--json", action="store_true", help="JSON output")
     p.set_defaults(func=cmd_pd)
 
@@ -529,8 +531,7 @@ def _add_moe(sub) -> None:
                                    "GEMMs on the busiest rank, dispatch/combine all-to-all, load imbalance from a "
                                    "hot-expert skew, EPLB placement with redundant experts; compared with pure TP.")
     req = p.add_argument_group("required")
-    req.add_argument("--model", required=True, metavar="M", help="MoE model preset (e.g. deepseek-v3)")
-    req.add_argument("--gpu", required=True, metavar="G", help="hardware preset")
+    _model_gpu(req, "MoE model preset (e.g. deepseek-v3)")
     req.add_argument("--gpus", required=True, action=_Checked, check=int_at_least(1), metavar="N", help="GPUs")
     req.add_argument("--batch-tokens", required=True, action=_Checked, check=int_at_least(1), metavar="T",
                      help="decode tokens per step (sequences, one token each)")
@@ -543,9 +544,7 @@ def _add_moe(sub) -> None:
     p.add_argument("--no-eplb", action="store_true", help="static contiguous placement (needs R = 0)")
     p.add_argument("--context", default=2048, action=_Checked, check=int_at_least(1), metavar="S",
                    help="context length [tokens] (default: 2048)")
-    p.add_argument("--weight-dtype", default="fp8", action=_Checked, check=one_of(["bf16", "fp8"]),
-                   metavar="DTYPE", help="weight dtype (default: fp8)")
-    p.add_argument("--runtime", default="default", metavar="NAME", help="runtime preset (default: default)")
+    _dtypes_runtime(p, weight_default="fp8", kv=False)
     p.add_argument("--json", action="store_true", help="JSON output")
     p.set_defaults(func=cmd_moe)
 

@@ -20,23 +20,44 @@ from . import plots, presets, sweeps
 from .errors import LLMExploreError
 from .models.attention import LAYOUTS, Deployment
 
-__all__ = ["LayoutExplorer", "layout_explorer", "PDExplorer", "pd_explorer", "MoEExplorer", "moe_explorer"]
+__all__ = ["Explorer", "LayoutExplorer", "layout_explorer", "PDExplorer", "pd_explorer", "MoEExplorer", "moe_explorer"]
 
 _CONTEXT_GRID = np.geomspace(256, 1 << 20, 80)
 
 
 @dataclass
-class LayoutExplorer:
-    """Attention-layout explorer (see :func:`layout_explorer`)."""
+class Explorer:
+    """Controls, live figures, a status line and the box that displays them; ``update()`` redraws."""
 
     controls: dict[str, W.ValueWidget]
     figures: dict[str, go.FigureWidget]
     status: W.HTML
     view: W.Widget
+    fixed: dict = field(default_factory=dict)
     last: dict = field(default_factory=dict)
 
     def params(self) -> dict:
         return {k: w.value for k, w in self.controls.items()}
+
+    def fail(self, exc: Exception) -> None:
+        """Show a readable error in the status line instead of raising into the widget."""
+        self.status.value = f'<span style="color:#b00">Cannot evaluate: {html.escape(str(exc))}</span>'
+        self.last = {"error": str(exc)}
+
+    def connect(self) -> "Explorer":
+        """Redraw on every control change, draw once, and return self."""
+        for w in self.controls.values():
+            w.observe(self.update, names="value")
+        self.update()
+        return self
+
+    def update(self, *_) -> None:  # pragma: no cover - every explorer overrides it
+        raise NotImplementedError
+
+
+@dataclass
+class LayoutExplorer(Explorer):
+    """Attention-layout explorer (see :func:`layout_explorer`)."""
 
     def deployment(self) -> Deployment:
         p = self.params()
@@ -52,8 +73,7 @@ class LayoutExplorer:
             mem = sweeps.memory_table(dep, batch, context)
             table = sweeps.layout_table(dep, batch, context)
         except LLMExploreError as exc:
-            self.status.value = f'<span style="color:#b00">Cannot evaluate: {html.escape(str(exc))}</span>'
-            self.last = {"error": str(exc)}
+            self.fail(exc)
             return
         best = sweeps.best_layout(table)
         self.last = {"best": best, "table": table}
@@ -138,27 +158,14 @@ def layout_explorer(model: str = "deepseek-v3", gpu: str = "h200", ranks: int = 
                           W.VBox([controls["weight_dtype"], controls["kv_dtype"]])]),
                   status, step, mem])
     box.add_class("llmexplore-explorer")
-    app = LayoutExplorer(controls=controls, figures={"step": step, "memory": mem}, status=status, view=box)
-    for w in controls.values():
-        w.observe(app.update, names="value")
-    app.update()
-    return app
+    return LayoutExplorer(controls=controls, figures={"step": step, "memory": mem}, status=status,
+                          view=box).connect()
 
 
 # ---- prefill/decode disaggregation ----------------------------------------------------------------------------
 @dataclass
-class PDExplorer:
+class PDExplorer(Explorer):
     """Prefill/decode explorer (see :func:`pd_explorer`)."""
-
-    controls: dict[str, W.ValueWidget]
-    figures: dict[str, go.FigureWidget]
-    status: W.HTML
-    view: W.Widget
-    fixed: dict = field(default_factory=dict)
-    last: dict = field(default_factory=dict)
-
-    def params(self) -> dict:
-        return {k: w.value for k, w in self.controls.items()}
 
     def update(self, *_) -> None:
         from . import pd_sweeps
@@ -182,8 +189,7 @@ class PDExplorer:
             co = disagg.size_colocated(s.prefill, s.workload, chunk_tokens=(256, 512, 1024, 2048))
             ex = pd_sweeps.exposed_vs_bandwidth(s, self.fixed["bandwidths"])
         except LLMExploreError as exc:
-            self.status.value = f'<span style="color:#b00">Cannot evaluate: {html.escape(str(exc))}</span>'
-            self.last = {"error": str(exc)}
+            self.fail(exc)
             return
         modes = ["colocated"] + [r[0] for r in rows]
         gpus = [co["gpus"]] + [r[1]["gpus"] for r in rows]
@@ -264,28 +270,14 @@ def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp
     box.add_class("llmexplore-explorer")
     fixed = {"model": model, "gpu": gpu, "prefill_tp": prefill_tp, "decode_tp": decode_tp,
              "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "bandwidths": np.geomspace(0.5, 900, 40)}
-    app = PDExplorer(controls=controls, figures={"gpus": gfig, "exposed": efig}, status=status, view=box,
-                     fixed=fixed)
-    for w in controls.values():
-        w.observe(app.update, names="value")
-    app.update()
-    return app
+    return PDExplorer(controls=controls, figures={"gpus": gfig, "exposed": efig}, status=status, view=box,
+                      fixed=fixed).connect()
 
 
 # ---- MoE expert parallelism -------------------------------------------------------------------------------------
 @dataclass
-class MoEExplorer:
+class MoEExplorer(Explorer):
     """MoE explorer (see :func:`moe_explorer`)."""
-
-    controls: dict[str, W.ValueWidget]
-    figures: dict[str, go.FigureWidget]
-    status: W.HTML
-    view: W.Widget
-    fixed: dict = field(default_factory=dict)
-    last: dict = field(default_factory=dict)
-
-    def params(self) -> dict:
-        return {k: w.value for k, w in self.controls.items()}
 
     def update(self, *_) -> None:
         from . import moe_sweeps
@@ -301,8 +293,7 @@ class MoEExplorer:
                                                              redundant=int(p["redundant"])), skew=p["skew"])
                      if ep > 1 else None)
         except LLMExploreError as exc:
-            self.status.value = f'<span style="color:#b00">Cannot evaluate: {html.escape(str(exc))}</span>'
-            self.last = {"error": str(exc)}
+            self.fail(exc)
             return
         fig = self.figures["skew"]
         names = list(dict.fromkeys(df["placement"]))
@@ -372,9 +363,5 @@ def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, 
                           W.VBox([controls["redundant"], controls["layout"]])]), status, sfig, lfig])
     box.add_class("llmexplore-explorer")
     fixed = {"model": model, "gpu": gpu, "gpus": gpus, "context": context, "skews": np.linspace(1.0, 5.0, 21)}
-    app = MoEExplorer(controls=controls, figures={"skew": sfig, "loads": lfig}, status=status, view=box,
-                      fixed=fixed)
-    for w in controls.values():
-        w.observe(app.update, names="value")
-    app.update()
-    return app
+    return MoEExplorer(controls=controls, figures={"skew": sfig, "loads": lfig}, status=status, view=box,
+                       fixed=fixed).connect()

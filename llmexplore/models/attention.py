@@ -37,12 +37,12 @@ import numpy as np
 from .. import presets
 from ..errors import SpecError
 from ..specs import Hardware, ModelSpec, Runtime
-from ..units import GB, GiB, dtype_bytes
+from ..units import GiB, dtype_bytes
 from .collectives import Fabric, allgather_s, allreduce_s, alltoall_s, reducescatter_s
 from .roofline import gemm_flops_bytes
 from .stats import expected_max_std_normal
 
-__all__ = ["LAYOUTS", "LAYOUT_INFO", "Deployment", "memory_per_rank", "step_time", "evaluate", "evaluate_all",
+__all__ = ["LAYOUTS", "LAYOUT_INFO", "Deployment", "resolve_deployment", "memory_per_rank", "step_time", "evaluate", "evaluate_all",
            "check_batch_context", "max_batch", "max_context", "core_coefficients"]
 
 LAYOUTS = ("TP", "CP", "DPA", "DOP")
@@ -81,13 +81,7 @@ class Deployment:
               weight_dtype: str = "bf16", kv_dtype: str = "bf16", q_tokens: int = 1, context_cv: float = 0.0,
               scale_up_link=None, scale_out_link=None) -> "Deployment":
         """Resolve presets (names or specs) and validate. Links default to the GPU's own."""
-        m = presets.resolve("models", model)
-        hw = presets.resolve("hardware", gpu)
-        rt = presets.resolve("runtime", runtime)
-        up = presets.resolve("links", scale_up_link or hw.scale_up_link)
-        out_name = scale_out_link or hw.scale_out_link
-        out = presets.resolve("links", out_name) if out_name else None
-        fabric = Fabric(scale_up=up, scale_out=out, gpus_per_node=hw.scale_up_size)
+        m, hw, rt, fabric = resolve_deployment(model, gpu, runtime, scale_up_link, scale_out_link)
         return cls(model=m, hardware=hw, ranks=ranks, runtime=rt, fabric=fabric, weight_dtype=weight_dtype,
                    kv_dtype=kv_dtype, q_tokens=q_tokens, context_cv=context_cv)
 
@@ -178,6 +172,17 @@ class Deployment:
         emb = m.embedding_params / T * _EMB_BYTES  # vocab-parallel embedding and LM head
         norms = (m.layers * m.norm_params_per_layer + m.hidden) * _EMB_BYTES
         return {"attention": attn, "ffn": ffn, "embedding": emb, "norms": norms}
+
+
+def resolve_deployment(model, gpu, runtime="default", scale_up_link=None, scale_out_link=None):
+    """(ModelSpec, Hardware, Runtime, Fabric) from preset names or specs; links default to the GPU's own."""
+    m = presets.resolve("models", model)
+    hw = presets.resolve("hardware", gpu)
+    rt = presets.resolve("runtime", runtime)
+    up = presets.resolve("links", scale_up_link or hw.scale_up_link)
+    out_name = scale_out_link or hw.scale_out_link
+    out = presets.resolve("links", out_name) if out_name else None
+    return m, hw, rt, Fabric(scale_up=up, scale_out=out, gpus_per_node=hw.scale_up_size)
 
 
 def _check_layout(layout: str) -> None:

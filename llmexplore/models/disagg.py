@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import presets
 from ..errors import SpecError
 from ..specs import Link
 from . import queueing as qz

@@ -215,7 +215,7 @@ def rebalance_experts(weight, num_replicas: int, num_groups: int, num_nodes: int
     """
     w_in = np.asarray(weight, dtype=float)
     if w_in.ndim < 1:
-        raise SpecError(f"weight must have shape [..., E], got a scalar")
+        raise SpecError("weight must have shape [..., E], got a scalar")
     lead, num_log = w_in.shape[:-1], w_in.shape[-1]
     w = _as_weight(w_in.reshape(-1, num_log))
     P = _int_arg("num_replicas", num_replicas)

@@ -24,7 +24,6 @@ import numpy as np
 
 from ..errors import SpecError
 from ..specs import Link, ModelSpec
-from ..units import dtype_bytes
 
 __all__ = ["kv_request_bytes", "transfer_time", "pipelined_exposed_s"]
 

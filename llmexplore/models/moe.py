@@ -80,7 +80,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import presets
 from ..errors import SpecError
 from ..specs import Hardware, ModelSpec, Runtime
 from ..units import dtype_bytes
@@ -823,13 +822,7 @@ class MoEDeployment:
               kv_dtype: str = "bf16", q_tokens: int = 1, dispatch: str = "rank", layers: int | None = None,
               seed: int = 0, scale_up_link=None, scale_out_link=None) -> "MoEDeployment":
         """Resolve presets (names or specs) and validate. ``balance`` defaults to "eplb" if ``redundant``."""
-        m = presets.resolve("models", model)
-        hw = presets.resolve("hardware", gpu)
-        rt = presets.resolve("runtime", runtime)
-        up = presets.resolve("links", scale_up_link or hw.scale_up_link)
-        out_name = scale_out_link or hw.scale_out_link
-        out = presets.resolve("links", out_name) if out_name else None
-        fabric = Fabric(scale_up=up, scale_out=out, gpus_per_node=hw.scale_up_size)
+        m, hw, rt, fabric = att.resolve_deployment(model, gpu, runtime, scale_up_link, scale_out_link)
         if balance is None:
             balance = "eplb" if redundant else "none"
         return cls(model=m, hardware=hw, runtime=rt, fabric=fabric, gpus=gpus, tp=tp, ep=ep,

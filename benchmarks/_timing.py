@@ -1,0 +1,31 @@
+"""Shared timing helpers for the benchmarks: medians of repeats and a fixed reference workload."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+
+def median_s(fn, repeats: int = 5) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` calls [s]."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def reference_s() -> float:
+    """A fixed numpy workload (20 elementwise passes over 1e6 doubles) to express timings as ratios."""
+    x = np.linspace(1.0, 2.0, 1_000_000)
+
+    def work():
+        y = x
+        for _ in range(10):
+            y = np.maximum(y * 1.0001, x) + 1e-9
+        return y
+
+    return median_s(work)
