@@ -465,6 +465,8 @@ def _add_pd(sub) -> None:
                    help="GPUs per decode (and colocated) instance (default: 8)")
     p.add_argument("--batch", default=64, action=_Checked, check=int_at_least(1), metavar="N",
                    help="decode batch at which decode_step_ms is reported (default: 64)")
+    p.add_argument("--prompt-sigma", default=0.0, action=_Checked, check=float_at_least(0.0), metavar="SIG",
+                   help="log-sd of lognormal prompt lengths around the median --prompt (default: 0, all equal)")
     p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
     _dtypes_runtime(p)
     p.add_argument("--json", action="store_true", help="JSON output")
@@ -478,7 +480,8 @@ def cmd_pd(args) -> int:
     s = pd_sweeps.setup(args.model, args.gpu, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                         prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
                         ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms, weight_dtype=args.weight_dtype,
-                        kv_dtype=args.kv_dtype, runtime=args.runtime, nics=args.nics)
+                        kv_dtype=args.kv_dtype, runtime=args.runtime, nics=args.nics,
+                        prompt_sigma=args.prompt_sigma)
     pt = pd_sweeps.point_summary(s, link=args.link, decode_batch=args.batch, pipelined=not args.serial)
     d, c = pt["disagg"], pt["colocated"]
     doc = {
@@ -494,7 +497,8 @@ def cmd_pd(args) -> int:
                       "ttft_p99_ms": c["ttft_s"] * 1e3, "tpot_p99_ms": c["tpot_s"] * 1e3, "reason": c["reason"]},
         "inputs": {"model": s.prefill.model.name, "gpu": s.prefill.hardware.name, "prompt": args.prompt,
                    "output": args.output, "rate": args.rate, "ttft_ms": args.ttft_ms, "tpot_ms": args.tpot_ms,
-                   "link": args.link, "nics": args.nics, "prefill_tp": args.prefill_tp,
+                   "prompt_sigma": args.prompt_sigma, "link": args.link, "nics": args.nics,
+                   "prefill_tp": args.prefill_tp,
                    "decode_tp": args.decode_tp, "pipelined": not args.serial, "weight_dtype": args.weight_dtype,
                    "kv_dtype": args.kv_dtype, "runtime": s.prefill.runtime.name},
     }

@@ -19,7 +19,7 @@ from .models.kv_transfer import pipelined_exposed_s, transfer_time
 from .specs import Link
 
 __all__ = ["PDSetup", "setup", "custom_link", "link_comparison", "latency_vs_rate", "exposed_vs_bandwidth",
-           "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs", "queue_check", "goodput_grid", "point_summary"]
+           "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs", "queue_check", "prompt_spread_table", "goodput_grid", "point_summary"]
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,12 @@ class PDSetup:
 def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp: int = 8, prompt_tokens=4096,
           output_tokens=256, rate_per_s=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0, percentile=0.99,
           prefix_tokens=0, weight_dtype="bf16", kv_dtype="bf16", runtime="default", nics=None,
-          batched_ops=True) -> PDSetup:
-    """Build a :class:`PDSetup` from preset names (validated)."""
+          batched_ops=True, prompt_sigma=0.0) -> PDSetup:
+    """Build a :class:`PDSetup` from preset names (validated). ``prompt_sigma`` > 0 makes prompt lengths
+    lognormal with median ``prompt_tokens``."""
     wl = dg.Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate_per_s=rate_per_s,
                      ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms, percentile=percentile,
-                     prefix_tokens=prefix_tokens)
+                     prefix_tokens=prefix_tokens, prompt_sigma=prompt_sigma)
     kw = dict(runtime=runtime, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
     return PDSetup(Deployment.build(model, gpu, prefill_tp, **kw), Deployment.build(model, gpu, decode_tp, **kw),
                    wl, nics, batched_ops)
@@ -210,28 +211,52 @@ def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipel
     }
 
 
-def queue_check(s: PDSetup, *, n_requests: int = 1_000_000, seed: int = 0, loads=(0.5, 0.7, 0.85)) -> pd.DataFrame:
-    """The prefill queue's p99 TTFT from the formulas vs a discrete-event simulation of the same queue.
+def queue_check(s: PDSetup, *, n_requests: int = 1_000_000, seed: int = 0, loads=(0.5, 0.7, 0.85),
+                sigmas=(0.0,)) -> pd.DataFrame:
+    """The prefill queue's p99 TTFT (wait + prefill) from the formulas vs a discrete-event simulation of the
+    same queue, for one instance and the sized pool, at several loads rho = rate E[D] / c and prompt spreads.
 
-    One prefill instance (exact M/D/1) and the sized pool (M/D/c, Allen-Cunneen approximation) at several
-    loads rho = rate * D / c; the simulation runs ``n_requests`` Poisson arrivals (vectorised).
+    Equal prompts: exact M/D/1 and Allen-Cunneen M/D/c. Lognormal prompts (``sigmas`` > 0): exact M/G/1
+    (FFT) and the Allen-Cunneen M/G/c tail convolved with the service law. The simulation draws
+    ``n_requests`` Poisson arrivals and each request's prompt from the same distribution (vectorised).
     """
     from .models import queueing as qz
 
-    pre, dec = s.sides()
-    D = pre.prefill_s
-    x = dg.transfer_side(pre, dec, presets.link("roce-400g"), s.workload, pipelined=True, nics=s.nics)
-    z = dg.size_pools(pre, dec, x, s.workload)
-    pools = sorted({1, int(z["n_p"]) if z["feasible"] else 4})
     rows = []
-    for c in pools:
-        for rho in loads:
-            lam = rho * c / D
-            arr = qz.poisson_arrivals(lam, n_requests, seed)
-            sim = qz.sim_percentiles(arr, D, servers=c, quantiles=(0.99,))
-            formula = float(dg._wait_quantile(0.99, lam, D, c)) + D
-            rows.append({"instances": c, "load": rho, "rate_per_s": lam,
-                         "model": "M/D/1 exact" if c == 1 else "M/D/c Allen-Cunneen",
-                         "ttft_p99_formula_ms": formula * 1e3, "ttft_p99_sim_ms": sim["sojourn_p99_s"] * 1e3,
-                         "error_pct": 100 * (formula / sim["sojourn_p99_s"] - 1), "requests": n_requests})
+    rng = np.random.default_rng(seed)
+    for sigma in sigmas:
+        s2 = dataclasses.replace(s, workload=dataclasses.replace(s.workload, prompt_sigma=float(sigma)))
+        pre, dec = s2.sides()
+        x = dg.transfer_side(pre, dec, presets.link("roce-400g"), s2.workload, pipelined=True, nics=s.nics)
+        z = dg.size_pools(pre, dec, x, s2.workload)
+        pools = sorted({1, int(z["n_p"]) if z["feasible"] else 4})
+        for c in pools:
+            for rho in loads:
+                lam = rho * c / pre.prefill_s
+                arr = qz.poisson_arrivals(lam, n_requests, seed)
+                svc = rng.choice(pre.service_s, size=n_requests, p=pre.service_p) if sigma else pre.prefill_s
+                sim = qz.sim_percentiles(arr, svc, servers=c, quantiles=(0.99,))
+                formula = float(dg.prefill_ttft_quantile(pre, 0.99, lam, c))
+                kind = ("M/D" if not sigma else "M/G") + ("/1 exact" if c == 1 else "/c Allen-Cunneen")
+                rows.append({"prompt_sigma": float(sigma), "instances": c, "load": rho, "rate_per_s": lam,
+                             "model": kind, "ttft_p99_formula_ms": formula * 1e3,
+                             "ttft_p99_sim_ms": sim["sojourn_p99_s"] * 1e3,
+                             "error_pct": 100 * (formula / sim["sojourn_p99_s"] - 1), "requests": n_requests})
+    return pd.DataFrame(rows)
+
+
+def prompt_spread_table(s: PDSetup, sigmas=(0.0, 0.5, 1.0), *, link="roce-400g") -> pd.DataFrame:
+    """Sized pools when prompt lengths are lognormal around the same median: variability lengthens the
+    prefill queue's tail (and the mean prompt), so TTFT needs more prefill instances."""
+    rows = []
+    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    for sigma in sigmas:
+        wl = dataclasses.replace(s.workload, prompt_sigma=float(sigma))
+        s2 = dataclasses.replace(s, workload=wl)
+        pre, dec = s2.sides()
+        r = _disagg_row(s2, pre, dec, lk, True, s.nics)
+        rows.append({"prompt_sigma": float(sigma), "mean_prompt_tokens": wl.mean_prompt_tokens,
+                     "prefill_mean_ms": pre.prefill_s * 1e3, "service_cs2": pre.cs2, "gpus": r["gpus"],
+                     "n_prefill": r["n_prefill"], "n_decode": r["n_decode"], "ttft_ms": r["ttft_ms"],
+                     "tpot_ms": r["tpot_ms"], "reason": r["reason"]})
     return pd.DataFrame(rows)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -56,6 +56,8 @@ class Workload:
     tpot_slo_ms: float = 50.0
     percentile: float = 0.99
     prefix_tokens: int = 0
+    prompt_sigma: float = 0.0  # log-sd of lognormal prompt lengths (prompt_tokens is then the median)
+    max_prompt_tokens: int | None = None  # truncation of the lognormal (default 32 x median, <= 131072)
 
     def __post_init__(self) -> None:
         for f in ("prompt_tokens", "output_tokens"):
@@ -70,6 +72,35 @@ class Workload:
                 raise SpecError(f"{f} must be a finite number > 0, got {v!r}")
         if self.percentile not in _Z:
             raise SpecError(f"percentile must be one of {sorted(_Z)}, got {self.percentile!r}")
+        if not (isinstance(self.prompt_sigma, (int, float)) and 0 <= self.prompt_sigma <= 3):
+            raise SpecError(f"prompt_sigma must be a number in [0, 3], got {self.prompt_sigma!r}")
+        if self.max_prompt_tokens is not None and (int(self.max_prompt_tokens) != self.max_prompt_tokens
+                                                   or self.max_prompt_tokens < self.prompt_tokens):
+            raise SpecError(f"max_prompt_tokens must be an integer >= prompt_tokens ({self.prompt_tokens}), "
+                            f"got {self.max_prompt_tokens!r}")
+
+    @property
+    def prompt_cap(self) -> int:
+        return int(self.max_prompt_tokens or min(32 * self.prompt_tokens, max(131072, self.prompt_tokens)))
+
+    def prompt_distribution(self, bins: int = 192) -> tuple[np.ndarray, np.ndarray]:
+        """(prompt lengths, probabilities): one point if ``prompt_sigma`` is 0, else the truncated lognormal
+        aggregated into ``bins`` log-spaced bins (probability-weighted mean length per bin)."""
+        if self.prompt_sigma == 0:
+            return np.array([float(self.prompt_tokens)]), np.array([1.0])
+        k, p = qz.lognormal_prompt_pmf(median_tokens=self.prompt_tokens, sigma=self.prompt_sigma,
+                                       max_tokens=self.prompt_cap, min_tokens=max(1, self.prefix_tokens + 1))
+        edges = np.unique(np.round(np.geomspace(k[0], k[-1] + 1, bins + 1)))
+        idx = np.clip(np.searchsorted(edges, k, side="right") - 1, 0, len(edges) - 2)
+        w = np.bincount(idx, weights=p, minlength=len(edges) - 1)
+        m = np.bincount(idx, weights=p * k, minlength=len(edges) - 1)
+        keep = w > 0
+        return m[keep] / w[keep], w[keep] / w[keep].sum()
+
+    @property
+    def mean_prompt_tokens(self) -> float:
+        k, p = self.prompt_distribution()
+        return float(k @ p)
 
     @property
     def z(self) -> float:
@@ -95,8 +126,25 @@ def poisson_quantile_mean(z: float, capacity) -> np.ndarray:
 # ---- the two sides ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PrefillSide:
+    """Prefill service: ``prefill_s`` is the mean time of one prompt on one instance [s]; with variable
+    prompts ``service_s`` / ``service_p`` is its distribution (one point when prompts are all equal)."""
+
     dep: Deployment
-    prefill_s: float  # one prompt on one instance
+    prefill_s: float
+    service_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    service_p: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def deterministic(self) -> bool:
+        return self.service_s.size <= 1
+
+    @property
+    def cs2(self) -> float:
+        """Squared coefficient of variation of the service time (0 for equal prompts)."""
+        if self.deterministic:
+            return 0.0
+        m1 = float(self.service_p @ self.service_s)
+        return float(self.service_p @ (self.service_s - m1) ** 2) / (m1 * m1)
 
 
 @dataclass(frozen=True)
@@ -113,7 +161,16 @@ class DecodeSide:
 
 
 def prefill_side(dep: Deployment, wl: Workload) -> PrefillSide:
-    return PrefillSide(dep, float(prefill_time(dep, wl.prompt_tokens, wl.prefix_tokens)["prefill_s"]))
+    """Prefill service time(s) of the workload's prompts on one instance (interpolated on a log grid in the
+    prompt length when prompts vary: prefill time is smooth in S)."""
+    k, p = wl.prompt_distribution()
+    if k.size == 1:
+        t = float(prefill_time(dep, wl.prompt_tokens, wl.prefix_tokens)["prefill_s"])
+        return PrefillSide(dep, t, np.array([t]), np.array([1.0]))
+    grid = np.unique(np.round(np.geomspace(k.min(), k.max(), 48)))
+    tg = prefill_time(dep, grid, wl.prefix_tokens)["prefill_s"]
+    t = np.interp(k, grid, tg)
+    return PrefillSide(dep, float(p @ t), t, p)
 
 
 def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_limit: int = 4096) -> DecodeSide:
@@ -173,6 +230,58 @@ def _wait_quantile(p: float, lam, service_s: float, servers) -> np.ndarray:
     return np.where(c == 1, one, many)
 
 
+def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarray:
+    """p-quantile of prefill queueing + service (TTFT without the transfer) [s], vectorised over lam/servers.
+
+    Equal prompts: the exact M/D/1 quantile (one instance) or Allen-Cunneen M/D/c, plus D. Variable prompts,
+    one instance: the exact M/G/1 sojourn quantile (:func:`.queueing.mg1_sojourn_quantile_fft`). Several
+    instances: T = W + S with W independent of the request's own S (FCFS), P(T > t) = sum_s p_s P(W > t - s)
+    with the Allen-Cunneen exponential wait tail, solved by bisection (within a few % of a simulation, see
+    tests/unit/test_disagg.py). inf where the pool is unstable.
+    """
+    lam = np.asarray(lam, dtype=float)
+    c = np.asarray(servers, dtype=float)
+    lam, c = np.broadcast_arrays(lam, c)
+    if pre.deterministic:
+        return _wait_quantile(p, lam, pre.prefill_s, c) + pre.prefill_s
+    s, w = pre.service_s, pre.service_p
+    rho = lam * pre.prefill_s / c
+    stable = rho < 1
+    lam_s = np.where(stable, lam, 0.0)
+    # one instance: Lundberg; several: Allen-Cunneen (both give P(W > x) = A exp(-g x) for x >= 0)
+    theta, C = qz.mg1_lundberg(np.where((c == 1) & stable & (lam_s > 0), lam_s, 1e-12), s, w)
+    pw = qz.erlang_c(np.maximum(c, 1), lam_s * pre.prefill_s)
+    gap = c / pre.prefill_s - lam_s
+    g = np.where(c == 1, theta, gap * 2.0 / (1.0 + pre.cs2))
+    A = np.where(c == 1, np.minimum(np.nan_to_num(C, nan=0.0), rho), pw)
+    A = np.where(lam_s > 0, A, 0.0)
+    target = 1.0 - p
+    lo = np.zeros(lam.shape)
+    hi = np.full(lam.shape, float(s.max()))
+    # grow hi until P(T > hi) <= target (the tail is exponential: a few doublings at most)
+    def sf(t):
+        x = t[..., None] - s
+        wait_sf = np.where(x < 0, 1.0, A[..., None] * np.exp(-g[..., None] * np.maximum(x, 0.0)))
+        return wait_sf @ w
+    for _ in range(60):
+        bad = stable & (sf(hi) > target)
+        if not bad.any():
+            break
+        hi = np.where(bad, hi * 2.0, hi)
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        above = sf(mid) > target
+        lo = np.where(above, mid, lo)
+        hi = np.where(above, hi, mid)
+    out = np.where(stable, hi, np.inf)
+    single = (c == 1) & stable
+    if single.any():
+        out = np.array(out, dtype=float)
+        for lv in np.unique(lam[single]):
+            out[single & (lam == lv)] = qz.mg1_sojourn_quantile_fft(p, float(lv), s, w)
+    return out
+
+
 def _first_fixed_point(batches: np.ndarray, step_s: np.ndarray, lam, output_tokens: int) -> np.ndarray:
     """Smallest mean batch B solving B = lam * OSL * t(B) on the batch grid, per rate (vectorised).
 
@@ -216,11 +325,12 @@ def disagg_latency(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, 
     n_d = np.asarray(n_d, dtype=float)
     lam = wl.rate_per_s
     p = wl.percentile
-    w_pre = _wait_quantile(p, lam, pre.prefill_s, n_p)
+    q_pre = prefill_ttft_quantile(pre, p, lam, n_p)  # prefill wait + service
     w_link = md1_quantile_fast(p, lam / n_p, xfer["link_busy_s"]) if xfer["link_busy_s"] > 0 else 0.0
     w_link_d = md1_quantile_fast(p, lam / n_d, xfer["link_busy_s"] * pre.dep.ranks / dec.dep.ranks) \
         if xfer["link_busy_s"] > 0 else 0.0  # the decode instance's NICs receive every request's bytes
-    ttft = w_pre + pre.prefill_s + np.maximum(w_link, w_link_d) + xfer["exposed_s"]
+    ttft = q_pre + np.maximum(w_link, w_link_d) + xfer["exposed_s"]
+    w_pre = q_pre - pre.prefill_s
     d = _decode_fixed_point(dec, lam / n_d, wl)
     ttft, tpot = np.broadcast_arrays(ttft, d["tpot_s"])
     return {"ttft_s": ttft, "tpot_s": tpot, "prefill_wait_s": np.broadcast_to(w_pre, ttft.shape),
@@ -302,8 +412,9 @@ def max_rate_grid(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *
         return lo
 
     cap_p = np.minimum(n / pre.prefill_s, n / busy_p if busy_p > 0 else np.inf) * (1 - 1e-9)
-    rate_p = bisect(lambda lam: _wait_quantile(p, lam, pre.prefill_s, n)
-                    + (md1_quantile_fast(p, lam / n, busy_p) if busy_p > 0 else 0.0) + base <= slo_ttft, cap_p)
+    rate_p = bisect(lambda lam: prefill_ttft_quantile(pre, p, lam, n)
+                    + (md1_quantile_fast(p, lam / n, busy_p) if busy_p > 0 else 0.0) + xfer["exposed_s"]
+                    <= slo_ttft, cap_p)
     rate_p = np.where(base <= slo_ttft, rate_p, 0.0)
     # decode: the batch b* allowed by memory and the TPOT SLO; mean concurrency m with m + z sqrt(m) <= b*
     ok_b = dec.step_s <= wl.tpot_slo_ms * 1e-3

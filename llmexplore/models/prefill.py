@@ -64,7 +64,7 @@ def _check_prompt(S: np.ndarray, P: np.ndarray) -> None:
 
 def _one_prefill(dep: Deployment, new_tokens: int, mean_context: float) -> dict[str, float]:
     d = dataclasses.replace(dep, q_tokens=int(new_tokens), logits_tokens=1, context_cv=0.0)
-    r = step_time(d, 1, mean_context, "TP")
+    r = step_time(d, 1, max(mean_context, 1.0), "TP")  # a 1-token prompt attends to itself
     return {k: float(v) for k, v in r.items()}
 
 

@@ -46,10 +46,16 @@ def test_longer_prompts_need_relatively_more_prefill(rec):
 
 def test_queue_formulas_agree_with_simulation(rec):
     err = rec["queue_check_max_abs_error_pct"]
-    # exact formula; 4M simulated requests leave a p99 sampling sd of ~0.8% at load 0.85 (~0.3% below)
-    assert err["M/D/1 exact"] < 3.0
+    # exact formulas; 4M simulated requests leave a p99 sampling sd of ~0.8% at load 0.85 (~0.3% below)
+    assert err["M/D/1 exact"] < 3.0 and err["M/G/1 exact"] < 3.0
+    assert err["M/G/c Allen-Cunneen"] < 12.0
     assert err["M/D/c Allen-Cunneen"] < 12.0  # an approximation (measured in tests/unit/test_queueing.py)
 
 
 def test_goodput_recorded(rec):
     assert 0 < rec["best_goodput_per_gpu"] < 5
+
+
+def test_prompt_spread_needs_more_prefill(rec):
+    g = rec["gpus_by_prompt_sigma"]
+    assert g["0.0"] <= g["0.5"] <= g["1.0"] and g["0.0"] < g["1.0"]

@@ -185,3 +185,36 @@ def test_first_fixed_point_takes_the_smaller_root():
     root = float(dg._first_fixed_point(b, t, 10.0, 100))  # lam*OSL = 1000: B = 1000 t(B)
     assert 10.0 <= root < 11.0 and root == pytest.approx(1000 * (0.01 + 0.02 * (root / 100) ** 8), rel=1e-3)
     assert np.isnan(dg._first_fixed_point(b, t, 1e4, 100))  # saturated: no operating point
+
+
+def test_variable_prompts_ttft_matches_simulation():
+    # lognormal prompts (sigma 0.5 around 4096): exact M/G/1 for one instance, Allen-Cunneen M/G/c for four
+    import dataclasses
+    s = pd_sweeps.setup("llama-3-70b", "h100-sxm", prompt_sigma=0.5)
+    pre, _ = s.sides()
+    assert pre.cs2 > 0.2 and pre.prefill_s > 0.1716  # the mean prompt is above the median
+    rng = np.random.default_rng(5)
+    for c, rho, tol in ((1, 0.7, 0.02), (4, 0.7, 0.05)):
+        lam = rho * c / pre.prefill_s
+        n = 3_000_000
+        sim = qz.sim_percentiles(qz.poisson_arrivals(lam, n, 7), rng.choice(pre.service_s, n, p=pre.service_p),
+                                 servers=c, quantiles=(0.99,))
+        model = float(dg.prefill_ttft_quantile(pre, 0.99, lam, c))
+        assert model == pytest.approx(sim["sojourn_p99_s"], rel=tol)
+    assert dataclasses.replace(s.workload, prompt_sigma=0).mean_prompt_tokens == 4096
+
+
+def test_mg1_fft_reduces_to_md1():
+    D, lam = 0.2, 3.5
+    exact = float(qz.md1_wait_quantile(0.99, lam, D)) + D
+    assert qz.mg1_sojourn_quantile_fft(0.99, lam, [D]) == pytest.approx(exact, abs=2 * D / 256)
+
+
+def test_cli_pd_prompt_sigma(capsys):
+    argv = ["pd", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--prompt", "4096", "--output", "256",
+            "--rate", "36", "--ttft-ms", "3000", "--tpot-ms", "40", "--json"]
+    assert cli.main(argv) == 0
+    equal = json.loads(capsys.readouterr().out)
+    assert cli.main(argv + ["--prompt-sigma", "1.0"]) == 0
+    spread = json.loads(capsys.readouterr().out)
+    assert spread["disaggregated"]["prefill_instances"] > equal["disaggregated"]["prefill_instances"]
