@@ -29,3 +29,10 @@ def reference_s() -> float:
         return y
 
     return median_s(work)
+
+
+def print_table(rows) -> None:
+    """Rows of (measurement, seconds, relative-to-reference text, target text) as an aligned table."""
+    print(f"{'measurement':48s} {'seconds':>10s}  {'relative':>12s}  target")
+    for name, v, rel, target in rows:
+        print(f"{name:48s} {v:10.4f}  {rel:>12s}  {target}")

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_s as _median_s  # noqa: E402
 from _timing import reference_s  # noqa: E402
+from _timing import print_table  # noqa: E402
 
 from llmexplore import sweeps, widgets  # noqa: E402
 from llmexplore.models import attention as att  # noqa: E402
@@ -71,9 +72,7 @@ def main() -> int:
         ("per point: loop / grid", speedup, "ratio", ">= 100x"),
         ("slider redraw (median)", redraw_ms / 1e3, f"{redraw_ms / 1e3 / ref:.2f}x ref", "< 0.1 s"),
     ]
-    print(f"{'measurement':48s} {'seconds':>10s}  {'relative':>12s}  target")
-    for name, v, rel, target in rows:
-        print(f"{name:48s} {v:10.4f}  {rel:>12s}  {target}")
+    print_table(rows)
     print(f"grid_s={grid_s:.3f} speedup={speedup:.0f} redraw_ms={redraw_ms:.1f}")
     return 0
 

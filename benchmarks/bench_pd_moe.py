@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _queueing import bench_queueing  # noqa: E402
 from _timing import median_s as _median_s  # noqa: E402
 from _timing import reference_s  # noqa: E402
+from _timing import print_table  # noqa: E402
 
 from llmexplore import pd_sweeps, presets  # noqa: E402
 from llmexplore.models import calibrate, disagg  # noqa: E402
@@ -46,9 +47,7 @@ def main() -> int:
         ("pool sizing, 64 x 64 (prefill, decode) pools", sizing, f"{sizing / ref:.1f}x ref", "< 0.05 s"),
         ("calibration fit (AIConfigurator H100 set)", fit, f"{fit / ref:.1f}x ref", "< 5 s"),
     ]
-    print(f"{'measurement':48s} {'seconds':>10s}  {'relative':>12s}  target")
-    for name, v, rel, target in rows:
-        print(f"{name:48s} {v:10.4f}  {rel:>12s}  {target}")
+    print_table(rows)
     print(f"sim_s={q['sim_s']:.3f} sizing_ms={sizing * 1e3:.1f} fit_s={fit:.3f}")
     return 0
 

@@ -23,8 +23,10 @@ def preset_records(kind: str) -> list[dict]:
         if kind == "models":
             row.update(spec.summary())
             row["params_non_embedding"] = spec.params_non_embedding
+            row["kv_elements_per_token_per_layer"] = spec.kv_elements_per_token_per_layer()
         elif kind == "hardware":
             row["ridge_flops_per_byte_bf16"] = spec.ridge_flops_per_byte("bf16")
+            row["ridge_flops_per_byte_fp8"] = spec.ridge_flops_per_byte("fp8")
         elif kind == "links":
             row["efficiency"] = spec.efficiency
         row["sources"] = dict(spec.sources)

@@ -243,66 +243,39 @@ def cmd_report(args) -> int:
 
 
 # ---- presets -----------------------------------------------------------------------------------------------
-def _spec_record(spec, derived: Mapping[str, Any]) -> dict[str, Any]:
-    """All fields of a spec (name first, sources last) with the derived quantities after the fields."""
-    import dataclasses
-
-    rec = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "sources"}
-    rec.update(derived)
-    rec["sources"] = dict(spec.sources)
-    return rec
-
-
-def _model_record(m) -> dict[str, Any]:
-    return _spec_record(m, {**m.summary(), "params_non_embedding": m.params_non_embedding,
-                            "kv_elements_per_token_per_layer": m.kv_elements_per_token_per_layer()})
-
-
-def _hardware_record(hw) -> dict[str, Any]:
-    return _spec_record(hw, {"ridge_flops_per_byte_bf16": hw.ridge_flops_per_byte("bf16"),
-                             "ridge_flops_per_byte_fp8": hw.ridge_flops_per_byte("fp8")})
-
-
-def _link_record(link) -> dict[str, Any]:
-    return _spec_record(link, {"efficiency": link.efficiency})
-
-
-def _runtime_record(rt) -> dict[str, Any]:
-    return _spec_record(rt, {})
-
-
 def _links_of(r: Mapping[str, Any]) -> str:
     up = f"{r['scale_up_link']} x{r['scale_up_size']}"
     return f"{up} + {r['scale_out_link']}" if r.get("scale_out_link") else up
 
 
 #: kind -> (record builder, human table columns)
-PRESET_VIEWS: dict[str, tuple[Callable[[Any], dict], list[Col]]] = {
-    "models": (_model_record, [
+#: table columns of `presets KIND` (the records come from llmexplore.catalog.preset_records)
+PRESET_VIEWS: dict[str, list[Col]] = {
+    "models": [
         Col("name", "name"), Col("attention", "attention"), Col("layers", "layers"), Col("hidden", "hidden"),
         Col("moe", "moe"), Col("params_total", "params_total", billions),
         Col("params_active", "params_active", billions),
         Col("kv_bytes_per_token_bf16", "KV B/token bf16", ",.0f"),
         Col("kv_bytes_per_token_fp8", "KV B/token fp8", ",.0f"),
-    ]),
-    "hardware": (_hardware_record, [
+    ],
+    "hardware": [
         Col("name", "name"), Col("hbm_GiB", "hbm_GiB", "g"), Col("hbm_bw_TBps", "hbm_bw_TBps", "g"),
         Col("bf16_TFLOPS", "bf16_TFLOPS", "g"), Col("fp8_TFLOPS", "fp8_TFLOPS", "g"),
         Col("ridge_flops_per_byte_bf16", "ridge bf16 FLOP/B", ".0f"), Col("links", "links"),
-    ]),
-    "links": (_link_record, [
+    ],
+    "links": [
         Col("name", "name"), Col("kind", "kind"), Col("line_rate_GBps", "line_rate_GBps", "g"),
         Col("achievable_GBps", "achievable_GBps", "g"), Col("efficiency", "efficiency", ".0%"),
         Col("latency_us", "latency_us", "g"), Col("latency_per_rank_us", "+us/rank", "g"),
-    ]),
-    "runtime": (_runtime_record, [
+    ],
+    "runtime": [
         Col("name", "name"), Col("eta_mem", "eta_mem", "g"), Col("eta_compute", "eta_compute", "g"),
-        Col("eta_attn_compute", "eta_attn_compute", "g"),
+        Col("eta_attn_compute", "eta_attn_compute", "g"), Col("eta_attn_mem", "eta_attn_mem", "g"),
         Col("kernel_overhead_us", "kernel_overhead_us", "g"),
         Col("step_overhead_ms", "step_overhead_ms", "g"),
         Col("usable_hbm_fraction", "usable_hbm_fraction", "g"), Col("reserve_GiB", "reserve_GiB", "g"),
         Col("page_tokens", "page_tokens", "d"),
-    ]),
+    ],
 }
 
 
@@ -317,10 +290,10 @@ def _add_presets(sub) -> None:
 
 
 def cmd_presets(args) -> int:
-    from . import presets
+    from . import catalog
 
-    build, cols = PRESET_VIEWS[args.kind]
-    records = [build(spec) for spec in presets.table(args.kind).values()]
+    cols = PRESET_VIEWS[args.kind]
+    records = catalog.preset_records(args.kind)
     if args.json:
         print_json(records)
         return EXIT_OK

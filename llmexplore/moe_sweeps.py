@@ -13,7 +13,7 @@ from .errors import SpecError
 from .models import moe
 
 __all__ = ["LAYERS", "layout_options", "config", "scenario_table", "step_vs_skew", "step_vs_batch", "rank_loads",
-           "max_load_check"]
+           "max_load_check", "redundancy_gain_pct", "comm_at_batch", "max_relative_load"]
 
 LAYERS = 8
 
@@ -131,3 +131,26 @@ def max_load_check(md: moe.MoEDeployment, *, skew: float = 2.6, tokens=(64, 256,
                      "max_pairs_analytic": am, "max_pairs_monte_carlo": mm,
                      "monte_carlo_se": float(np.mean(mc["max_pairs_se"])), "error_pct": 100 * (am / mm - 1)})
     return pd.DataFrame(rows)
+
+
+def redundancy_gain_pct(by_skew: pd.DataFrame, skew: float) -> float:
+    """Step-time saving [%] of the redundant-expert placement over the static one at the skew point nearest
+    ``skew`` in a :func:`step_vs_skew` table (negative: redundancy is slower)."""
+    at = by_skew.loc[(by_skew["skew"] - skew).abs() == (by_skew["skew"] - skew).abs().min()]
+    red = at[at["placement"].str.contains("redundant")]["step_ms"]
+    static = at[at["placement"] == "static placement"]["step_ms"]
+    if red.empty or static.empty:
+        raise SpecError("redundancy_gain_pct needs a static and a redundant placement in the table")
+    return float(100.0 * (1.0 - red.iloc[0] / static.iloc[0]))
+
+
+def comm_at_batch(by_batch: pd.DataFrame, batch: int) -> dict[str, float]:
+    """Dispatch + combine time per MoE layer [us] of each layout at one batch of a :func:`step_vs_batch`
+    table."""
+    at = by_batch[by_batch["batch"] == batch]
+    return dict(zip(at["layout"], (at["dispatch_layer_us"] + at["combine_layer_us"]).astype(float)))
+
+
+def max_relative_load(loads: pd.DataFrame) -> dict[str, float]:
+    """Busiest rank's load / mean load per placement of a :func:`rank_loads` table."""
+    return loads.groupby("placement", sort=False)["relative_load"].max().astype(float).to_dict()

@@ -19,7 +19,7 @@ from .models.kv_transfer import pipelined_exposed_s, transfer_time
 from .specs import Link
 
 __all__ = ["PDSetup", "setup", "custom_link", "link_comparison", "latency_vs_rate", "exposed_vs_bandwidth",
-           "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs", "queue_check", "prompt_spread_table", "goodput_grid", "point_summary"]
+           "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs", "queue_check", "prompt_spread_table", "max_abs_error_by_model", "goodput_grid", "point_summary"]
 
 
 @dataclass(frozen=True)
@@ -113,21 +113,23 @@ def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_de
 
 
 def exposed_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
-    """Exposed KV-transfer time of one request vs achievable link bandwidth per GPU, serial vs pipelined."""
+    """Exposed KV-transfer time of one request vs achievable link bandwidth per GPU, serial vs pipelined.
+
+    Only the bandwidth term of :func:`~llmexplore.models.kv_transfer.transfer_time` depends on the link's
+    bandwidth (it scales as 1/bandwidth), so one evaluation at 1 GB/s serves every bandwidth."""
     pre, _ = s.sides()
     m = s.prefill.model
-    rows = []
-    for bw in np.asarray(bandwidths_GBps, dtype=float):
-        tr = transfer_time(m, custom_link(bw), s.workload.prompt_tokens, kv_dtype=s.decode.kv_dtype,
-                           page_tokens=s.decode.runtime.page_tokens, prefill_tp=s.prefill.ranks,
-                           decode_tp=s.decode.ranks, batched_ops=s.batched_ops, nics=s.nics)
-        serial = float(tr["transfer_s"])
-        piped = float(pipelined_exposed_s(serial, pre.prefill_s, m.layers, latency_s=float(tr["latency_s"])))
-        rows.append({"bandwidth_GBps": bw, "mode": "serial", "exposed_ms": serial * 1e3,
-                     "prefill_ms": pre.prefill_s * 1e3})
-        rows.append({"bandwidth_GBps": bw, "mode": "layer-wise pipelined", "exposed_ms": piped * 1e3,
-                     "prefill_ms": pre.prefill_s * 1e3})
-    return pd.DataFrame(rows)
+    bw = np.asarray(bandwidths_GBps, dtype=float).ravel()
+    tr = transfer_time(m, custom_link(1.0), s.workload.prompt_tokens, kv_dtype=s.decode.kv_dtype,
+                       page_tokens=s.decode.runtime.page_tokens, prefill_tp=s.prefill.ranks,
+                       decode_tp=s.decode.ranks, batched_ops=s.batched_ops, nics=s.nics)
+    lat = float(tr["latency_s"])
+    serial = lat + float(tr["ops_s"]) + float(tr["bandwidth_s"]) / bw
+    piped = pipelined_exposed_s(serial, pre.prefill_s, m.layers, latency_s=lat)
+    n = bw.size
+    return pd.DataFrame({"bandwidth_GBps": np.concatenate([bw, bw]),
+                         "mode": ["serial"] * n + ["layer-wise pipelined"] * n,
+                         "exposed_ms": np.concatenate([serial, piped]) * 1e3, "prefill_ms": pre.prefill_s * 1e3})
 
 
 def gpus_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
@@ -260,3 +262,8 @@ def prompt_spread_table(s: PDSetup, sigmas=(0.0, 0.5, 1.0), *, link="roce-400g")
                      "n_prefill": r["n_prefill"], "n_decode": r["n_decode"], "ttft_ms": r["ttft_ms"],
                      "tpot_ms": r["tpot_ms"], "reason": r["reason"]})
     return pd.DataFrame(rows)
+
+
+def max_abs_error_by_model(check: pd.DataFrame) -> dict[str, float]:
+    """Largest |formula / simulation - 1| [%] per queue model of a :func:`queue_check` table."""
+    return check.groupby("model", sort=False)["error_pct"].agg(lambda e: float(e.abs().max())).to_dict()

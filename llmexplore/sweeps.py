@@ -10,13 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .errors import InfeasibleError
 from .models import attention as att
 from .models import crossover, transitions
 from .models.attention import LAYOUTS, Deployment
 
 __all__ = ["layout_table", "best_layout", "layout_curves", "best_layout_grid", "phase_diagram",
-           "memory_table", "transition_table", "policy_summary", "require_feasible", "log_grid", "boundaries_at",
+           "memory_table", "transition_table", "policy_summary", "log_grid", "boundaries_at",
            "deployment_table", "summary_frame", "POINT_COLUMNS"]
 
 #: columns of :func:`layout_table`, in order
@@ -155,15 +154,6 @@ def transition_table(dep: Deployment, batch: int, context: float, *, weights_res
                          "weights_primitive": w.primitive, "weights_recv_GB": w.recv_B / 1e9,
                          "serial_ms": ho["serial_s"] * 1e3, "exposed_ms": ho["exposed_s"] * 1e3})
     return pd.DataFrame(rows)
-
-
-def require_feasible(table: pd.DataFrame, what: str = "layout") -> str:
-    """Best layout of a table, or InfeasibleError naming each layout's memory shortfall."""
-    best = best_layout(table)
-    if best is None:
-        why = "; ".join(f"{r.layout}: {r.reason}" for r in table.itertuples())
-        raise InfeasibleError(f"no {what} fits: {why}")
-    return best
 
 
 def policy_summary(results: dict[str, dict]) -> pd.DataFrame:

@@ -37,8 +37,8 @@ FIT_FIELDS = ("eta_mem", "eta_compute", "eta_attn_mem", "kernel_overhead_us", "s
 #: physical range of each fitted parameter
 BOUNDS = {"eta_mem": (0.3, 0.98), "eta_compute": (0.2, 0.95), "eta_attn_mem": (0.2, 0.98),
           "kernel_overhead_us": (0.0, 20.0), "step_overhead_ms": (0.0, 5.0)}
-PRIOR_SD = 1.0  # in logit units: a weak pull towards the uncalibrated value
-MEAS_SD = 0.02  # relative: model + measurement noise of one time point
+PRIOR_SD = 1.0  # in logit units: a weak pull towards the uncalibrated value [modelling choice]
+MEAS_SD = 0.02  # relative: model + measurement noise of one time point [modelling choice]
 KINDS = ("decode", "prefill", "weights", "kv_per_sequence")
 COLUMNS = ("kind", "model", "gpu", "ranks", "weight_dtype", "kv_dtype", "batch", "context", "prompt_tokens",
            "prefix_tokens", "measured", "unit", "source")

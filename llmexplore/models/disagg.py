@@ -47,7 +47,10 @@ _Z = {0.5: 0.0, 0.9: 1.2816, 0.95: 1.6449, 0.99: 2.3263, 0.999: 3.0902}
 
 @dataclass(frozen=True)
 class Workload:
-    """Requests: prompt and output lengths [tokens], arrival rate [1/s], SLOs [ms] at a percentile."""
+    """Requests: prompt and output lengths [tokens], arrival rate [1/s], SLOs [ms] at a percentile.
+
+    The defaults are an illustrative workload (the issue's 4096 + 256 tokens at 36 req/s, with SLOs chosen by
+    us, not taken from a source); every notebook and CLI call sets its own."""
 
     prompt_tokens: int = 4096
     output_tokens: int = 256

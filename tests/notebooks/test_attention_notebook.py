@@ -69,7 +69,8 @@ def test_transition_aware_schedule_beats_every_static_layout_on_the_reasoning_tr
     static = min(totals[lay] for lay in att.LAYOUTS)
     assert totals["aware"] <= static
     assert totals["aware"] <= totals["myopic"] * (1 + 1e-12)
-    assert executed["aware_capped_segments"] >= 0
+    # 256 requests of up to ~100k tokens fit on 8 H200 in some layout at every segment: nothing is capped
+    assert executed["aware_capped_segments"] == 0
 
 
 def test_aware_switches_less_than_myopic_near_a_crossover(executed):
