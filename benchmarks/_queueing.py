@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_s  # noqa: E402
 
-from llmexplore.models import queueing as q  # noqa: E402
+from llmexplore.models import simulate as sim  # noqa: E402
 
 N = 1_000_000
 REPEATS = 3
@@ -31,16 +31,16 @@ def bench_queueing(n: int = N) -> dict[str, float]:
     """Median wall time [s] of :func:`simulate_fcfs` on n requests, for 1, 4 and 8 servers."""
     out = {}
     rho = 0.85
-    arr1 = q.poisson_arrivals(rho / 1.0, n, 1)
-    svc1 = q.deterministic_service(1.0, n)
-    out["sim_s"] = median_s(lambda: q.simulate_fcfs(arr1, svc1, 1), REPEATS)
-    prompts = q.lognormal_prompt_tokens(n, median_tokens=1000, sigma=1.0, max_tokens=32768, seed=2)
+    arr1 = sim.poisson_arrivals(rho / 1.0, n, 1)
+    svc1 = sim.deterministic_service(1.0, n)
+    out["sim_s"] = median_s(lambda: sim.simulate_fcfs(arr1, svc1, 1), REPEATS)
+    prompts = sim.lognormal_prompt_tokens(n, median_tokens=1000, sigma=1.0, max_tokens=32768, seed=2)
     svc = q.prefill_service_s(prompts, a_s=0.02, b_s_per_token=1e-4, c_s_per_token2=1e-9)
     for c in (4, 8):
-        arr = q.poisson_arrivals(rho * c / float(np.mean(svc)), n, 3 + c)
-        out[f"sim_c{c}_s"] = median_s(lambda: q.simulate_fcfs(arr, svc, c), REPEATS)
-    arr8 = q.poisson_arrivals(rho * 8, n, 4)
-    out["sim_c8_det_s"] = median_s(lambda: q.simulate_fcfs(arr8, svc1, 8), REPEATS)
+        arr = sim.poisson_arrivals(rho * c / float(np.mean(svc)), n, 3 + c)
+        out[f"sim_c{c}_s"] = median_s(lambda: sim.simulate_fcfs(arr, svc, c), REPEATS)
+    arr8 = sim.poisson_arrivals(rho * 8, n, 4)
+    out["sim_c8_det_s"] = median_s(lambda: sim.simulate_fcfs(arr8, svc1, 8), REPEATS)
     return out
 
 

@@ -36,7 +36,7 @@ def main() -> int:
     ref = reference_s()
 
     grid_s = _median_s(lambda: att.evaluate_all(dep, batch, context))
-    best_s = _median_s(lambda: sweeps.best_layout_grid(dep, batch, context))
+    best_s = _median_s(lambda: sweeps.layouts.best_layout_grid(dep, batch, context))
 
     rng = np.random.default_rng(0)
     bi = rng.integers(0, N_GRID, N_LOOP)
@@ -53,7 +53,7 @@ def main() -> int:
     per_point_loop = loop_s / N_LOOP
     speedup = per_point_loop / per_point_grid
 
-    app = widgets.layout_explorer()
+    app = widgets.layouts.layout_explorer()
     values = [32, 64, 128, 256, 64, 16, 64]
     redraws = []
     for v in values:

@@ -23,8 +23,8 @@ from _timing import median_s as _median_s  # noqa: E402
 from _timing import reference_s  # noqa: E402
 from _timing import print_table  # noqa: E402
 
-from llmexplore import pd_sweeps, presets  # noqa: E402
-from llmexplore.models import calibrate, disagg  # noqa: E402
+from llmexplore import presets, sweeps  # noqa: E402
+from llmexplore import calibrate, disagg  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "calibration" / "aic-llama31-70b-tp8-h100.csv"
 
@@ -32,7 +32,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "calibration" / "aic-llama
 def main() -> int:
     ref = reference_s()
     q = bench_queueing()
-    s = pd_sweeps.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
+    s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
     pre, dec = s.sides()
     x = disagg.transfer_side(pre, dec, presets.link("roce-400g"), s.workload)
     disagg.size_pools(pre, dec, x, s.workload, n_max=64)  # warm the M/D/1 table once

@@ -144,6 +144,8 @@ class ModelSpec(_Spec):
     expert_groups: int = field(default=1, metadata=_meta("", "expert groups (group-limited routing)", min=1,
                                                          integer=True, optional=True))
     router_bias: bool = False
+    weight_dtype: str = field(default="bf16", metadata={"help": "dtype the weights are released in (the "
+                                                                "default weight dtype wherever none is chosen)"})
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -152,6 +154,7 @@ class ModelSpec(_Spec):
         where = f"ModelSpec {self.name!r}"
         if self.attention not in ATTENTION_KINDS:
             raise SpecError(f"{where}: attention must be one of {list(ATTENTION_KINDS)}, got {self.attention!r}")
+        dtype_bytes(self.weight_dtype, f"{where}: weight_dtype")
         _check_numbers(self)
         if self.attention == "gqa":
             if self.kv_heads < 1 or self.head_dim < 1:

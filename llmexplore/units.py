@@ -28,3 +28,45 @@ def dtype_bytes(dtype: str, field: str = "dtype") -> float:
         return DTYPE_BYTES[dtype]
     except (KeyError, TypeError):
         raise SpecError(f"{field} must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}") from None
+
+
+# ---- unit conversion for tables ---------------------------------------------------------------------------
+#: how to get from the SI base unit (s, B) to each display unit: multiply (smaller units) or divide (larger)
+_FROM_SI: dict[str, tuple[str, float]] = {
+    "s": ("*", 1.0), "ms": ("*", 1e3), "us": ("*", 1e6),
+    "B": ("*", 1.0), "KB": ("/", KB), "MB": ("/", MB), "GB": ("/", GB), "TB": ("/", TB), "GiB": ("/", GiB),
+}
+_BASE_OF = {"s": "s", "ms": "s", "us": "s", "B": "B", "KB": "B", "MB": "B", "GB": "B", "TB": "B", "GiB": "B"}
+
+
+def from_si(value, unit: str):
+    """``value`` in seconds or bytes expressed in ``unit`` (``"ms"``, ``"us"``, ``"GB"``, ``"GiB"``, ...)."""
+    from .errors import SpecError
+
+    try:
+        op, k = _FROM_SI[unit]
+    except KeyError:
+        raise SpecError(f"unit must be one of {', '.join(_FROM_SI)}, got {unit!r}") from None
+    return value * k if op == "*" else value / k
+
+
+def si_unit_of(name: str) -> str | None:
+    """The SI unit suffix of a result name (``"step_s"`` -> ``"s"``, ``"kv_B"`` -> ``"B"``), else None.
+
+    Rates (``"tokens_per_s"``) are not times: they are left alone."""
+    if "_per_" in name:
+        return None
+    for suffix in ("_s", "_B"):
+        if name.endswith(suffix):
+            return suffix[1:]
+    return None
+
+
+def display_name(name: str, unit: str) -> str:
+    """``"step_s"`` shown in ms is ``"step_ms"``; the base of ``unit`` must match the name's suffix."""
+    from .errors import SpecError
+
+    base = si_unit_of(name)
+    if base is None or _BASE_OF.get(unit) != base:
+        raise SpecError(f"cannot show {name!r} in {unit!r}: names end in _s (time) or _B (bytes)")
+    return name[: -len(base)] + unit

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import LAYOUTS, Deployment, check_batch_context, core_coefficients, max_context, step_time
+from .attention import core_coefficients, max_context, step_time
+from .engine import LAYOUTS, Deployment, check_batch_context, kernel_rates
 
 __all__ = ["Boundary", "context_boundaries", "layout_time_coefficients", "mla_tp_dpa_closed_form_tokens"]
 
@@ -41,14 +42,14 @@ class Boundary:
 def layout_time_coefficients(dep: Deployment, batch, layout: str) -> dict[str, np.ndarray]:
     """Step time of ``layout`` as c + L * max(a_f s, a_m0 + a_m1 s) [s], coefficients per batch value."""
     b, _ = check_batch_context(batch, 1)
-    rt, hw = dep.runtime, dep.hardware
+    r = kernel_rates(dep, "attention")  # the engine's rates for the attention core
     co = core_coefficients(dep, b, layout)
-    cf = 1.0 / (rt.eta_attn_compute * hw.bf16_TFLOPS * 1e12)
-    cm = 1.0 / (rt.eta_attn_mem * hw.hbm_bw_TBps * 1e12)
+    cf = 1.0 / r.flops_per_s
+    cm = 1.0 / r.bytes_per_s
     L = dep.model.layers
     at1 = step_time(dep, b, 1.0, layout)["step_s"]
-    core1 = L * (np.maximum(co["f1"] * cf, (co["m0"] + co["m1"]) * cm) + rt.kernel_overhead_us * 1e-6)
-    c = at1 - core1 + L * rt.kernel_overhead_us * 1e-6
+    core1 = L * (np.maximum(co["f1"] * cf, (co["m0"] + co["m1"]) * cm) + r.overhead_s)
+    c = at1 - core1 + L * r.overhead_s
     return {"c": c, "L": np.full(b.shape, float(L)), "af": L * co["f1"] * cf, "am0": L * co["m0"] * cm,
             "am1": L * co["m1"] * cm}
 

@@ -34,7 +34,8 @@ import numpy as np
 from ..errors import SpecError
 from ..specs import Link
 from . import queueing as qz
-from .attention import Deployment, max_batch, step_time
+from .attention import max_batch, step_time
+from .engine import Deployment
 from .kv_transfer import pipelined_exposed_s, transfer_time
 from .prefill import mixed_step_time, prefill_time
 

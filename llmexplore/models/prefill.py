@@ -2,7 +2,8 @@
 
 A prefill of a prompt of S tokens with a cached prefix of P tokens is one forward step of a single sequence
 with q = S - P new tokens attending on average to P + q/2 context tokens (causal), so it reuses the decode
-step model of :mod:`.attention` (TP layout) with ``q_tokens = S - P`` and logits for the last token only.
+step model of :mod:`.attention` (TP layout) with ``q_tokens = S - P`` and logits for the last token only,
+vectorised over prompt lengths.
 Its FLOPs then equal the closed form of MODELS.md §2
 
     F = 2 N_body (S - P) + L h_q (d_qk + d_v) (S^2 - P^2) + 2 V H
@@ -23,7 +24,8 @@ import numpy as np
 
 from ..errors import SpecError
 from ..specs import ModelSpec
-from .attention import Deployment, core_coefficients, step_time
+from .attention import core_coefficients, step_time
+from .engine import Deployment, kernel_s
 
 __all__ = ["prefill_flops", "body_params_active", "prefill_time", "mixed_step_time", "prefill_mfu"]
 
@@ -62,27 +64,22 @@ def _check_prompt(S: np.ndarray, P: np.ndarray) -> None:
         raise SpecError("prefix_tokens must be < prompt_tokens (at least one new token to prefill)")
 
 
-def _one_prefill(dep: Deployment, new_tokens: int, mean_context: float) -> dict[str, float]:
-    d = dataclasses.replace(dep, q_tokens=int(new_tokens), logits_tokens=1, context_cv=0.0)
-    r = step_time(d, 1, max(mean_context, 1.0), "TP")  # a 1-token prompt attends to itself
-    return {k: float(v) for k, v in r.items()}
-
-
 def prefill_time(dep: Deployment, prompt_tokens, prefix_tokens=0) -> dict[str, np.ndarray]:
     """Time of one prefill on the deployment's T ranks (tensor parallel) [s], by part.
 
     Returns the :func:`.attention.step_time` parts (``step_s`` is the whole prefill) for each prompt,
-    plus ``flops`` and ``mfu`` (FLOPs / (T * dense peak * time)). Broadcasts ``prompt_tokens`` against
-    ``prefix_tokens``; distinct values are evaluated once each.
+    plus ``prefill_s`` (= ``step_s``), ``flops`` and ``mfu`` (FLOPs / (T * dense peak * time)). Broadcasts
+    ``prompt_tokens`` against ``prefix_tokens`` in one vectorised step evaluation: q = S - P query tokens
+    attending on average to P + q/2 context tokens, logits for the last token only.
     """
     S = np.asarray(prompt_tokens, dtype=float)
     P = np.asarray(prefix_tokens, dtype=float)
     _check_prompt(S, P)
     S, P = np.broadcast_arrays(S, P)
-    keys = np.stack([S.ravel(), P.ravel()], axis=1)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    rows = [_one_prefill(dep, int(s - p), p + (s - p) / 2.0) for s, p in uniq]
-    out = {k: np.array([r[k] for r in rows])[inv.ravel()].reshape(S.shape) for k in rows[0]}
+    q = S - P
+    d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
+    ctx = np.maximum(P + q / 2.0, 1.0)  # a 1-token prompt attends to itself
+    out = {k: np.array(v, dtype=float) for k, v in step_time(d1, 1, ctx, "TP", q_tokens=q, logits_tokens=1).items()}
     out["prefill_s"] = out["step_s"]
     out["flops"] = prefill_flops(dep.model, S, P)
     out["mfu"] = prefill_mfu(dep, out["flops"], out["step_s"])
@@ -111,7 +108,7 @@ def mixed_step_time(dep: Deployment, decode_batch, decode_context, chunk_tokens,
         raise SpecError("decode_batch and chunk_tokens must be >= 0 with at least one token, got "
                         f"{float(np.min(B)):g}, {float(np.min(C)):g}")
     d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
-    L, rt, hw = dep.model.layers, dep.runtime, dep.hardware
+    L = dep.model.layers
     m = np.maximum(B + C, 1.0)
     shared = step_time(d1, m, 1.0, "TP")
     lm = step_time(d1, B + (C > 0), 1.0, "TP")
@@ -122,7 +119,5 @@ def mixed_step_time(dep: Deployment, decode_batch, decode_context, chunk_tokens,
     ctx = np.asarray(chunk_context, dtype=float) + C / 2.0
     f = C * float(co["f1"]) * ctx
     by = C * float(co["m0"]) + float(co["m1"]) * ctx
-    chunk = np.where(C > 0, L * (np.maximum(f / (rt.eta_attn_compute * hw.bf16_TFLOPS * 1e12),
-                                            by / (rt.eta_attn_mem * hw.hbm_bw_TBps * 1e12))
-                                 + rt.kernel_overhead_us * 1e-6), 0.0)
+    chunk = np.where(C > 0, L * kernel_s(dep, "attention", f, by), 0.0)
     return {"step_s": base + dec + chunk, "decode_core_s": dec, "chunk_core_s": chunk}

@@ -2,8 +2,8 @@
 
 A prefill instance serves one prompt at a time, first come first served (FCFS), so a request's time to first
 token is ``TTFT = W + S + transfer``: waiting time W in the queue, its own prefill service time S and the
-exposed KV transfer. This module gives W for three queues, plus a discrete-event simulator of the same queues
-to check them:
+exposed KV transfer. This module gives W for three queues (:mod:`.simulate` simulates the same queues to
+check them):
 
 * **M/D/1** (Poisson arrivals, one deterministic service time D): exact waiting-time CDF, survival function,
   quantiles and mean (:func:`md1_wait_cdf`, :func:`md1_wait_sf`, :func:`md1_wait_quantile`,
@@ -12,8 +12,6 @@ to check them:
   MODELS.md §4.5, and the Cramér–Lundberg tail for an empirical service distribution (exact asymptotically).
 * **M/G/c** (c identical instances behind one FCFS queue): Erlang B/C, the Allen–Cunneen mean and an
   exponential tail with the same mean; both exact for M/M/c (``cs2 = 1``).
-* **Simulation**: :func:`simulate_fcfs` (vectorised Lindley recursion for one server or for deterministic
-  service on c servers, a heap otherwise), Poisson arrivals, service samplers, :func:`sim_percentiles`.
 
 Conventions: rates in 1/s (``lam_per_s``), times in s, ``rho = lam * E[S] / c`` the utilisation. Every formula
 broadcasts its array arguments (numpy in, numpy out). An unstable queue (``rho >= 1``) is not an error: its
@@ -24,12 +22,12 @@ input (negative rate, non-positive service time, fewer than one server, probabil
 
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .. import _check
 from ..errors import SpecError
 
 __all__ = [
@@ -42,10 +40,8 @@ __all__ = [
     "mg1_wait_quantile_lundberg",
     # M/G/c
     "erlang_b", "erlang_c", "mgc_mean_wait", "mgc_wait_sf", "mgc_wait_quantile",
-    # simulation
-    "poisson_arrivals", "deterministic_service", "exponential_service", "lognormal_prompt_tokens",
-    "lognormal_prompt_pmf",
-    "prefill_service_s", "simulate_fcfs", "sim_percentiles",
+    # prompt lengths and prefill service
+    "lognormal_prompt_pmf", "prefill_service_s",
 ]
 
 # M/D/1 CDF: the stable Crommelin recursion is used for t/D < _MD1_SWITCH, the exact asymptotic tail beyond.
@@ -55,65 +51,49 @@ _MD1_SWITCH = 40
 # Poisson terms (rho*tau)^j / j! with rho*tau < 1 beyond j = 21 are below 2e-20: truncate there.
 _MD1_TERMS = 22
 _INV_FACT = np.array([1.0 / math.factorial(j) for j in range(_MD1_TERMS + 1)])
-_LINDLEY_CHUNK = 1 << 16  # rows per block of the vectorised Lindley recursion (bounds cumsum round-off)
+MAX_SERVERS = 1 << 20  # servers (instances) in one queue
+MAX_PROMPT_TOKENS = 1 << 24  # longest prompt a distribution may reach [tokens]
 
 
 # ------------------------------------------------------------------------------------------------------------
 # input checks
 
 
-def _num(name: str, x: ArrayLike) -> np.ndarray:
-    a = np.asarray(x, dtype=float)
-    if np.isnan(a).any():
-        raise SpecError(f"{name} must be a number, got {_first(a, np.isnan(a))}")
-    return a
-
-
 def _first(a: np.ndarray, bad: np.ndarray):
     return float(np.asarray(a)[np.asarray(bad)].flat[0]) if np.ndim(a) else float(a)
 
 
+def _num(name: str, x: ArrayLike) -> np.ndarray:
+    """Numbers (+-inf allowed, NaN not)."""
+    return _check.real_array(name, x, allow_inf=True, allow_empty=True)
+
+
 def _rate(name: str, x: ArrayLike) -> np.ndarray:
-    a = _num(name, x)
-    if (a < 0).any():
-        raise SpecError(f"{name} must be >= 0 [1/s], got {_first(a, a < 0)}")
-    return a
+    return _check.real_array(name, x, lo=0.0, allow_inf=True, allow_empty=True, unit="1/s")
 
 
 def _positive(name: str, x: ArrayLike, unit: str = "s") -> np.ndarray:
-    a = _num(name, x)
-    bad = ~(a > 0) | ~np.isfinite(a)
-    if bad.any():
-        raise SpecError(f"{name} must be finite and > 0 [{unit}], got {_first(a, bad)}")
-    return a
+    return _check.real_array(name, x, lo=0.0, lo_open=True, allow_empty=True, unit=unit)
 
 
 def _nonneg_finite(name: str, x: ArrayLike, unit: str = "s") -> np.ndarray:
-    a = _num(name, x)
-    bad = ~(a >= 0) | ~np.isfinite(a)
-    if bad.any():
-        raise SpecError(f"{name} must be finite and >= 0 [{unit}], got {_first(a, bad)}")
-    return a
+    return _check.real_array(name, x, lo=0.0, allow_empty=True, unit=unit)
 
 
 def _prob(name: str, x: ArrayLike) -> np.ndarray:
-    a = _num(name, x)
-    bad = (a < 0) | (a > 1)
-    if bad.any():
-        raise SpecError(f"{name} must be a probability in [0, 1], got {_first(a, bad)}")
-    return a
+    return _check.real_array(name, x, lo=0.0, hi=1.0, allow_empty=True, rule="a probability in [0, 1]")
 
 
 def _servers(name: str, c: ArrayLike) -> np.ndarray:
-    a = _num(name, c)
-    bad = ~np.isfinite(a) | (a < 1) | (a != np.floor(a))
-    if bad.any():
-        raise SpecError(f"{name} must be an integer >= 1, got {_first(a, bad)}")
-    return a
+    return _check.real_array(name, c, lo=1, hi=MAX_SERVERS, integer=True, allow_empty=True)
 
 
 def _time(name: str, t: ArrayLike) -> np.ndarray:
     return _num(name, t)
+
+
+def _count(name: str, n, hi: int) -> int:
+    return _check.integer(name, n, lo=0, hi=hi)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -543,7 +523,7 @@ def mg1_wait_sf_lundberg(t_s: ArrayLike, lam_per_s: ArrayLike, service_values_s:
 
     Asymptotically exact; capped at the exact ``P(W > 0) = rho`` because at small t the one-term asymptotic
     can exceed it. Accurate for the p99 and beyond when the tail is in its exponential regime (check against
-    :func:`simulate_fcfs`). ``t_s`` broadcasts against ``lam_per_s``; 1 where rho >= 1.
+    :func:`.simulate.simulate_fcfs`). ``t_s`` broadcasts against ``lam_per_s``; 1 where rho >= 1.
     """
     t = _time("t_s", t_s)
     lam = _rate("lam_per_s", lam_per_s)
@@ -694,47 +674,7 @@ def mgc_wait_quantile(p: ArrayLike, lam_per_s: ArrayLike, mean_service_s: ArrayL
 
 
 # ------------------------------------------------------------------------------------------------------------
-# simulation
-
-
-def poisson_arrivals(rate_per_s: float, n: int, seed=None) -> np.ndarray:
-    """Arrival times [s] of a Poisson process, shape (n,): cumulative sums of Exp(rate) gaps, first at gap 1.
-
-    ``seed`` is anything :func:`numpy.random.default_rng` accepts (int, Generator, None).
-    """
-    rate = float(_positive("rate_per_s", rate_per_s, unit="1/s"))
-    n = _count("n", n)
-    rng = np.random.default_rng(seed)
-    return np.cumsum(rng.exponential(1.0 / rate, n))
-
-
-def deterministic_service(service_s: float, n: int) -> np.ndarray:
-    """Constant service times [s], shape (n,)."""
-    return np.full(_count("n", n), float(_positive("service_s", service_s)))
-
-
-def exponential_service(mean_s: float, n: int, seed=None) -> np.ndarray:
-    """Exponential service times [s] with mean ``mean_s``, shape (n,) (M/M/c checks)."""
-    m = float(_positive("mean_s", mean_s))
-    return np.random.default_rng(seed).exponential(m, _count("n", n))
-
-
-def lognormal_prompt_tokens(n: int, *, median_tokens: float, sigma: float, max_tokens: float | None = None,
-                            min_tokens: float = 1.0, seed=None) -> np.ndarray:
-    """Prompt lengths [tokens], shape (n,): lognormal with the given median and log-space sigma, rounded,
-    clipped to [min_tokens, max_tokens] (the context limit; clipping also gives the tail an exponential
-    regime). Mean of the unclipped law: ``median * exp(sigma^2 / 2)``. Exact pmf:
-    :func:`lognormal_prompt_pmf`.
-    """
-    med = float(_positive("median_tokens", median_tokens, unit="tokens"))
-    sg = float(_nonneg_finite("sigma", sigma, unit="-"))
-    lo = float(_positive("min_tokens", min_tokens, unit="tokens"))
-    hi = np.inf if max_tokens is None else float(_positive("max_tokens", max_tokens, unit="tokens"))
-    if hi < lo:
-        raise SpecError(f"max_tokens must be >= min_tokens ({lo}), got {hi}")
-    rng = np.random.default_rng(seed)
-    x = np.round(med * np.exp(sg * rng.standard_normal(_count("n", n))))
-    return np.clip(x, lo, hi)
+# prompt-length distribution and prefill service time
 
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
@@ -747,7 +687,7 @@ def _norm_cdf_sf(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def lognormal_prompt_pmf(*, median_tokens: float, sigma: float, max_tokens: int, min_tokens: int = 1
                          ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact distribution of :func:`lognormal_prompt_tokens`: ``(tokens, prob)``, 1-D over min..max_tokens.
+    """Exact distribution of :func:`.simulate.lognormal_prompt_tokens`: ``(tokens, prob)``, 1-D over min..max_tokens.
 
     ``P(k) = P(k - 1/2 <= X < k + 1/2)`` for X lognormal(log median, sigma), with the clipped mass on the two
     end points. Feed ``prefill_service_s(tokens, ...)`` and ``prob`` to :func:`mg1_lundberg` (as weights) or
@@ -755,7 +695,8 @@ def lognormal_prompt_pmf(*, median_tokens: float, sigma: float, max_tokens: int,
     """
     med = float(_positive("median_tokens", median_tokens, unit="tokens"))
     sg = float(_nonneg_finite("sigma", sigma, unit="-"))
-    lo, hi = _count("min_tokens", min_tokens), _count("max_tokens", max_tokens)
+    lo = _count("min_tokens", min_tokens, MAX_PROMPT_TOKENS)
+    hi = _count("max_tokens", max_tokens, MAX_PROMPT_TOKENS)
     if lo < 1 or hi < lo:
         raise SpecError(f"need 1 <= min_tokens <= max_tokens, got min_tokens={lo}, max_tokens={hi}")
     k = np.arange(lo, hi + 1, dtype=float)
@@ -786,137 +727,6 @@ def prefill_service_s(prompt_tokens: ArrayLike, *, a_s: float, b_s_per_token: fl
                         f"S = {_first(S, out <= 0)}")
     return out
 
-
-def _count(name: str, n) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise SpecError(f"{name} must be an integer >= 0, got {n!r}")
-    return int(n)
-
-
-def _lindley_columns(arr: np.ndarray, svc: np.ndarray) -> np.ndarray:
-    """Waiting times of independent single-server FCFS queues, one per column (arrays of shape (m, k)).
-
-    Lindley: ``W_0 = 0``, ``W_i = max(0, W_{i-1} + X_i)`` with ``X_i = S_{i-1} - (a_i - a_{i-1})``. Unrolled
-    over a block that starts with carried-in wait W_prev: ``W_i = U_i - min(-W_prev, min_{k<=i} U_k)`` with U
-    the block's cumulative sum of X (running minimum, no Python loop per request). Blocks of 65536 rows
-    restart the cumulative sums, so round-off stays at block scale instead of growing with the run length.
-    """
-    m, k = arr.shape
-    x = np.empty_like(arr)
-    x[0] = 0.0
-    np.subtract(svc[:-1], np.diff(arr, axis=0), out=x[1:])
-    w = np.empty_like(arr)
-    w_prev = np.zeros(k)
-    for start in range(0, m, _LINDLEY_CHUNK):
-        u = np.cumsum(x[start:start + _LINDLEY_CHUNK], axis=0)
-        run_min = np.minimum.accumulate(u, axis=0)
-        np.minimum(run_min, -w_prev, out=run_min)
-        blk = u - run_min
-        w[start:start + _LINDLEY_CHUNK] = blk
-        w_prev = blk[-1]
-    return w
-
-
-def _heap_fcfs(arr: np.ndarray, svc: np.ndarray, c: int) -> np.ndarray:
-    """c servers, one FCFS queue, first free server: start_i = max(a_i, earliest server-free time)."""
-    free = [0.0] * c                                               # min-heap of server-free times [s]
-    starts = []
-    push_start = starts.append
-    replace = heapq.heapreplace
-    for a, s in zip(arr.tolist(), svc.tolist()):
-        f = free[0]
-        st = f if f > a else a
-        replace(free, st + s)
-        push_start(st)
-    return np.asarray(starts) - arr
-
-
-def simulate_fcfs(arrival_times_s: ArrayLike, service_s: ArrayLike, servers: int = 1) -> np.ndarray:
-    """Discrete-event simulation of a FCFS queue with ``servers`` identical servers: waiting time per request.
-
-    Parameters
-    ----------
-    arrival_times_s : arrival times [s], shape (n,), non-decreasing (e.g. :func:`poisson_arrivals`).
-    service_s : service time of each request [s], shape (n,) or scalar, >= 0.
-    servers : c >= 1; the queue starts empty at time 0.
-
-    Returns
-    -------
-    W [s], shape (n,): start of service minus arrival. Sojourn (TTFT without transfer) is ``W + service_s``.
-
-    Notes
-    -----
-    * c = 1: vectorised Lindley recursion (see ``_lindley_columns``), ~15 ms per million requests.
-    * c > 1 with one constant service time D: customers start in arrival order and depart in start order, so
-      start_i = max(a_i, start_{i-c} + D) -- the queue splits exactly into c interleaved single-server queues
-      (requests i = r mod c), each solved by the vectorised Lindley recursion.
-    * c > 1 with variable service: a heap of server-free times in a tight Python loop (~0.2-0.3 s per
-      million requests; every request needs the minimum of the previous c departures, an inherently
-      sequential recursion).
-    """
-    arr = _num("arrival_times_s", arrival_times_s).ravel()
-    if not np.isfinite(arr).all():
-        raise SpecError(f"arrival_times_s must be finite, got {_first(arr, ~np.isfinite(arr))}")
-    if arr.size > 1 and (np.diff(arr) < 0).any():
-        i = int(np.argmax(np.diff(arr) < 0))
-        raise SpecError(f"arrival_times_s must be non-decreasing, got {arr[i]} then {arr[i + 1]} "
-                        f"at index {i}")
-    svc = np.broadcast_to(_nonneg_finite("service_s", service_s), arr.shape).astype(float)
-    if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)) or servers < 1:
-        raise SpecError(f"servers must be an integer >= 1, got {servers!r}")
-    c = int(servers)
-    n = arr.size
-    if n == 0:
-        return np.zeros(0)
-    if c == 1:
-        return _lindley_columns(arr[:, None], svc[:, None])[:, 0]
-    if n <= c:
-        return np.zeros(n)
-    if np.all(svc == svc[0]):
-        m = -(-n // c)
-        pad = m * c - n
-        a2 = np.concatenate([arr, np.full(pad, arr[-1])]).reshape(m, c)
-        s2 = np.full((m, c), svc[0])
-        return _lindley_columns(a2, s2).ravel()[:n]
-    return _heap_fcfs(arr, svc, c)
-
-
-def sim_percentiles(arrival_times_s: ArrayLike, service_s: ArrayLike, servers: int = 1, *,
-                    warmup: float = 0.1, quantiles: tuple[float, ...] = (0.5, 0.9, 0.99)) -> dict:
-    """Simulate (:func:`simulate_fcfs`) and summarise waiting and sojourn times after a warm-up.
-
-    Parameters
-    ----------
-    arrival_times_s, service_s, servers : as :func:`simulate_fcfs`.
-    warmup : fraction in [0, 1) of the first requests discarded (the run starts empty, not stationary).
-    quantiles : probabilities to report; keys use the percent, e.g. ``wait_p99_s``, ``sojourn_p99_s``.
-
-    Returns
-    -------
-    dict with ``wait_p{q}_s``, ``sojourn_p{q}_s`` (sojourn = W + S = TTFT without transfer), ``wait_mean_s``,
-    ``sojourn_mean_s``, ``p_wait`` (fraction with W > 0) and ``n`` (requests kept).
-    """
-    wu = float(_num("warmup", warmup))
-    if not 0.0 <= wu < 1.0:
-        raise SpecError(f"warmup must be a fraction in [0, 1), got {wu}")
-    qs = _prob("quantiles", quantiles).ravel()
-    arr = np.asarray(arrival_times_s, dtype=float).ravel()
-    svc = np.broadcast_to(np.asarray(service_s, dtype=float), arr.shape)
-    w = simulate_fcfs(arr, svc, servers)
-    k = int(wu * w.size)
-    w, soj = w[k:], w[k:] + svc[k:]
-    out = {"n": int(w.size)}
-    if w.size == 0:
-        raise SpecError(f"warmup {wu} leaves no requests out of {arr.size}")
-    qw, qs_ = np.quantile(w, qs), np.quantile(soj, qs)
-    for q, a, b in zip(qs, qw, qs_):
-        lab = f"{100 * q:g}".replace(".", "_")
-        out[f"wait_p{lab}_s"] = float(a)
-        out[f"sojourn_p{lab}_s"] = float(b)
-    out["wait_mean_s"] = float(w.mean())
-    out["sojourn_mean_s"] = float(soj.mean())
-    out["p_wait"] = float(np.mean(w > 0))
-    return out
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Per-kernel roofline (MODELS.md §1.1).
+"""Per-kernel roofline (docs/models.md §1.1).
 
 A step is a *sequence* of kernels; each kernel k with F_k FLOPs and M_k bytes of HBM traffic takes
 
@@ -12,7 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["kernel_time_s", "gemm_flops_bytes", "memory_bound_tokens"]
+__all__ = ["roofline_s", "kernel_time_s", "gemm_flops_bytes", "memory_bound_tokens"]
+
+
+def roofline_s(flops, bytes_, flops_per_s: float, bytes_per_s: float, overhead_s: float = 0.0) -> np.ndarray:
+    """max(flops / flops_per_s, bytes / bytes_per_s) + overhead [s]: the roofline, written once.
+
+    ``flops_per_s`` and ``bytes_per_s`` are *achieved* throughputs (efficiency x peak); the step engine
+    (:mod:`.engine`) chooses them per kernel class. Broadcasts over ``flops`` and ``bytes_``.
+    """
+    return np.maximum(np.asarray(flops, dtype=float) / flops_per_s,
+                      np.asarray(bytes_, dtype=float) / bytes_per_s) + overhead_s
 
 
 def kernel_time_s(flops, bytes_, *, peak_flops: float, bw_Bps: float, eta_compute: float, eta_mem: float,
@@ -34,8 +44,7 @@ def kernel_time_s(flops, bytes_, *, peak_flops: float, bw_Bps: float, eta_comput
     overhead_s : float
         Fixed per-kernel time (launch gap, tail) [s].
     """
-    return np.maximum(np.asarray(flops, dtype=float) / (eta_compute * peak_flops),
-                      np.asarray(bytes_, dtype=float) / (eta_mem * bw_Bps)) + overhead_s
+    return roofline_s(flops, bytes_, eta_compute * peak_flops, eta_mem * bw_Bps, overhead_s)
 
 
 def gemm_flops_bytes(m_tokens, k_in, n_out, *, b_w: float, b_a: float):

@@ -22,7 +22,8 @@ import math
 import numpy as np
 
 from ..errors import SpecError
-from .attention import LAYOUTS, Deployment, max_batch, memory_per_rank, step_time
+from .attention import max_batch, memory_per_rank, step_time
+from .engine import LAYOUTS, Deployment
 from .transitions import handoff_time
 
 __all__ = ["reasoning_trace", "fluctuating_trace", "segment_costs", "run_policy", "compare_policies"]

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SpecError
-from .attention import LAYOUTS, Deployment, step_time
+from .attention import step_time
+from .engine import LAYOUTS, Deployment
 from .collectives import alpha_s
 
 __all__ = ["Transition", "ownership", "transfer_volumes", "kv_transition", "weight_transition",

@@ -8,7 +8,7 @@ import pytest
 
 from llmexplore import sweeps
 from llmexplore.models import attention as att
-from llmexplore.models.attention import Deployment
+from llmexplore.models.engine import Deployment
 
 SMALL = dict(N_CONTEXT=24, N_BATCH=10, TRACE_SEGMENT=2048, FLUCT_SEGMENTS=24)
 
@@ -25,8 +25,8 @@ def executed(tmp_path_factory):
 
 def test_best_layout_and_step_times_match_the_package(executed):
     dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8", kv_dtype="bf16")
-    table = sweeps.layout_table(dep, 64, 8192)
-    assert executed["best_layout"] == sweeps.best_layout(table)
+    table = sweeps.layouts.layout_table(dep, 64, 8192)
+    assert executed["best_layout"] == sweeps.layouts.best_layout(table)
     for row in table.itertuples():
         assert executed["step_ms"][row.layout] == pytest.approx(row.step_ms, rel=1e-12)
         assert executed["total_GB"][row.layout] == pytest.approx(row.total_GB, rel=1e-12)

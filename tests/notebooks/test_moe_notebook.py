@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmexplore import moe_sweeps
+from llmexplore import sweeps
 
 SMALL = dict(BATCHES=[64, 256, 4096], N_SKEWS=5, MC_TRIALS=100, REDUNDANT=[32])
 
@@ -16,7 +16,7 @@ def rec(tmp_path_factory):
 
 
 def test_scenario_values_match_the_package(rec):
-    df = moe_sweeps.scenario_table("h200", batch=(256,), redundant=(32,))
+    df = sweeps.moe.scenario_table("deepseek-v3", "h200", 16, batch=(256,), redundant=(32,))
     for row in df.itertuples():
         assert rec["step_ms_at_batch"][row.layout] == pytest.approx(row.step_ms, rel=1e-9)
     s = rec["step_ms_at_batch"]

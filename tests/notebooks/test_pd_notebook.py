@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmexplore import pd_sweeps, presets
+from llmexplore import presets, sweeps
 
 SMALL = dict(N_RATES=8, N_BANDWIDTHS=14, PROMPTS=[1024, 4096], OUTPUTS=[128, 512], GRID_MAX=12)
 
@@ -18,8 +18,8 @@ def rec(tmp_path_factory):
 def test_one_request_matches_calibration_and_package(rec):
     # AIConfigurator: prefill of one 4096-token prompt, Llama-3.1-70B TP8 H100 = 171.62 ms (calibration set)
     assert rec["prefill_ms"] == pytest.approx(171.62, rel=0.01)
-    s = pd_sweeps.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
-    pt = pd_sweeps.point_summary(s)
+    s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
+    pt = sweeps.disagg.point_summary(s)
     assert rec["decode_step_ms"] == pytest.approx(pt["decode_step_ms"], rel=1e-12)
     assert rec["kv_transfer_GB"] == pytest.approx(4096 * 327_680 / 1e9)
 
@@ -53,8 +53,8 @@ def test_queue_formulas_agree_with_simulation(rec):
 
 
 def test_goodput_matches_the_package(rec):
-    s = pd_sweeps.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
-    grid = pd_sweeps.goodput_grid(s, link="roce-400g", n_max=SMALL["GRID_MAX"])
+    s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
+    grid = sweeps.disagg.goodput_grid(s, link="roce-400g", n_max=SMALL["GRID_MAX"])
     assert rec["best_goodput_per_gpu"] == pytest.approx(float(grid["rate_per_gpu"].max()), rel=1e-9)
     # rate matching beats the pools sized for 36 req/s (72 GPUs -> 0.5 req/s/GPU) only by filling them up
     assert rec["best_goodput_per_gpu"] >= 36 / 72 * 0.99

@@ -13,7 +13,7 @@ import pytest
 
 from llmexplore import presets
 from llmexplore.errors import SpecError
-from llmexplore.models import eplb, moe
+from llmexplore.models import eplb, moe, routing
 from llmexplore.specs import Link
 
 pytestmark = pytest.mark.reference
@@ -101,7 +101,7 @@ def test_deepseek_production_slots_per_gpu():
     with pytest.raises(SpecError, match=r"ep \(144\) must divide routed experts \+ redundant \(256 \+ 0"):
         moe.MoEDeployment.build("deepseek-v3", "h100-sxm", 144, tp=1, ep=144)
     # EPLB: 8 expert groups do not divide over 18 decode nodes, so upstream uses its global policy
-    lp = moe.layer_probs(moe.skew_probs(2.6, 256, 8), 2, seed=0)
+    lp = routing.layer_probs(routing.skew_probs(2.6, 256, 8), 2, seed=0)
     ph = decode.placement(lp)
     flat, _, _ = eplb.rebalance_experts(lp, 288, 1, 1, 144)
     assert np.array_equal(ph, flat)

@@ -11,7 +11,7 @@ import pytest
 
 from llmexplore import presets
 from llmexplore.models import attention as att
-from llmexplore.models.attention import Deployment
+from llmexplore.models.engine import Deployment
 
 pytestmark = pytest.mark.reference
 

@@ -10,7 +10,7 @@ import pytest
 from llmexplore import presets
 from llmexplore.errors import SpecError
 from llmexplore.models import attention as att
-from llmexplore.models.attention import LAYOUTS, Deployment
+from llmexplore.models.engine import LAYOUTS, Deployment
 from llmexplore.models.collectives import allgather_s, allreduce_s, alltoall_s, reducescatter_s
 
 GiB = 2**30
@@ -352,12 +352,15 @@ def test_kv_heads_rule():
 
 @pytest.mark.parametrize("kwargs, pattern", [
     (dict(ranks=0), r"ranks must be an integer in \[1, 1024\], got 0"),
-    (dict(ranks=2.0), r"ranks must be an integer in \[1, 1024\], got 2.0"),
+    (dict(ranks=2.5), r"ranks must be an integer in \[1, 1024\], got 2.5"),
+    (dict(ranks="8"), r"ranks must be an integer in \[1, 1024\], got '8'"),
+    (dict(ranks=10**400), r"ranks must be an integer in \[1, 1024\], got 1000"),
     (dict(ranks=True), r"ranks must be an integer in \[1, 1024\], got True"),
     (dict(weight_dtype="int4"), r"weight_dtype must be one of .*got 'int4'"),
     (dict(kv_dtype="fp4"), r"kv_dtype must be one of .*got 'fp4'"),
-    (dict(q_tokens=0), r"q_tokens must be an integer >= 1, got 0"),
-    (dict(context_cv=-0.1), r"context_cv must be a finite number >= 0, got -0.1"),
+    (dict(q_tokens=0), r"q_tokens must be an integer in \[1, 1,048,576\], got 0"),
+    (dict(context_cv=-0.1), r"context_cv must be a finite number in \[0, 100\], got -0.1"),
+    (dict(context_cv=1j), r"context_cv must be a finite number in \[0, 100\], got 1j"),
 ])
 def test_deployment_field_errors(kwargs, pattern):
     args = dict(model="llama-3-8b", gpu="h100-sxm", ranks=8)
@@ -375,12 +378,14 @@ def test_ranks_spanning_nodes_unevenly():
 
 
 @pytest.mark.parametrize("batch, context, pattern", [
-    (0, 10, r"batch must be an integer >= 1, got 0"),
-    (1.5, 10, r"batch must be an integer >= 1, got 1.5"),
-    ([4, -2], 10, r"batch must be an integer >= 1, got -2"),
-    (1, 0, r"context must be >= 1 token, got 0"),
-    (1, float("nan"), r"context must be >= 1 token, got nan"),
-    ([], 10, r"batch and context must not be empty"),
+    (0, 10, r"batch must be an integer in \[1, 16,777,216\], got 0"),
+    (1.5, 10, r"batch must be an integer in \[1, 16,777,216\], got 1.5"),
+    ([4, -2], 10, r"batch must be an integer in \[1, 16,777,216\], got -2"),
+    ("8", 10, r"batch must be an integer in \[1, 16,777,216\], got '8'"),
+    (1, 0, r"context must be a finite number in \[1, 1,073,741,824\], got 0"),
+    (1, float("nan"), r"context must be a finite number in \[1, 1,073,741,824\], got nan"),
+    (1, 1j, r"context must be a finite number in \[1, 1,073,741,824\], got 1j"),
+    ([], 10, r"batch must not be empty"),
 ])
 def test_batch_context_errors(llama70_tp8, batch, context, pattern):
     with pytest.raises(SpecError, match=pattern):

@@ -146,12 +146,12 @@ def test_layouts_options_reach_the_deployment(capsys):
     args = [*LAYOUT_ARGS[:-2], "--kv-dtype", "fp8", "--q-tokens", "2", "--context-cv", "0.3",
             "--scale-out-link", "roce-400g", "--json"]
     inputs = run_json(capsys, args)["inputs"]
-    assert inputs["weight_dtype"] == "bf16" and inputs["kv_dtype"] == "fp8"
+    assert inputs["weight_dtype"] == "fp8" and inputs["kv_dtype"] == "fp8"  # DeepSeek-V3 is released in FP8
     assert inputs["q_tokens"] == 2 and inputs["context_cv"] == 0.3 and inputs["scale_out_link"] == "roce-400g"
 
 
 def test_layouts_json_turns_non_finite_numbers_into_null_with_a_reason(capsys, monkeypatch):
-    real = sweeps.layout_table
+    real = sweeps.layouts.layout_table
 
     def with_inf(dep, batch, context, **kw):
         t = real(dep, batch, context, **kw)
@@ -159,7 +159,7 @@ def test_layouts_json_turns_non_finite_numbers_into_null_with_a_reason(capsys, m
         t.loc[0, "tokens_per_s"] = math.nan
         return t
 
-    monkeypatch.setattr(sweeps, "layout_table", with_inf)
+    monkeypatch.setattr(sweeps.layouts, "layout_table", with_inf)
     doc = run_json(capsys, [*LAYOUT_ARGS, "--json"])  # strict parse: no NaN/Infinity tokens
     tp = doc["layouts"][0]
     assert tp["step_ms"] is None and tp["tokens_per_s"] is None

@@ -9,7 +9,7 @@ import pytest
 from llmexplore import presets, sweeps
 from llmexplore.models import attention as att
 from llmexplore.models import crossover as cx
-from llmexplore.models.attention import LAYOUTS, Deployment
+from llmexplore.models.engine import LAYOUTS, Deployment
 from llmexplore.models.collectives import Fabric
 from llmexplore.specs import Link
 
@@ -31,7 +31,7 @@ def dep(request):
 
 
 def _best_label(dep, b, s):
-    g = sweeps.best_layout_grid(dep, b, s)
+    g = sweeps.layouts.best_layout_grid(dep, b, s)
     idx = np.asarray(g["best"])
     labels = np.array([*LAYOUTS, None], dtype=object)
     return labels[np.where(idx < 0, len(LAYOUTS), idx)]
@@ -160,5 +160,5 @@ def test_closed_form_crossover_agrees_with_sweep():
     B = 64
     (bd,), _ = cx.context_boundaries(dep, [B], layouts=("TP", "DPA"), s_hi=float(1 << 22))
     s = np.array([bd.context * 0.999, bd.context * 1.001])
-    g = sweeps.best_layout_grid(dep, B, s, layouts=("TP", "DPA"))
+    g = sweeps.layouts.best_layout_grid(dep, B, s, layouts=("TP", "DPA"))
     assert g["best"].tolist() == [0, 1]  # TP below s*, DPA above

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmexplore import cli, pd_sweeps, presets
+from llmexplore import cli, presets, sweeps
 from llmexplore.errors import SpecError
 from llmexplore.models import disagg as dg
 from llmexplore.models import queueing as qz
+from llmexplore.models import simulate as sim
 from llmexplore.models.attention import step_time
 from llmexplore.models.prefill import prefill_time
 
@@ -18,7 +19,7 @@ from llmexplore.models.prefill import prefill_time
 @pytest.fixture(scope="module")
 def s70():
     # the issue's scenario: Llama-3-70B, 4,096-token prompts, 256 output tokens, 36 requests/s
-    return pd_sweeps.setup("llama-3-70b", "h100-sxm", prompt_tokens=4096, output_tokens=256, rate_per_s=36,
+    return sweeps.disagg.setup("llama-3-70b", "h100-sxm", prompt_tokens=4096, output_tokens=256, rate_per_s=36,
                            ttft_slo_ms=1000, tpot_slo_ms=40)
 
 
@@ -66,10 +67,10 @@ def test_ttft_matches_a_simulation_of_the_same_queue(sides):
     # one prefill instance: TTFT = W + D + transfer with W from the exact M/D/1; simulate the queue
     pre, _ = sides
     D, lam = pre.prefill_s, 0.7 / pre.prefill_s
-    arr = qz.poisson_arrivals(lam, 4_000_000, seed=3)
-    sim = qz.sim_percentiles(arr, D, servers=1, quantiles=(0.99,))
+    arr = sim.poisson_arrivals(lam, 4_000_000, seed=3)
+    res = sim.sim_percentiles(arr, D, servers=1, quantiles=(0.99,))
     model = float(dg._wait_quantile(0.99, lam, D, 1)) + D
-    assert model == pytest.approx(sim["sojourn_p99_s"], rel=0.02)  # sampling sd ~0.3% at 4M requests
+    assert model == pytest.approx(res["sojourn_p99_s"], rel=0.02)  # sampling sd ~0.3% at 4M requests
 
 
 def test_sized_pools_meet_the_slos_and_nothing_cheaper_does(s70, sides):
@@ -97,12 +98,12 @@ def test_more_instances_never_worse(s70, sides):
 @settings(max_examples=25, deadline=None)
 @given(bw=st.floats(0.5, 800), factor=st.floats(1.0, 10.0), rate=st.floats(1.0, 60.0))
 def test_faster_link_never_slower(bw, factor, rate):
-    s = pd_sweeps.setup("llama-3-8b", "h100-sxm", prefill_tp=1, decode_tp=1, prompt_tokens=2048,
+    s = sweeps.disagg.setup("llama-3-8b", "h100-sxm", prefill_tp=1, decode_tp=1, prompt_tokens=2048,
                         output_tokens=128, rate_per_s=rate, ttft_slo_ms=2000, tpot_slo_ms=50)
     pre, dec = s.sides()
     out = []
     for b in (bw, bw * factor):
-        x = dg.transfer_side(pre, dec, pd_sweeps.custom_link(b), s.workload)
+        x = dg.transfer_side(pre, dec, sweeps.disagg.custom_link(b), s.workload)
         out.append((x["exposed_s"], float(dg.disagg_latency(pre, dec, x, s.workload, 8, 8)["ttft_s"]),
                     dg.size_pools(pre, dec, x, s.workload, n_max=32)["gpus"]))
     (e0, t0, g0), (e1, t1, g1) = out
@@ -126,13 +127,13 @@ def test_scenario_llama70_36rps(s70):
     """Issue #3's scenario: RDMA disaggregation beats colocation; 100 GbE TCP with one NIC per 8-GPU node
     does not; the break-even link bandwidth lies between them and pipelining lowers it (it hides latency,
     not the link's occupancy: 36 req/s x 1.34 GB = 48 GB/s must cross the links either way)."""
-    comp = pd_sweeps.link_comparison(s70).set_index(["mode", "link"])["gpus"]
+    comp = sweeps.disagg.link_comparison(s70).set_index(["mode", "link"])["gpus"]
     colo = comp[("colocated", "-")]
     assert comp[("disaggregated, pipelined", "roce-400g")] < colo
     assert comp[("disaggregated, pipelined", "nvlink4")] < colo
     assert comp[("disaggregated, pipelined", "tcp-100g (1 NIC/instance)")] > colo
-    one_nic = pd_sweeps.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40, nics=1)
-    be = pd_sweeps.breakeven_bandwidth(pd_sweeps.gpus_vs_bandwidth(one_nic, np.geomspace(1, 400, 40)))
+    one_nic = sweeps.disagg.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40, nics=1)
+    be = sweeps.disagg.breakeven_bandwidth(sweeps.disagg.gpus_vs_bandwidth(one_nic, np.geomspace(1, 400, 40)))
     tcp = presets.link("tcp-100g").achievable_GBps
     roce = presets.link("roce-400g").achievable_GBps
     assert tcp < be["disaggregated, pipelined"] <= be["disaggregated, serial"] < roce
@@ -141,11 +142,11 @@ def test_scenario_llama70_36rps(s70):
 
 
 def test_pool_sizes_vs_prompt_shift_work_to_prefill(s70):
-    df = pd_sweeps.pool_sizes_vs(s70, "prompt_tokens", [1024, 4096, 16384], links=(("roce-400g", None),))
+    df = sweeps.disagg.pool_sizes_vs(s70, "prompt_tokens", [1024, 4096, 16384], links=(("roce-400g", None),))
     ratio = df[df["mode"].str.startswith("disaggregated")]["pd_gpu_ratio"].to_numpy()
     assert np.all(np.diff(ratio) >= 0) and ratio[-1] > ratio[0]
     with pytest.raises(SpecError, match="field must be"):
-        pd_sweeps.pool_sizes_vs(s70, "batch", [1])
+        sweeps.disagg.pool_sizes_vs(s70, "batch", [1])
 
 
 def test_cli_pd_json(capsys):
@@ -190,17 +191,17 @@ def test_first_fixed_point_takes_the_smaller_root():
 def test_variable_prompts_ttft_matches_simulation():
     # lognormal prompts (sigma 0.5 around 4096): exact M/G/1 for one instance, Allen-Cunneen M/G/c for four
     import dataclasses
-    s = pd_sweeps.setup("llama-3-70b", "h100-sxm", prompt_sigma=0.5)
+    s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", prompt_sigma=0.5)
     pre, _ = s.sides()
     assert pre.cs2 > 0.2 and pre.prefill_s > 0.1716  # the mean prompt is above the median
     rng = np.random.default_rng(5)
     for c, rho, tol in ((1, 0.7, 0.02), (4, 0.7, 0.05)):
         lam = rho * c / pre.prefill_s
         n = 3_000_000
-        sim = qz.sim_percentiles(qz.poisson_arrivals(lam, n, 7), rng.choice(pre.service_s, n, p=pre.service_p),
+        res = sim.sim_percentiles(sim.poisson_arrivals(lam, n, 7), rng.choice(pre.service_s, n, p=pre.service_p),
                                  servers=c, quantiles=(0.99,))
         model = float(dg.prefill_ttft_quantile(pre, 0.99, lam, c))
-        assert model == pytest.approx(sim["sojourn_p99_s"], rel=tol)
+        assert model == pytest.approx(res["sojourn_p99_s"], rel=tol)
     assert dataclasses.replace(s.workload, prompt_sigma=0).mean_prompt_tokens == 4096
 
 

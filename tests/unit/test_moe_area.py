@@ -5,17 +5,17 @@ import json
 import numpy as np
 import pytest
 
-from llmexplore import cli, moe_sweeps, widgets
+from llmexplore import cli, sweeps, widgets
 
 
 def test_layout_options_dsv3_16():
-    opts = moe_sweeps.layout_options(16)
+    opts = sweeps.moe.layout_options(16)
     assert [o[0] for o in opts] == ["TP16", "TP8xEP2", "TP4xEP4", "TP2xEP8", "DPA+EP16"]
     assert all(tp * ep == 16 for _, tp, ep in opts)
 
 
 def test_scenario_expert_parallel_beats_tp16_and_tp16_runs_out_of_memory_first():
-    df = moe_sweeps.scenario_table("h200", batch=(256, 1024), redundant=(32,))
+    df = sweeps.moe.scenario_table("deepseek-v3", "h200", 16, batch=(256, 1024), redundant=(32,))
     at = df[df["batch"] == 256].set_index("layout")["step_ms"]
     assert at["TP2xEP8 static"] < at["TP16"] and at["DPA+EP16 static"] < at["TP16"]
     big = df[df["batch"] == 1024].set_index("layout")["feasible"]
@@ -23,8 +23,8 @@ def test_scenario_expert_parallel_beats_tp16_and_tp16_runs_out_of_memory_first()
 
 
 def test_redundancy_trades_weights_for_balance():
-    small = moe_sweeps.step_vs_skew(tp=2, ep=8, redundant=32, batch=256, skews=[2.6])
-    big = moe_sweeps.step_vs_skew(tp=1, ep=16, redundant=32, batch=4096, skews=[2.6])
+    small = sweeps.moe.step_vs_skew(tp=2, ep=8, redundant=32, batch=256, skews=[2.6])
+    big = sweeps.moe.step_vs_skew(tp=1, ep=16, redundant=32, batch=4096, skews=[2.6])
     s = small.set_index("placement")["step_ms"]
     b = big.set_index("placement")["step_ms"]
     # memory-bound expert GEMMs at batch 256: the extra weights cost more than the balance gains
@@ -34,16 +34,16 @@ def test_redundancy_trades_weights_for_balance():
 
 
 def test_rank_loads_eplb_flattens():
-    md = moe_sweeps.config(tp=2, ep=8, redundant=32)
-    df = moe_sweeps.rank_loads(md, skew=2.6)
+    md = sweeps.moe.config(tp=2, ep=8, redundant=32)
+    df = sweeps.moe.rank_loads(md, skew=2.6)
     mx = df.groupby("placement", sort=False)["relative_load"].max()
     assert mx["static"] > 1.03 and mx[md.label()] < 1.01
     np.testing.assert_allclose(df.groupby("placement")["share"].sum(), 1.0, rtol=1e-9)
 
 
 def test_max_load_analytic_agrees_with_monte_carlo():
-    md = moe_sweeps.config(tp=2, ep=8)
-    mc = moe_sweeps.max_load_check(md, skew=2.6, tokens=(256, 1024), trials=200)
+    md = sweeps.moe.config(tp=2, ep=8)
+    mc = sweeps.moe.max_load_check(md, skew=2.6, tokens=(256, 1024), trials=200)
     assert np.all(np.abs(mc["error_pct"]) < 1.5)  # measured within 1.3% at >= 32 pairs per rank
 
 
@@ -69,7 +69,7 @@ def test_cli_moe_bad_input(capsys, argv, needle):
 
 
 def test_pd_explorer_headless():
-    app = widgets.pd_explorer(rate=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0)
+    app = widgets.disagg.pd_explorer(rate=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0)
     before = list(app.figures["gpus"].data[0].y)
     assert "Fewest GPUs: disaggregated" in app.status.value
     app.controls["link"].value = "tcp-100g"
@@ -82,7 +82,7 @@ def test_pd_explorer_headless():
 
 
 def test_moe_explorer_headless():
-    app = widgets.moe_explorer()
+    app = widgets.moe.moe_explorer()
     y0 = np.array(app.figures["skew"].data[0].y, dtype=float)
     app.controls["batch"].value = 1024
     assert not np.allclose(np.array(app.figures["skew"].data[0].y, dtype=float), y0)

@@ -5,7 +5,7 @@ import pytest
 
 from llmexplore import plots, sweeps
 from llmexplore.models import scheduler
-from llmexplore.models.attention import Deployment
+from llmexplore.models.engine import Deployment
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def _titles(fig):
 
 
 def test_step_time_figure(dep):
-    fig = plots.step_time_figure(sweeps.layout_curves(dep, [64], np.geomspace(256, 1 << 18, 20)))
+    fig = plots.layouts.step_time_figure(sweeps.layouts.layout_curves(dep, [64], np.geomspace(256, 1 << 18, 20)))
     names = {t.name for t in fig.data}
     assert {"TP", "CP", "DPA", "DOP"} <= names
     assert fig.layout.xaxis.type == "log"
@@ -27,8 +27,8 @@ def test_step_time_figure(dep):
 
 
 def test_phase_diagram_figure_has_areas_and_boundaries(dep):
-    ph = sweeps.phase_diagram(dep, [1, 8, 64, 512], np.geomspace(256, 1 << 18, 30))
-    fig = plots.phase_diagram_figure(ph)
+    ph = sweeps.layouts.phase_diagram(dep, [1, 8, 64, 512], np.geomspace(256, 1 << 18, 30))
+    fig = plots.layouts.phase_diagram_figure(ph)
     assert fig.data[0].type == "heatmap"
     assert any("→" in (t.name or "") for t in fig.data)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
@@ -36,18 +36,18 @@ def test_phase_diagram_figure_has_areas_and_boundaries(dep):
 
 
 def test_memory_and_transition_figures(dep):
-    mem = plots.memory_figure(sweeps.memory_table(dep, 64, 8192))
+    mem = plots.layouts.memory_figure(sweeps.layouts.memory_table(dep, 64, 8192))
     assert {t.name for t in mem.data} >= {"KV cache", "attention weights", "FFN/MoE weights"}
     assert "GB" in mem.layout.yaxis.title.text
-    tr = plots.transition_figure(sweeps.transition_table(dep, 64, 8192))
+    tr = plots.layouts.transition_figure(sweeps.layouts.transition_table(dep, 64, 8192))
     assert tr.data[0].type == "heatmap" and np.asarray(tr.data[0].z).shape == (4, 4)
 
 
 def test_scheduler_and_policy_figures(dep):
     trace = scheduler.reasoning_trace(batch=64, mean_output_tokens=4096, segment_steps=1024)
     res = scheduler.compare_policies(dep, trace)
-    fig = plots.scheduler_figure(trace, res["aware"])
+    fig = plots.layouts.scheduler_figure(trace, res["aware"])
     assert any(t.name == "active sequences" for t in fig.data)
-    pol = plots.policy_figure(sweeps.policy_summary(res))
-    assert list(pol.data[0].x)[0] == sweeps.policy_summary(res)["policy"].iloc[0]
+    pol = plots.layouts.policy_figure(sweeps.layouts.policy_summary(res))
+    assert list(pol.data[0].x)[0] == sweeps.layouts.policy_summary(res)["policy"].iloc[0]
     assert "(s)" in pol.layout.yaxis.title.text

@@ -5,7 +5,8 @@ import pytest
 
 from llmexplore.errors import SpecError
 from llmexplore.models import prefill as pf
-from llmexplore.models.attention import Deployment, step_time
+from llmexplore.models.attention import step_time
+from llmexplore.models.engine import Deployment
 
 
 @pytest.fixture(scope="module")

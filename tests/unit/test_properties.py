@@ -3,7 +3,7 @@
 * step time and memory are non-decreasing in batch and in context, for every layout and model;
 * a faster HBM or link is never slower; more HBM is never less feasible;
 * scalar and broadcast-array inputs give the same numbers;
-* ``sweeps.best_layout_grid`` picks the argmin of the feasible step times.
+* ``sweeps.layouts.best_layout_grid`` picks the argmin of the feasible step times.
 """
 
 import dataclasses
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from llmexplore import presets, sweeps
 from llmexplore.errors import SpecError
 from llmexplore.models import attention as att
-from llmexplore.models.attention import LAYOUTS, Deployment
+from llmexplore.models.engine import LAYOUTS, Deployment
 from llmexplore.models.collectives import Fabric
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -131,7 +131,7 @@ def test_scalar_equals_broadcast(dep, lay, bs, ss):
        ss=st.lists(contexts, min_size=1, max_size=3))
 def test_best_layout_grid_is_argmin_of_feasible(dep, bs, ss):
     b, s = np.array(bs)[:, None], np.array(ss)[None, :]
-    g = sweeps.best_layout_grid(dep, b, s)
+    g = sweeps.layouts.best_layout_grid(dep, b, s)
     for i, bb in enumerate(bs):
         for j, cc in enumerate(ss):
             times = {lay: _step(dep, bb, cc, lay) for lay in LAYOUTS

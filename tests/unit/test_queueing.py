@@ -20,6 +20,7 @@ from scipy import optimize, special, stats
 
 from llmexplore.errors import SpecError
 from llmexplore.models import queueing as q
+from llmexplore.models import simulate as sim
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 RHOS = (0.05, 0.3, 0.6, 0.85, 0.95, 0.99)
@@ -58,9 +59,9 @@ def sim_waits(rate, service, n, reps, servers=1, seed=0, warmup=0.1):
     out = []
     for r in range(reps):
         ss = np.random.SeedSequence([seed, r]).spawn(2)
-        arr = q.poisson_arrivals(rate, n, np.random.default_rng(ss[0]))
+        arr = sim.poisson_arrivals(rate, n, np.random.default_rng(ss[0]))
         svc = service(n, np.random.default_rng(ss[1]))
-        out.append(q.simulate_fcfs(arr, svc, servers)[int(warmup * n):])
+        out.append(sim.simulate_fcfs(arr, svc, servers)[int(warmup * n):])
     return np.concatenate(out)
 
 
@@ -69,7 +70,7 @@ COEF = dict(a_s=0.02, b_s_per_token=1e-4, c_s_per_token2=1e-9)   # ~0.12 s at 1k
 
 
 def prompt_service(n, rng):
-    return q.prefill_service_s(q.lognormal_prompt_tokens(n, seed=rng, **PROMPT), **COEF)
+    return q.prefill_service_s(sim.lognormal_prompt_tokens(n, seed=rng, **PROMPT), **COEF)
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +218,7 @@ def test_md1_ttft_quantile_adds_service_and_transfer():
 def test_md1_simulation_matches_exact_p99_within_2_percent(rho, reps):
     D = 0.25
     lam = rho / D
-    w = sim_waits(lam, lambda n, rng: q.deterministic_service(D, n), 4_000_000, reps, seed=11)
+    w = sim_waits(lam, lambda n, rng: sim.deterministic_service(D, n), 4_000_000, reps, seed=11)
     p99 = q.md1_wait_quantile(0.99, lam, D)
     assert np.quantile(w, 0.99) == pytest.approx(p99, rel=0.02)
     assert np.quantile(w + D, 0.99) == pytest.approx(p99 + D, rel=0.02)      # sojourn = TTFT w/o transfer
@@ -260,7 +261,7 @@ MDC_BOUNDS = {0.5: (0.25, 0.30), 0.7: (0.12, 0.10), 0.85: (0.06, 0.06)}   # rho:
 @pytest.mark.parametrize("rho", [0.5, 0.7, 0.85])
 def test_allen_cunneen_md_c_vs_simulation(servers, rho):
     lam = rho * servers
-    w = sim_waits(lam, lambda n, rng: q.deterministic_service(1.0, n), 2_000_000, 2, servers=servers, seed=14)
+    w = sim_waits(lam, lambda n, rng: sim.deterministic_service(1.0, n), 2_000_000, 2, servers=servers, seed=14)
     mean_tol, p99_tol = MDC_BOUNDS[rho]
     assert q.mgc_mean_wait(lam, 1.0, servers, cs2=0.0) == pytest.approx(w.mean(), rel=mean_tol)
     assert q.mgc_wait_quantile(0.99, lam, 1.0, servers, cs2=0.0) == pytest.approx(np.quantile(w, 0.99),
@@ -318,7 +319,7 @@ def test_mg1_lundberg_exponential_limit():
 
 def test_lognormal_prompt_pmf_matches_sampler():
     tokens, prob = q.lognormal_prompt_pmf(**PROMPT)
-    s = q.lognormal_prompt_tokens(2_000_000, seed=3, **PROMPT)
+    s = sim.lognormal_prompt_tokens(2_000_000, seed=3, **PROMPT)
     assert prob.sum() == pytest.approx(1.0)
     assert np.mean(s) == pytest.approx(prob @ tokens, rel=3e-3)
     assert np.mean(s == PROMPT["max_tokens"]) == pytest.approx(prob[-1], rel=0.1)
@@ -361,10 +362,10 @@ def test_simulate_fcfs_hand_examples():
     arr = [0.0, 0.5, 1.0, 5.0, 5.1]
     svc = [2.0, 1.0, 1.0, 0.5, 0.5]
     # one server: starts 0, 2, 3, 5, 5.5
-    np.testing.assert_allclose(q.simulate_fcfs(arr, svc), [0, 1.5, 2.0, 0, 0.4])
+    np.testing.assert_allclose(sim.simulate_fcfs(arr, svc), [0, 1.5, 2.0, 0, 0.4])
     # two servers: free at 2 and 1.5 after two; third starts at 1.5; rest idle
-    np.testing.assert_allclose(q.simulate_fcfs(arr, svc, servers=2), [0, 0, 0.5, 0, 0])
-    assert q.simulate_fcfs([], [], servers=3).shape == (0,)
+    np.testing.assert_allclose(sim.simulate_fcfs(arr, svc, servers=2), [0, 0, 0.5, 0, 0])
+    assert sim.simulate_fcfs([], [], servers=3).shape == (0,)
 
 
 def test_vectorised_paths_equal_heap_reference():
@@ -372,15 +373,15 @@ def test_vectorised_paths_equal_heap_reference():
     n = 150_000                                                    # > 2 Lindley blocks of 65536
     arr = np.cumsum(rng.exponential(1 / 0.9, n))
     svc = rng.exponential(1.0, n)
-    np.testing.assert_allclose(q.simulate_fcfs(arr, svc), q._heap_fcfs(arr, svc, 1), atol=1e-9)
+    np.testing.assert_allclose(sim.simulate_fcfs(arr, svc), sim._heap_fcfs(arr, svc, 1), atol=1e-9)
     arr3 = np.cumsum(rng.exponential(1 / 2.7, n))
-    np.testing.assert_allclose(q.simulate_fcfs(arr3, 1.0, servers=3),
-                               q._heap_fcfs(arr3, np.ones(n), 3), atol=1e-9)
+    np.testing.assert_allclose(sim.simulate_fcfs(arr3, 1.0, servers=3),
+                               sim._heap_fcfs(arr3, np.ones(n), 3), atol=1e-9)
 
 
 def test_sim_percentiles_keys_and_warmup():
-    arr = q.poisson_arrivals(0.5, 20_000, 1)
-    r = q.sim_percentiles(arr, 1.0, warmup=0.25, quantiles=(0.5, 0.99, 0.999))
+    arr = sim.poisson_arrivals(0.5, 20_000, 1)
+    r = sim.sim_percentiles(arr, 1.0, warmup=0.25, quantiles=(0.5, 0.99, 0.999))
     assert r["n"] == 15_000
     assert {"wait_p50_s", "wait_p99_s", "wait_p99_9_s", "sojourn_p99_s", "wait_mean_s", "p_wait"} <= set(r)
     assert r["sojourn_p99_s"] == pytest.approx(r["wait_p99_s"] + 1.0)
@@ -435,9 +436,9 @@ def test_simulation_pathwise_monotone(seed, c, load, speed, det):
     n = 3000
     svc = np.full(n, 1.0) if det else rng.lognormal(0.0, 1.0, n)
     arr = np.cumsum(rng.exponential(svc.mean() / (load * c), n))
-    w = q.simulate_fcfs(arr, svc, c)
-    w_fast = q.simulate_fcfs(arr / speed, svc, c)
-    w_more = q.simulate_fcfs(arr, svc, c + 1)
+    w = sim.simulate_fcfs(arr, svc, c)
+    w_fast = sim.simulate_fcfs(arr / speed, svc, c)
+    w_more = sim.simulate_fcfs(arr, svc, c + 1)
     tol = 1e-9 * (1 + arr[-1])
     assert np.all(w_fast >= w - tol)
     assert np.all(w_more <= w + tol)
@@ -470,25 +471,25 @@ def test_zero_load():
 
 
 @pytest.mark.parametrize("call,field", [
-    (lambda: q.md1_wait_cdf(1.0, -0.5, 1.0), "lam_per_s must be >= 0"),
-    (lambda: q.md1_wait_cdf(1.0, 0.5, 0.0), "D_s must be finite and > 0"),
+    (lambda: q.md1_wait_cdf(1.0, -0.5, 1.0), "lam_per_s must be a number >= 0"),
+    (lambda: q.md1_wait_cdf(1.0, 0.5, 0.0), "D_s must be a finite number > 0"),
     (lambda: q.md1_wait_cdf(np.nan, 0.5, 1.0), "t_s must be a number"),
     (lambda: q.md1_wait_quantile(1.5, 0.5, 1.0), "p must be a probability in \\[0, 1\\], got 1.5"),
-    (lambda: q.md1_mean_wait(np.array([0.1, -2.0]), 1.0), "lam_per_s must be >= 0 \\[1/s\\], got -2.0"),
+    (lambda: q.md1_mean_wait(np.array([0.1, -2.0]), 1.0), "lam_per_s must be a number >= 0 \\[1/s\\], got -2.0"),
     (lambda: q.mg1_mean_wait(0.5, 1.0, 0.5), "service_second_moment_s2 must be >= mean_service_s"),
-    (lambda: q.erlang_c(0, 1.0), "servers must be an integer >= 1, got 0"),
-    (lambda: q.erlang_c(2.5, 1.0), "servers must be an integer >= 1, got 2.5"),
-    (lambda: q.mgc_mean_wait(1.0, -1.0, 2), "mean_service_s must be finite and > 0"),
-    (lambda: q.mgc_mean_wait(1.0, 1.0, 2, cs2=-0.1), "cs2 must be finite and >= 0"),
-    (lambda: q.distserve_mean_ttft(1.0, 0.1, speedup=0), "speedup must be finite and > 0"),
+    (lambda: q.erlang_c(0, 1.0), "servers must be an integer in \\[1, 1,048,576\\], got 0"),
+    (lambda: q.erlang_c(2.5, 1.0), "servers must be an integer in \\[1, 1,048,576\\], got 2.5"),
+    (lambda: q.mgc_mean_wait(1.0, -1.0, 2), "mean_service_s must be a finite number > 0"),
+    (lambda: q.mgc_mean_wait(1.0, 1.0, 2, cs2=-0.1), "cs2 must be a finite number >= 0"),
+    (lambda: q.distserve_mean_ttft(1.0, 0.1, speedup=0), "speedup must be a finite number > 0"),
     (lambda: q.mg1_lundberg(0.5, [1.0, 2.0], [1.0]), "weights must have one entry per service value"),
-    (lambda: q.simulate_fcfs([0.0, 2.0, 1.0], 1.0), "arrival_times_s must be non-decreasing"),
-    (lambda: q.simulate_fcfs([0.0, 1.0], [1.0, -1.0]), "service_s must be finite and >= 0"),
-    (lambda: q.simulate_fcfs([0.0, 1.0], 1.0, servers=0), "servers must be an integer >= 1, got 0"),
-    (lambda: q.poisson_arrivals(-1.0, 10, 0), "rate_per_s must be finite and > 0"),
-    (lambda: q.poisson_arrivals(1.0, 2.5, 0), "n must be an integer >= 0, got 2.5"),
-    (lambda: q.sim_percentiles([0.0, 1.0], 1.0, warmup=1.0), "warmup must be a fraction in \\[0, 1\\)"),
-    (lambda: q.prefill_service_s([10.0], a_s=-1, b_s_per_token=0.1), "a_s must be finite and >= 0"),
+    (lambda: sim.simulate_fcfs([0.0, 2.0, 1.0], 1.0), "arrival_times_s must be non-decreasing"),
+    (lambda: sim.simulate_fcfs([0.0, 1.0], [1.0, -1.0]), "service_s must be a finite number >= 0"),
+    (lambda: sim.simulate_fcfs([0.0, 1.0], 1.0, servers=0), "servers must be an integer in \\[1, 1,048,576\\], got 0"),
+    (lambda: sim.poisson_arrivals(-1.0, 10, 0), "rate_per_s must be a finite number > 0"),
+    (lambda: sim.poisson_arrivals(1.0, 2.5, 0), "n must be an integer in \\[0, 50,000,000\\], got 2.5"),
+    (lambda: sim.sim_percentiles([0.0, 1.0], 1.0, warmup=1.0), "warmup must be a fraction in \\[0, 1\\)"),
+    (lambda: q.prefill_service_s([10.0], a_s=-1, b_s_per_token=0.1), "a_s must be a finite number >= 0"),
     (lambda: q.lognormal_prompt_pmf(median_tokens=100, sigma=1, max_tokens=0), "max_tokens"),
 ])
 def test_bad_input_raises_spec_error_naming_field(call, field):

@@ -6,7 +6,7 @@
 import pytest
 
 from llmexplore.models import attention as att
-from llmexplore.models.attention import Deployment
+from llmexplore.models.engine import Deployment
 
 HQ_DS, RKV, DR = 128, 512, 64
 

@@ -5,7 +5,7 @@ import pytest
 
 from llmexplore.errors import SpecError
 from llmexplore.models import scheduler
-from llmexplore.models.attention import LAYOUTS, Deployment
+from llmexplore.models.engine import LAYOUTS, Deployment
 
 
 @pytest.fixture(scope="module")

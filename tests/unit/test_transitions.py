@@ -9,7 +9,7 @@ import pytest
 
 from llmexplore.errors import SpecError
 from llmexplore.models import transitions as tr
-from llmexplore.models.attention import LAYOUTS, Deployment
+from llmexplore.models.engine import LAYOUTS, Deployment
 from llmexplore.models.collectives import alpha_s
 
 PAGE = 16

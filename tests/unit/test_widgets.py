@@ -8,7 +8,7 @@ from llmexplore import widgets
 
 @pytest.fixture(scope="module")
 def app():
-    return widgets.layout_explorer("deepseek-v3", "h200", 8, 64, 8192, "fp8", "bf16")
+    return widgets.layouts.layout_explorer("deepseek-v3", "h200", 8, 64, 8192, "fp8", "bf16")
 
 
 def _y(fig, i):

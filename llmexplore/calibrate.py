@@ -24,12 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import presets
-from ..errors import SpecError, UnknownPresetError
-from ..specs import Runtime
-from ..units import GiB
-from .attention import Deployment, memory_per_rank, step_time
-from .prefill import prefill_time
+from . import presets
+from .errors import SpecError, UnknownPresetError
+from .models.attention import memory_per_rank, step_time
+from .models.engine import Deployment
+from .models.prefill import prefill_time
+from .specs import Runtime
+from .units import GiB
 
 __all__ = ["FIT_FIELDS", "BOUNDS", "CalibrationPoint", "load_points", "predict", "fit", "overlay_yaml"]
 

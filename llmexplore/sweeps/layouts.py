@@ -1,8 +1,7 @@
-"""Sweeps: evaluate models over grids and package the results as tidy DataFrames.
+"""Attention-layout sweeps: tidy tables of memory per rank and step time for TP, CP, DPA and DOP.
 
 One row per (grid point, layout); input columns first, then outputs with units in their names. Infeasible
-points keep their numbers (so plots can show *how far* off they are) but carry ``feasible = False`` and a
-human-readable ``reason``; "best" choices only consider feasible rows.
+points keep their numbers but carry ``feasible = False`` and a human-readable ``reason``.
 """
 
 from __future__ import annotations
@@ -10,13 +9,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .models import attention as att
-from .models import crossover, transitions
-from .models.attention import LAYOUTS, Deployment
+from ..models import attention as att
+from ..models import crossover, transitions
+from ..models.engine import LAYOUTS, Deployment
+from ..units import from_si
+from . import tidy
 
 __all__ = ["layout_table", "best_layout", "layout_curves", "best_layout_grid", "phase_diagram",
-           "memory_table", "transition_table", "policy_summary", "log_grid", "boundaries_at",
-           "deployment_table", "summary_frame", "POINT_COLUMNS"]
+           "memory_table", "transition_table", "policy_summary", "boundaries_at", "deployment_table",
+           "POINT_COLUMNS"]
 
 #: columns of :func:`layout_table`, in order
 POINT_COLUMNS = ["layout", "feasible", "weights_GB", "kv_GB", "activations_GB", "reserve_GB", "total_GB",
@@ -24,13 +25,17 @@ POINT_COLUMNS = ["layout", "feasible", "weights_GB", "kv_GB", "activations_GB", 
                  "overhead_ms", "tokens_per_s", "reason"]
 
 
-def _reason(total_B, usable_B, feasible) -> np.ndarray:
-    total_B, usable_B = np.broadcast_arrays(np.asarray(total_B, float), np.asarray(usable_B, float))
-    out = np.full(total_B.shape, "", dtype=object)
+_POINT_OUTPUTS = ["feasible", "weights_B", "kv_B", "activations_B", "reserve_B", "total_B", "usable_B", "step_s",
+                  "attention_s", "core_s", "ffn_s", "head_s", "comm_s", "overhead_s", "tokens_per_s"]
+
+
+def _reason(total_GB, usable_GB, feasible) -> np.ndarray:
+    """'needs X GB per rank > Y GB usable' where a point does not fit, '' elsewhere."""
+    total_GB, usable_GB = np.broadcast_arrays(np.asarray(total_GB, float), np.asarray(usable_GB, float))
+    out = np.full(total_GB.shape, "", dtype=object)
     bad = ~np.asarray(feasible, bool)
     if bad.any():
-        out[bad] = [f"needs {t / 1e9:.1f} GB per rank > {u / 1e9:.1f} GB usable"
-                    for t, u in zip(total_B[bad], usable_B[bad])]
+        out[bad] = [f"needs {t:.1f} GB per rank > {u:.1f} GB usable" for t, u in zip(total_GB[bad], usable_GB[bad])]
     return out
 
 
@@ -39,18 +44,9 @@ def layout_table(dep: Deployment, batch: int, context: float, layouts=LAYOUTS) -
     rows = []
     for lay in layouts:
         r = att.evaluate(dep, batch, context, lay)
-        f = {k: float(np.asarray(v)) for k, v in r.items() if k != "feasible"}
-        feasible = bool(np.asarray(r["feasible"]))
-        rows.append({
-            "layout": lay, "feasible": feasible,
-            "weights_GB": f["weights_B"] / 1e9, "kv_GB": f["kv_B"] / 1e9,
-            "activations_GB": f["activations_B"] / 1e9, "reserve_GB": f["reserve_B"] / 1e9,
-            "total_GB": f["total_B"] / 1e9, "usable_GB": f["usable_B"] / 1e9,
-            "step_ms": f["step_s"] * 1e3, "attention_ms": f["attention_s"] * 1e3, "core_ms": f["core_s"] * 1e3,
-            "ffn_ms": f["ffn_s"] * 1e3, "head_ms": f["head_s"] * 1e3, "comm_ms": f["comm_s"] * 1e3,
-            "overhead_ms": f["overhead_s"] * 1e3, "tokens_per_s": f["tokens_per_s"],
-            "reason": _reason(f["total_B"], f["usable_B"], feasible).item(),
-        })
+        row = {"layout": lay, **tidy(r, keep=_POINT_OUTPUTS, scalar=True)}
+        row["reason"] = _reason(row["total_GB"], row["usable_GB"], row["feasible"]).item()
+        rows.append(row)
     return pd.DataFrame(rows, columns=POINT_COLUMNS)
 
 
@@ -70,26 +66,21 @@ def layout_curves(dep: Deployment, batch, context, layouts=LAYOUTS) -> pd.DataFr
     b = np.asarray(batch, float).ravel()
     s = np.asarray(context, float).ravel()
     frames = []
+    shape = (b.size, s.size)
     for lay in layouts:
-        r = att.evaluate(dep, b[:, None], s[None, :], lay)
-        shape = (b.size, s.size)
+        r = tidy(att.evaluate(dep, b[:, None], s[None, :], lay), keep=_CURVE_OUTPUTS)
+        cols = {k: np.broadcast_to(v, shape).ravel() for k, v in r.items()}
         frames.append(pd.DataFrame({
             "batch": np.broadcast_to(b[:, None], shape).ravel(),
             "context": np.broadcast_to(s[None, :], shape).ravel(),
-            "layout": lay,
-            "feasible": np.asarray(r["feasible"]).ravel(),
-            "weights_GB": np.asarray(r["weights_B"]).ravel() / 1e9,
-            "kv_GB": np.asarray(r["kv_B"]).ravel() / 1e9,
-            "total_GB": np.asarray(r["total_B"]).ravel() / 1e9,
-            "usable_GB": np.asarray(r["usable_B"]).ravel() / 1e9,
-            "step_ms": np.asarray(r["step_s"]).ravel() * 1e3,
-            "attention_ms": np.asarray(r["attention_s"]).ravel() * 1e3,
-            "comm_ms": np.asarray(r["comm_s"]).ravel() * 1e3,
-            "tokens_per_s": np.asarray(r["tokens_per_s"]).ravel(),
-            "reason": _reason(np.asarray(r["total_B"]).ravel(), np.asarray(r["usable_B"]).ravel(),
-                              np.asarray(r["feasible"]).ravel()),
+            "layout": lay, **cols,
+            "reason": _reason(cols["total_GB"], cols["usable_GB"], cols["feasible"]),
         }))
     return pd.concat(frames, ignore_index=True)
+
+
+_CURVE_OUTPUTS = ["feasible", "weights_B", "kv_B", "total_B", "usable_B", "step_s", "attention_s", "comm_s",
+                  "tokens_per_s"]
 
 
 def best_layout_grid(dep: Deployment, batch, context, layouts=LAYOUTS) -> dict[str, np.ndarray]:
@@ -121,7 +112,7 @@ def phase_diagram(dep: Deployment, batch, context, layouts=LAYOUTS) -> dict:
     best = labels[np.where(g["best"] < 0, len(layouts), g["best"])]
     bounds, _ = crossover.context_boundaries(dep, b, s_lo=float(s.min()), s_hi=float(s.max()), layouts=layouts)
     bdf = pd.DataFrame([vars(x) for x in bounds], columns=["batch", "context", "before", "after", "kind"])
-    return {"batch": b, "context": s, "best": best, "best_step_ms": g["best_step_s"] * 1e3, "boundaries": bdf}
+    return {"batch": b, "context": s, "best": best, "best_step_ms": from_si(g["best_step_s"], "ms"), "boundaries": bdf}
 
 
 def memory_table(dep: Deployment, batch: int, context: float, layouts=LAYOUTS) -> pd.DataFrame:
@@ -135,7 +126,7 @@ def memory_table(dep: Deployment, batch: int, context: float, layouts=LAYOUTS) -
                  "KV cache": float(mem["kv_B"]), "activations": float(mem["activations_B"]),
                  "runtime reserve": float(mem["reserve_B"])}
         for part, v in items.items():
-            rows.append({"layout": lay, "part": part, "GB": v / 1e9, "usable_GB": dep.usable_B / 1e9,
+            rows.append({"layout": lay, "part": part, "GB": from_si(v, "GB"), "usable_GB": from_si(dep.usable_B, "GB"),
                          "feasible": bool(mem["feasible"])})
     return pd.DataFrame(rows)
 
@@ -149,10 +140,11 @@ def transition_table(dep: Deployment, batch: int, context: float, *, weights_res
             tr = transitions.transition(dep, src, dst, batch, context, weights_resident=weights_resident)
             ho = transitions.handoff_time(dep, src, dst, batch, context, weights_resident=weights_resident)
             kv, w = tr["kv"], tr["weights"]
-            rows.append({"src": src, "dst": dst, "kv_primitive": kv.primitive, "kv_recv_GB": kv.recv_B / 1e9,
-                         "kv_send_GB": kv.send_B / 1e9, "kv_freed_GB": kv.freed_B / 1e9,
-                         "weights_primitive": w.primitive, "weights_recv_GB": w.recv_B / 1e9,
-                         "serial_ms": ho["serial_s"] * 1e3, "exposed_ms": ho["exposed_s"] * 1e3})
+            rows.append({"src": src, "dst": dst, "kv_primitive": kv.primitive,
+                         **tidy({"kv_recv_B": kv.recv_B, "kv_send_B": kv.send_B, "kv_freed_B": kv.freed_B},
+                                scalar=True),
+                         "weights_primitive": w.primitive, **tidy({"weights_recv_B": w.recv_B}, scalar=True),
+                         **tidy(ho, keep=["serial_s", "exposed_s"], scalar=True)})
     return pd.DataFrame(rows)
 
 
@@ -163,12 +155,6 @@ def policy_summary(results: dict[str, dict]) -> pd.DataFrame:
              "capped_segments": r["capped_segments"], "infeasible_segments": r["infeasible_segments"]}
             for p, r in results.items()]
     return pd.DataFrame(rows).sort_values("total_s", kind="stable", ignore_index=True)
-
-
-def log_grid(lo: float, hi: float, n: int, *, integer: bool = False) -> np.ndarray:
-    """``n`` log-spaced values in [lo, hi] (unique integers if ``integer``)."""
-    g = np.geomspace(lo, hi, int(n))
-    return np.unique(np.round(g)) if integer else g
 
 
 def boundaries_at(dep: Deployment, batch: int, s_lo: float, s_hi: float, layouts=LAYOUTS) -> pd.DataFrame:
@@ -191,19 +177,8 @@ def deployment_table(dep: Deployment) -> pd.DataFrame:
         ("GPU", f"{dep.ranks} x {hw.label}: {hw.hbm_GiB:g} GiB, {hw.hbm_bw_TBps:g} TB/s, "
                 f"{hw.peak_TFLOPS(dep.weight_dtype):g} TFLOPS ({dep.weight_dtype})"),
         ("scale-up link", f"{dep.fabric.scale_up.label}: {dep.fabric.scale_up.achievable_GBps:g} GB/s achievable"),
-        ("usable HBM per rank", f"{dep.usable_B / 1e9:.1f} GB (reserve {dep.runtime.reserve_GiB:g} GiB)"),
+        ("usable HBM per rank", f"{from_si(dep.usable_B, 'GB'):.1f} GB (reserve {dep.runtime.reserve_GiB:g} GiB)"),
     ]
     for lay in LAYOUTS:
-        rows.append((f"weights per rank, {lay}", f"{sum(dep.weight_bytes(lay).values()) / 1e9:.1f} GB"))
-    return pd.DataFrame(rows, columns=["quantity", "value"])
-
-
-def summary_frame(values: dict, prefix: str = "") -> pd.DataFrame:
-    """A nested dict of headline values as a two-column table (quantity, value), nested keys joined by '.'."""
-    rows = []
-    for k, v in values.items():
-        if isinstance(v, dict):
-            rows.extend(summary_frame(v, prefix=f"{prefix}{k}.").itertuples(index=False, name=None))
-        else:
-            rows.append((f"{prefix}{k}", v))
+        rows.append((f"weights per rank, {lay}", f"{from_si(sum(dep.weight_bytes(lay).values()), 'GB'):.1f} GB"))
     return pd.DataFrame(rows, columns=["quantity", "value"])

@@ -1,7 +1,9 @@
-"""Sweeps for prefill/decode disaggregation: tidy tables built from :mod:`llmexplore.models.disagg`.
+"""Prefill/decode disaggregation sweeps: tidy tables built from :mod:`llmexplore.models.disagg`.
 
-Every function takes preset names or specs and returns a DataFrame (one row per point), with units in the
-column names. Infeasible points keep ``gpus = inf`` / ``goodput_per_gpu = 0`` and a ``reason``.
+Every function takes a :class:`PDSetup` and returns a DataFrame (one row per point) or a record, with units in
+the column names. Infeasible points keep ``gpus = inf`` / ``goodput_per_gpu = 0`` and a ``reason``. The rows
+comparing serving modes are built once (:func:`mode_rows`) and read by the notebook, the explorer and the
+command line alike, as is the one-point summary (:func:`point_summary`).
 """
 
 from __future__ import annotations
@@ -12,14 +14,23 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from . import presets
-from .models import disagg as dg
-from .models.attention import Deployment, step_time
-from .models.kv_transfer import pipelined_exposed_s, transfer_time
-from .specs import Link
+from .. import _check, presets
+from ..errors import SpecError
+from ..models import disagg as dg
+from ..models import simulate
+from ..models.attention import step_time
+from ..models.engine import Deployment
+from ..models.kv_transfer import pipelined_exposed_s, transfer_time
+from ..specs import Link
+from ..units import from_si
+from . import tidy
 
-__all__ = ["PDSetup", "setup", "custom_link", "link_comparison", "latency_vs_rate", "exposed_vs_bandwidth",
-           "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs", "queue_check", "prompt_spread_table", "max_abs_error_by_model", "goodput_grid", "point_summary"]
+__all__ = ["PDSetup", "setup", "custom_link", "MODES", "mode_rows", "fewest_gpus", "link_comparison",
+           "latency_vs_rate", "exposed_vs_bandwidth", "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs",
+           "queue_check", "prompt_spread_table", "max_abs_error_by_model", "goodput_grid", "point_summary"]
+
+#: serving modes, in the order a tie on GPUs is broken (simplest first)
+MODES = ("colocated", "disaggregated, pipelined", "disaggregated, serial")
 
 
 @dataclass(frozen=True)
@@ -38,20 +49,30 @@ class PDSetup:
 
 def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp: int = 8, prompt_tokens=4096,
           output_tokens=256, rate_per_s=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0, percentile=0.99,
-          prefix_tokens=0, weight_dtype="bf16", kv_dtype="bf16", runtime="default", nics=None,
+          prefix_tokens=0, weight_dtype=None, kv_dtype="bf16", runtime="default", nics=None,
           batched_ops=True, prompt_sigma=0.0) -> PDSetup:
     """Build a :class:`PDSetup` from preset names (validated). ``prompt_sigma`` > 0 makes prompt lengths
-    lognormal with median ``prompt_tokens``."""
+    lognormal with median ``prompt_tokens``; ``weight_dtype`` defaults to the model's released dtype."""
     wl = dg.Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate_per_s=rate_per_s,
                      ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms, percentile=percentile,
                      prefix_tokens=prefix_tokens, prompt_sigma=prompt_sigma)
     kw = dict(runtime=runtime, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-    return PDSetup(Deployment.build(model, gpu, prefill_tp, **kw), Deployment.build(model, gpu, decode_tp, **kw),
-                   wl, nics, batched_ops)
+    try:
+        pre = Deployment.build(model, gpu, prefill_tp, **kw)
+    except SpecError as exc:
+        raise SpecError(f"prefill_tp: {exc}") from None
+    try:
+        dec = Deployment.build(model, gpu, decode_tp, **kw)
+    except SpecError as exc:
+        raise SpecError(f"decode_tp: {exc}") from None
+    if nics is not None:
+        nics = _check.integer("nics", nics, lo=1, hi=1024)
+    return PDSetup(pre, dec, wl, nics, bool(batched_ops))
 
 
 def custom_link(achievable_GBps: float, *, like="roce-400g") -> Link:
     """A link like ``like`` (latency, kind) but with the given achievable bandwidth per direction [GB/s]."""
+    achievable_GBps = _check.number("achievable_GBps", achievable_GBps, lo=0.0, lo_open=True, hi=1e6)
     base = presets.resolve("links", like)
     return dataclasses.replace(base, name=f"{achievable_GBps:g} GB/s", display_name=f"{achievable_GBps:g} GB/s",
                                line_rate_GBps=max(base.line_rate_GBps, achievable_GBps),
@@ -63,24 +84,49 @@ def _disagg_row(s: PDSetup, pre, dec, link: Link, pipelined: bool, nics) -> dict
     z = dg.size_pools(pre, dec, x, s.workload)
     return {"mode": "disaggregated, " + ("pipelined" if pipelined else "serial"), "link": link.name,
             "gpus": z["gpus"], "goodput_per_gpu": z["goodput_per_gpu"], "n_prefill": z["n_p"],
-            "n_decode": z["n_d"], "pd_gpu_ratio": z["pd_ratio"], "ttft_ms": z["ttft_s"] * 1e3,
-            "tpot_ms": z["tpot_s"] * 1e3, "transfer_ms": x["serial_s"] * 1e3, "exposed_ms": x["exposed_s"] * 1e3,
-            "kv_GB": x["physical_B"] / 1e9, "reason": z["reason"]}
+            "n_decode": z["n_d"], "pd_gpu_ratio": z["pd_ratio"],
+            **tidy({"ttft_s": z["ttft_s"], "tpot_s": z["tpot_s"], "transfer_s": x["serial_s"],
+                    "exposed_s": x["exposed_s"], "kv_B": x["physical_B"]}), "reason": z["reason"]}
+
+
+def _colocated_row(s: PDSetup) -> dict:
+    co = dg.size_colocated(s.prefill, s.workload)
+    return {"mode": "colocated", "link": "-", "gpus": co["gpus"], "goodput_per_gpu": co["goodput_per_gpu"],
+            "n_prefill": np.nan, "n_decode": co["n_c"], "pd_gpu_ratio": np.nan,
+            **tidy({"ttft_s": co["ttft_s"], "tpot_s": co["tpot_s"]}), "transfer_ms": 0.0, "exposed_ms": 0.0,
+            "kv_GB": 0.0, "reason": co["reason"] or f"chunk budget {co['chunk_tokens']} tokens"}
+
+
+def mode_rows(s: PDSetup, link="roce-400g", *, nics=None, colocated: bool = True) -> list[dict]:
+    """Colocated and disaggregated (serial and pipelined transfer) pools sized for the workload's rate and
+    SLOs over one link: one record per mode (``mode``, ``link``, ``gpus``, ``goodput_per_gpu``, ``n_prefill``,
+    ``n_decode``, ``pd_gpu_ratio``, ``ttft_ms``, ``tpot_ms``, ``transfer_ms``, ``exposed_ms``, ``kv_GB``,
+    ``reason``). ``nics``: NICs per instance for this link (default: the setup's)."""
+    pre, dec = s.sides()
+    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    rows = [_colocated_row(s)] if colocated else []
+    for pipelined in (False, True):
+        rows.append(_disagg_row(s, pre, dec, lk, pipelined, s.nics if nics is None else nics))
+    return rows
+
+
+def fewest_gpus(rows) -> dict | None:
+    """The record of :func:`mode_rows` (or a table's rows) needing the fewest GPUs; ties go to the simpler mode
+    (colocated, then pipelined, then serial). None when no mode meets the SLOs."""
+    rows = rows.to_dict("records") if isinstance(rows, pd.DataFrame) else list(rows)
+    ok = [r for r in rows if np.isfinite(r["gpus"])]
+    if not ok:
+        return None
+    return min(ok, key=lambda r: (r["gpus"], MODES.index(r["mode"])))
 
 
 def link_comparison(s: PDSetup, links=(("nvlink4", None), ("roce-400g", None), ("tcp-100g", 1))) -> pd.DataFrame:
     """Colocated vs disaggregated (serial and pipelined transfer) over several links: pool sizes, GPUs and
     goodput per GPU at the workload's rate and SLOs. ``links`` are (preset, NICs per instance or None)."""
-    pre, dec = s.sides()
-    co = dg.size_colocated(s.prefill, s.workload)
-    rows = [{"mode": "colocated", "link": "-", "gpus": co["gpus"], "goodput_per_gpu": co["goodput_per_gpu"],
-             "n_prefill": np.nan, "n_decode": co["n_c"], "pd_gpu_ratio": np.nan, "ttft_ms": co["ttft_s"] * 1e3,
-             "tpot_ms": co["tpot_s"] * 1e3, "transfer_ms": 0.0, "exposed_ms": 0.0, "kv_GB": 0.0,
-             "reason": co["reason"] or f"chunk budget {co['chunk_tokens']} tokens"}]
+    rows = [_colocated_row(s)]
     for name, nics in links:
         link = presets.resolve("links", name)
-        for pipelined in (False, True):
-            row = _disagg_row(s, pre, dec, link, pipelined, nics if nics is not None else s.nics)
+        for row in mode_rows(s, link, nics=nics, colocated=False):
             row["link"] = link.name + (f" ({nics} NIC/instance)" if nics else "")
             rows.append(row)
     return pd.DataFrame(rows)
@@ -106,9 +152,9 @@ def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_de
         d = dg.disagg_latency(pre, dec, x, wl, n_p, n_d)
         c = dg.colocated_latency(s.prefill, wl, n_c, chunk_tokens=512)
         rows.append({"rate_per_s": lam, "mode": f"disaggregated {n_p}P+{n_d}D", "gpus": gpus,
-                     "ttft_ms": float(d["ttft_s"]) * 1e3, "tpot_ms": float(d["tpot_s"]) * 1e3})
+                     **tidy(d, keep=["ttft_s", "tpot_s"], scalar=True)})
         rows.append({"rate_per_s": lam, "mode": f"colocated {n_c} instances", "gpus": n_c * s.prefill.ranks,
-                     "ttft_ms": float(c["ttft_s"]) * 1e3, "tpot_ms": float(c["tpot_s"]) * 1e3})
+                     **tidy(c, keep=["ttft_s", "tpot_s"], scalar=True)})
     return pd.DataFrame(rows)
 
 
@@ -129,14 +175,14 @@ def exposed_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
     n = bw.size
     return pd.DataFrame({"bandwidth_GBps": np.concatenate([bw, bw]),
                          "mode": ["serial"] * n + ["layer-wise pipelined"] * n,
-                         "exposed_ms": np.concatenate([serial, piped]) * 1e3, "prefill_ms": pre.prefill_s * 1e3})
+                         **tidy({"exposed_s": np.concatenate([serial, piped]), "prefill_s": pre.prefill_s})})
 
 
 def gpus_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
     """GPUs needed at the workload's rate and SLOs vs link bandwidth: disaggregated (serial / pipelined)
     against the colocated pool (independent of the link)."""
     pre, dec = s.sides()
-    co = dg.size_colocated(s.prefill, s.workload)
+    co = _colocated_row(s)
     rows = []
     for bw in np.asarray(bandwidths_GBps, dtype=float):
         for pipelined in (False, True):
@@ -167,9 +213,7 @@ def pool_sizes_vs(s: PDSetup, field: str, values, *, links=(("roce-400g", None),
                   ) -> pd.DataFrame:
     """Sized pools (P:D GPU ratio, GPUs, goodput per GPU) vs one workload field (``prompt_tokens``,
     ``output_tokens`` or ``rate_per_s``), per link (pipelined transfer) and colocated."""
-    if field not in ("prompt_tokens", "output_tokens", "rate_per_s"):
-        from .errors import SpecError
-        raise SpecError(f"field must be prompt_tokens, output_tokens or rate_per_s, got {field!r}")
+    _check.choice("field", field, ("prompt_tokens", "output_tokens", "rate_per_s"))
     rows = []
     for v in np.asarray(values).tolist():
         wl = dataclasses.replace(s.workload, **{field: v})
@@ -196,20 +240,33 @@ def goodput_grid(s: PDSetup, *, link="roce-400g", n_max: int = 64) -> dict:
 
 
 def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipelined: bool = True) -> dict:
-    """One point for the CLI and the notebook headline: prefill alone, decode step at a batch, transfer,
-    sized pools (disaggregated and colocated) and their latencies."""
+    """One point, as the command line prints it and the notebook records it: one prefill, one decode step at a
+    batch, the KV transfer, and the sized pools (disaggregated and colocated) with their latencies.
+
+    Returns ``prefill_ms``, ``decode_step_ms``, ``decode_batch``, ``decode_batch_cap``, ``kv_transfer_GB``,
+    ``transfer_serial_ms``, ``transfer_exposed_ms``, and ``disaggregated`` / ``colocated`` records (feasible,
+    instances, GPUs, goodput per GPU, TTFT and TPOT at the percentile, reason).
+    """
+    decode_batch = _check.integer("decode_batch", decode_batch, lo=1, hi=1 << 20)
     pre, dec = s.sides()
     lk = presets.resolve("links", link) if isinstance(link, str) else link
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=pipelined, nics=s.nics, batched_ops=s.batched_ops)
     z = dg.size_pools(pre, dec, x, s.workload)
     co = dg.size_colocated(s.prefill, s.workload)
     step = float(step_time(s.decode, decode_batch, s.workload.decode_context, "TP")["step_s"])
+    pct = f"p{100 * s.workload.percentile:g}".replace(".", "_")
     return {
-        "prefill_ms": pre.prefill_s * 1e3, "decode_step_ms": step * 1e3, "decode_batch": decode_batch,
-        "decode_batch_cap": dec.batch_cap, "kv_transfer_GB": x["physical_B"] / 1e9,
-        "transfer_serial_ms": x["serial_s"] * 1e3, "transfer_exposed_ms": x["exposed_s"] * 1e3,
-        "disagg": {k: (v if not isinstance(v, (np.floating,)) else float(v)) for k, v in z.items()},
-        "colocated": co,
+        **tidy({"prefill_s": pre.prefill_s, "decode_step_s": step}), "decode_batch": decode_batch,
+        "decode_batch_cap": dec.batch_cap, **tidy({"kv_transfer_B": x["physical_B"]}),
+        **tidy({"transfer_serial_s": x["serial_s"], "transfer_exposed_s": x["exposed_s"]}),
+        "disaggregated": {"feasible": z["feasible"], "prefill_instances": z["n_p"], "decode_instances": z["n_d"],
+                          "gpus": z["gpus"], "goodput_per_gpu": z["goodput_per_gpu"], "pd_gpu_ratio": z["pd_ratio"],
+                          f"ttft_{pct}_ms": from_si(z["ttft_s"], "ms"), f"tpot_{pct}_ms": from_si(z["tpot_s"], "ms"),
+                          "reason": z["reason"]},
+        "colocated": {"feasible": co["feasible"], "instances": co["n_c"], "gpus": co["gpus"],
+                      "goodput_per_gpu": co["goodput_per_gpu"], "chunk_tokens": co["chunk_tokens"],
+                      f"ttft_{pct}_ms": from_si(co["ttft_s"], "ms"), f"tpot_{pct}_ms": from_si(co["tpot_s"], "ms"),
+                      "reason": co["reason"]},
     }
 
 
@@ -222,8 +279,6 @@ def queue_check(s: PDSetup, *, n_requests: int = 1_000_000, seed: int = 0, loads
     (FFT) and the Allen-Cunneen M/G/c tail convolved with the service law. The simulation draws
     ``n_requests`` Poisson arrivals and each request's prompt from the same distribution (vectorised).
     """
-    from .models import queueing as qz
-
     rows = []
     rng = np.random.default_rng(seed)
     for sigma in sigmas:
@@ -235,14 +290,14 @@ def queue_check(s: PDSetup, *, n_requests: int = 1_000_000, seed: int = 0, loads
         for c in pools:
             for rho in loads:
                 lam = rho * c / pre.prefill_s
-                arr = qz.poisson_arrivals(lam, n_requests, seed)
+                arr = simulate.poisson_arrivals(lam, n_requests, seed)
                 svc = rng.choice(pre.service_s, size=n_requests, p=pre.service_p) if sigma else pre.prefill_s
-                sim = qz.sim_percentiles(arr, svc, servers=c, quantiles=(0.99,))
+                sim = simulate.sim_percentiles(arr, svc, servers=c, quantiles=(0.99,))
                 formula = float(dg.prefill_ttft_quantile(pre, 0.99, lam, c))
                 kind = ("M/D" if not sigma else "M/G") + ("/1 exact" if c == 1 else "/c Allen-Cunneen")
                 rows.append({"prompt_sigma": float(sigma), "instances": c, "load": rho, "rate_per_s": lam,
-                             "model": kind, "ttft_p99_formula_ms": formula * 1e3,
-                             "ttft_p99_sim_ms": sim["sojourn_p99_s"] * 1e3,
+                             "model": kind, **tidy({"ttft_p99_formula_s": formula,
+                                                    "ttft_p99_sim_s": sim["sojourn_p99_s"]}),
                              "error_pct": 100 * (formula / sim["sojourn_p99_s"] - 1), "requests": n_requests})
     return pd.DataFrame(rows)
 
@@ -258,7 +313,7 @@ def prompt_spread_table(s: PDSetup, sigmas=(0.0, 0.5, 1.0), *, link="roce-400g")
         pre, dec = s2.sides()
         r = _disagg_row(s2, pre, dec, lk, True, s.nics)
         rows.append({"prompt_sigma": float(sigma), "mean_prompt_tokens": wl.mean_prompt_tokens,
-                     "prefill_mean_ms": pre.prefill_s * 1e3, "service_cs2": pre.cs2, "gpus": r["gpus"],
+                     **tidy({"prefill_mean_s": pre.prefill_s}), "service_cs2": pre.cs2, "gpus": r["gpus"],
                      "n_prefill": r["n_prefill"], "n_decode": r["n_decode"], "ttft_ms": r["ttft_ms"],
                      "tpot_ms": r["tpot_ms"], "reason": r["reason"]})
     return pd.DataFrame(rows)

@@ -1,0 +1,172 @@
+"""Shared validators: one rule each, the same accepted inputs everywhere.
+
+Every public model function and spec checks its inputs through these, so that a rule such as "an integer >= 1"
+accepts and rejects the same values wherever it appears:
+
+* integers: ``int`` and numpy integers, and floats with an integral value (``4.0``, as produced by numpy
+  grids); never ``bool``, strings (``'8'``), complex numbers, or non-integral floats (``4.5``);
+* real numbers: ``int``, ``float`` and numpy reals; never ``bool``, strings or complex numbers; finite unless
+  the caller allows infinity;
+* arrays: numeric dtypes only (no strings, objects, booleans or complex numbers).
+
+Bounds are checked before any conversion that could overflow or allocate, so a 400-digit integer gets the
+same one-line message as any other out-of-range value. Every failure raises
+:class:`~llmexplore.errors.SpecError` naming the field, the rule and the value.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Iterable
+
+import numpy as np
+
+from .errors import SpecError
+
+__all__ = ["integer", "number", "probability", "choice", "real_array", "shown", "rule_text"]
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value as it appears in a message: repr, shortened (a 400-digit integer stays readable)."""
+    text = repr(value)
+    if isinstance(value, (np.generic,)):
+        text = repr(value.item())
+    return text if len(text) <= limit else text[: limit - 12] + "…" + text[-10:]
+
+
+def rule_text(kind: str, lo=None, hi=None, *, lo_open: bool = False, hi_open: bool = False, unit: str = "") -> str:
+    """``"an integer >= 1"``, ``"a finite number in [0, 1]"``, ... (the sentence after "must be");
+    ``kind`` is "integer" or "number"."""
+    head = {"integer": "an integer", "number": "a finite number"}[kind]
+    def fmt(v):
+        return f"{v:,}" if isinstance(v, int) and abs(v) >= 10000 else f"{v:g}" if isinstance(v, float) else str(v)
+    if lo is not None and hi is not None:
+        rng = f"{'(' if lo_open else '['}{fmt(lo)}, {fmt(hi)}{')' if hi_open else ']'}"
+        text = f"{head} in {rng}"
+    elif lo is not None:
+        text = f"{head} {'>' if lo_open else '>='} {fmt(lo)}"
+    elif hi is not None:
+        text = f"{head} {'<' if hi_open else '<='} {fmt(hi)}"
+    else:
+        text = head
+    return f"{text} [{unit}]" if unit and unit != "-" else text
+
+
+def _is_real(value: Any) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))) or isinstance(
+        value, (np.integer, np.floating))
+
+
+def _outside(v, lo, hi, lo_open: bool, hi_open: bool) -> bool:
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        return True
+    return hi is not None and (v > hi or (hi_open and v == hi))
+
+
+def integer(name: str, value: Any, *, lo: int | None = None, hi: int | None = None, unit: str = "") -> int:
+    """``value`` as a Python int if it is an integer in [lo, hi]; SpecError otherwise."""
+    rule = rule_text("integer", lo, hi, unit=unit)
+    if not _is_real(value):
+        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+    else:
+        f = float(value)
+        if not math.isfinite(f) or f != math.floor(f):
+            raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+        v = int(f)
+    if _outside(v, lo, hi, False, False):
+        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+    return v
+
+
+def number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+           hi_open: bool = False, allow_inf: bool = False, unit: str = "") -> float:
+    """``value`` as a float if it is a real number within the bounds (finite unless ``allow_inf``)."""
+    rule = rule_text("number", lo, hi, lo_open=lo_open, hi_open=hi_open, unit=unit)
+    if allow_inf:
+        rule = rule.replace("a finite number", "a number")
+    if not _is_real(value):
+        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+    if isinstance(value, (int, np.integer)) and _outside(int(value), lo, hi, lo_open, hi_open):
+        raise SpecError(f"{name} must be {rule}, got {shown(value)}")  # before float(): no OverflowError
+    try:
+        v = float(value)
+    except OverflowError:
+        raise SpecError(f"{name} must be {rule}, got {shown(value)}") from None
+    if math.isnan(v) or (math.isinf(v) and not allow_inf):
+        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+    if _outside(v, lo, hi, lo_open, hi_open):
+        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+    return v
+
+
+def probability(name: str, value: Any, *, open_ends: bool = False) -> float:
+    """A probability in [0, 1] ((0, 1) if ``open_ends``) as a float."""
+    try:
+        return number(name, value, lo=0.0, hi=1.0, lo_open=open_ends, hi_open=open_ends)
+    except SpecError:
+        rng = "(0, 1)" if open_ends else "[0, 1]"
+        raise SpecError(f"{name} must be a probability in {rng}, got {shown(value)}") from None
+
+
+def choice(name: str, value: Any, options: Iterable[Any]) -> Any:
+    """``value`` if it is one of ``options`` (compared by equality, strings exactly); SpecError listing them."""
+    opts = list(options)
+    try:
+        ok = any(type(value) is type(o) and value == o for o in opts) or (
+            not isinstance(value, str) and value in [o for o in opts if not isinstance(o, str)])
+    except TypeError:  # unhashable or incomparable
+        ok = False
+    if not ok:
+        raise SpecError(f"{name} must be one of {opts!r}, got {shown(value)}")
+    return value
+
+
+def real_array(name: str, value: Any, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+               integer: bool = False, unit: str = "", allow_empty: bool = False, allow_inf: bool = False,
+               max_size: int = 1 << 26, rule: str | None = None) -> np.ndarray:
+    """``value`` as a float ndarray whose every element is finite (an integer if ``integer``) within bounds.
+
+    Each element must satisfy the scalar rule ("an integer >= 1", ...); ``allow_inf`` admits +-inf (never
+    NaN) where the bounds allow it. Strings, objects, booleans and complex
+    numbers are rejected, as are arrays of more than ``max_size`` elements; the message shows the first
+    offending element. ``rule`` replaces the generated rule text in messages (e.g. "a probability in [0, 1]").
+    """
+    if rule is None:
+        rule = rule_text("integer" if integer else "number", lo, hi, lo_open=lo_open, unit=unit)
+        if allow_inf:
+            rule = rule.replace("a finite number", "a number")
+    if isinstance(value, (str, bytes)) or (not isinstance(value, (np.ndarray, list, tuple)) and not _is_real(value)):
+        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+    try:
+        raw = np.asarray(value)
+    except (ValueError, TypeError, OverflowError):
+        raise SpecError(f"{name} must be {rule}, got {shown(value)}") from None
+    if raw.dtype.kind not in "iuf":
+        if raw.dtype.kind == "O":  # e.g. a huge Python int, or mixed types
+            bad = next((v for v in raw.ravel() if not _is_real(v)), None)
+            if bad is None:
+                bad = next((v for v in raw.ravel() if _outside(v, lo, hi, lo_open, False)), raw.ravel()[0])
+            raise SpecError(f"{name} must be {rule}, got {shown(bad)}")
+        first = raw.ravel()[0] if raw.size else value
+        raise SpecError(f"{name} must be {rule}, got {shown(first)}")
+    if raw.size > max_size:
+        raise SpecError(f"{name} must have at most {max_size:,} elements, got {raw.size:,}")
+    if raw.size == 0 and not allow_empty:
+        raise SpecError(f"{name} must not be empty")
+    a = raw.astype(float, copy=False)
+    bad = np.isnan(a) if allow_inf else ~np.isfinite(a)
+    if integer:
+        bad |= np.isfinite(a) & (a != np.floor(a))
+    if bad.any():
+        raise SpecError(f"{name} must be {rule}, got {shown(raw[bad].ravel()[0])}")
+    out = np.zeros(a.shape, dtype=bool)
+    if lo is not None:
+        out |= (a < lo) | ((a == lo) if lo_open else False)
+    if hi is not None:
+        out |= a > hi
+    if out.any():
+        raise SpecError(f"{name} must be {rule}, got {shown(raw[out].ravel()[0])}")
+    return a

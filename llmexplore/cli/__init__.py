@@ -1,0 +1,88 @@
+"""Command line: ``llmexplore <command> ...`` (also ``python -m llmexplore``).
+
+Commands:
+
+* ``report``  execute the notebooks headless and write offline HTML reports (:mod:`llmexplore.report`).
+* ``presets`` list model, hardware, link or runtime presets with their derived quantities.
+* ``layouts`` memory per rank and decode step time of the attention layouts TP, CP, DPA and DOP at one
+  (batch, context) point, and the fastest layout that fits.
+* ``pd``      prefill/decode disaggregation vs colocated serving: one prefill, one decode step, the KV
+  transfer, and the smallest pools meeting TTFT/TPOT targets at an arrival rate.
+* ``moe``     MoE decode on N GPUs split into TP x EP, under skewed routing, with optional redundant experts
+  (EPLB), against pure TP.
+* ``calibrate`` fit the runtime efficiencies to measured decode/prefill times in a CSV, print the error per
+  point and overall, optionally save the fit as a preset overlay.
+
+Conventions shared by every command (add a command as one module here with ``add(sub)``, which declares the
+options, and ``run(args)``, which runs it and returns the exit status; then list it in ``COMMANDS``):
+
+* ``--json`` writes one JSON document to stdout, strictly valid (no NaN/Infinity: such numbers become
+  ``null`` and the record's ``reason`` says why); without it, aligned plain-text tables.
+* Bad input (unknown preset, a size that is not a positive integer, ranks that do not divide the model, an
+  unknown option, a missing one) prints exactly one line ``llmexplore: error: <field> ... got <value>`` on
+  stderr and exits with status 2. No traceback: argparse's own errors are one line too.
+* A question without an answer is a result, not an error: ``layouts`` prints the table with ``best: none
+  fits`` and what would fit, ``pd`` reports an infeasible mode with its reason (status 0). Status 1 means
+  some notebooks of ``report`` failed (the others' reports are written).
+* Any other exception is a bug and propagates with its traceback.
+
+Only the standard library is imported at start-up; each command imports what it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from ..errors import LlmexploreError
+from . import calibrate, disagg, layouts, moe, presets, report
+from ._framework import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, Parser, UsageError, fail
+
+__all__ = ["main", "build_parser", "PROG", "COMMANDS"]
+
+#: command modules, in help order; each has ``add(subparsers)`` and ``run(args) -> exit status``
+COMMANDS = [report, presets, layouts, disagg, moe, calibrate]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llmexplore")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=PROG, description="Analytical models of LLM serving deployments.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        command.add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return the exit status (0 ok, 1 some reports failed, 2 bad input)."""
+    parser = build_parser()
+    try:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help / --version
+            return exc.code if isinstance(exc.code, int) else EXIT_OK
+        return args.func(args)
+    except UsageError as exc:
+        return fail(str(exc))
+    except LlmexploreError as exc:  # SpecError, UnknownPresetError: bad input
+        return fail(str(exc), EXIT_USAGE)
+    except BrokenPipeError:  # e.g. `llmexplore presets models | head -1`
+        # Python docs recipe: point stdout at devnull so the flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

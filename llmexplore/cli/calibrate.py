@@ -1,0 +1,66 @@
+"""``llmexplore calibrate``: fit the runtime efficiencies to measured step times in a CSV."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence  # noqa: F401
+
+from ._framework import (EXIT_FAILED, EXIT_OK, Checked, Col, ParamPairs, UsageError, billions,  # noqa: F401
+                         dtype_runtime_options, fail, float_at_least, format_table, int_at_least, jsonable,
+                         model_gpu_options, one_of, print_json)
+
+__all__ = ["add", "run"]
+
+
+def add(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit runtime efficiencies to measured step times",
+                       description="Fit eta_mem, eta_compute, eta_attn_mem, kernel_overhead_us and "
+                                   "step_overhead_ms to the decode/prefill rows of a CSV (format: "
+                                   "data/calibration/README.md); print the error per point and overall.")
+    p.add_argument("--data", required=True, metavar="FILE", help="calibration CSV")
+    p.add_argument("--start", default="uncalibrated", metavar="NAME",
+                   help="runtime preset to start from and use as the prior (default: uncalibrated)")
+    p.add_argument("--name", default="calibrated", metavar="NAME",
+                   help="name of the fitted runtime preset (default: calibrated)")
+    p.add_argument("--save", metavar="FILE",
+                   help="write the fit as a preset overlay YAML; use it with LLMEXPLORE_PRESETS=FILE and "
+                        "--runtime NAME (or presets.add_file)")
+    p.add_argument("--json", action="store_true", help='JSON: {"runtime": {...}, "points": [...], ...}')
+    p.set_defaults(func=run)
+
+
+CALIBRATE_COLS = [
+    Col("point", "point"), Col("model", "model"), Col("gpu", "gpu"), Col("ranks", "T"), Col("unit", "unit"),
+    Col("measured", "measured", ".4g"), Col("predicted_before", "before fit", ".4g"),
+    Col("predicted", "fitted", ".4g"), Col("error_pct", "error %", "+.2f"),
+    Col("fitted", "in fit"),
+]
+
+
+def run(args) -> int:
+    import dataclasses as dc
+    from pathlib import Path
+
+    from .. import calibrate as cal
+
+    points = cal.load_points(args.data)
+    result = cal.fit(points, start=args.start, name=args.name)
+    rt = result["runtime"]
+    params = {f: getattr(rt, f) for f in cal.FIT_FIELDS}
+    if args.save:
+        Path(args.save).write_text(cal.overlay_yaml(rt, args.data), encoding="utf-8")
+    if args.json:
+        print_json({"runtime": {"name": rt.name, **{f.name: getattr(rt, f.name) for f in dc.fields(rt)
+                                                     if f.name not in ("name", "sources", "display_name")}},
+                    "fitted": params, "points": result["table"], "rms_error_pct": result["rms_error_pct"],
+                    "max_abs_error_pct": result["max_abs_error_pct"], "iterations": result["iterations"],
+                    "start": result["start"], "saved": args.save})
+        return EXIT_OK
+    print(f"calibration of {len(points)} points from {args.data} (start: {result['start']})")
+    print(format_table(result["table"], CALIBRATE_COLS))
+    print(f"fit error over {sum(p.fitted for p in points)} time points: rms {result['rms_error_pct']:.2f}%, "
+          f"max |error| {result['max_abs_error_pct']:.2f}% ({result['iterations']} iterations)")
+    print("fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in params.items()))
+    if args.save:
+        print(f"saved runtime preset {rt.name!r} to {args.save}: use LLMEXPLORE_PRESETS={args.save} and "
+              f"--runtime {rt.name}")
+    return EXIT_OK

@@ -1,0 +1,89 @@
+"""``llmexplore pd``: prefill/decode disaggregation vs colocated serving at a rate and SLOs."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence  # noqa: F401
+
+from ._framework import (EXIT_FAILED, EXIT_OK, Checked, Col, ParamPairs, UsageError, billions,  # noqa: F401
+                         dtype_runtime_options, fail, float_at_least, format_table, int_at_least, jsonable,
+                         model_gpu_options, one_of, print_json)
+
+__all__ = ["add", "run"]
+
+
+def add(sub) -> None:
+    p = sub.add_parser("pd", help="prefill/decode disaggregation vs colocated serving",
+                       description="Time of one prefill and one decode step, the KV transfer per request, and "
+                                   "the smallest prefill/decode pools (and colocated pool) meeting p99 TTFT and "
+                                   "TPOT targets at a Poisson arrival rate.")
+    req = p.add_argument_group("required")
+    model_gpu_options(req)
+    req.add_argument("--prompt", required=True, action=Checked, check=int_at_least(1), metavar="P",
+                     help="prompt tokens")
+    req.add_argument("--output", required=True, action=Checked, check=int_at_least(1), metavar="O",
+                     help="output tokens")
+    p.add_argument("--rate", default=10.0, action=Checked, check=float_at_least(0.0, strict=True), metavar="R",
+                   help="arrivals per second (default: 10)")
+    p.add_argument("--ttft-ms", default=1000.0, action=Checked, check=float_at_least(0.0, strict=True),
+                   metavar="X", help="p99 TTFT target [ms] (default: 1000)")
+    p.add_argument("--tpot-ms", default=50.0, action=Checked, check=float_at_least(0.0, strict=True),
+                   metavar="Y", help="p99 TPOT target [ms] (default: 50)")
+    p.add_argument("--link", default="roce-400g", metavar="L", help="KV-transfer link preset (default: roce-400g)")
+    p.add_argument("--nics", default=None, action=Checked, check=int_at_least(1), metavar="N",
+                   help="NICs per instance (default: one per GPU)")
+    p.add_argument("--prefill-tp", default=8, action=Checked, check=int_at_least(1), metavar="A",
+                   help="GPUs per prefill instance (default: 8)")
+    p.add_argument("--decode-tp", default=8, action=Checked, check=int_at_least(1), metavar="B",
+                   help="GPUs per decode (and colocated) instance (default: 8)")
+    p.add_argument("--batch", default=64, action=Checked, check=int_at_least(1), metavar="N",
+                   help="decode batch at which decode_step_ms is reported (default: 64)")
+    p.add_argument("--prompt-sigma", default=0.0, action=Checked, check=float_at_least(0.0), metavar="SIG",
+                   help="log-sd of lognormal prompt lengths around the median --prompt (default: 0, all equal)")
+    p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
+    dtype_runtime_options(p)
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from .. import presets
+    from ..sweeps import disagg as disagg_sweeps
+
+    presets.link(args.link)  # unknown link: one-line error before any work
+    s = disagg_sweeps.setup(args.model, args.gpu, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
+                            prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
+                            ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms, weight_dtype=args.weight_dtype,
+                            kv_dtype=args.kv_dtype, runtime=args.runtime, nics=args.nics,
+                            prompt_sigma=args.prompt_sigma)
+    pt = disagg_sweeps.point_summary(s, link=args.link, decode_batch=args.batch, pipelined=not args.serial)
+    doc = {**pt,
+           "inputs": {"model": s.prefill.model.name, "gpu": s.prefill.hardware.name, "prompt": args.prompt,
+                      "output": args.output, "rate": args.rate, "ttft_ms": args.ttft_ms, "tpot_ms": args.tpot_ms,
+                      "prompt_sigma": args.prompt_sigma, "link": args.link, "nics": args.nics,
+                      "prefill_tp": args.prefill_tp, "decode_tp": args.decode_tp, "pipelined": not args.serial,
+                      "weight_dtype": s.prefill.weight_dtype, "kv_dtype": args.kv_dtype,
+                      "runtime": s.prefill.runtime.name}}
+    if args.json:
+        print_json(doc)
+        return EXIT_OK
+    print(f"{s.prefill.model.label} on {s.prefill.hardware.label}: prompt {args.prompt}, output {args.output}, "
+          f"{args.rate:g} req/s, p99 TTFT <= {args.ttft_ms:g} ms, TPOT <= {args.tpot_ms:g} ms")
+    print(f"prefill of one prompt (TP{args.prefill_tp}): {doc['prefill_ms']:.2f} ms; decode step at batch "
+          f"{args.batch} (TP{args.decode_tp}): {doc['decode_step_ms']:.2f} ms; decode batch fits up to "
+          f"{pt['decode_batch_cap']}")
+    print(f"KV per request {doc['kv_transfer_GB']:.3f} GB over {args.link}: {doc['transfer_serial_ms']:.2f} ms "
+          f"serial, {doc['transfer_exposed_ms']:.2f} ms exposed ({'serial' if args.serial else 'pipelined'})")
+    dd, cc = doc["disaggregated"], doc["colocated"]
+    if dd["feasible"]:
+        print(f"disaggregated: {dd['prefill_instances']} prefill + {dd['decode_instances']} decode instances = "
+              f"{dd['gpus']} GPUs, {dd['goodput_per_gpu']:.3f} req/s/GPU, TTFT p99 {dd['ttft_p99_ms']:.0f} ms, "
+              f"TPOT p99 {dd['tpot_p99_ms']:.1f} ms")
+    else:
+        print(f"disaggregated: infeasible ({dd['reason']})")
+    if cc["feasible"]:
+        print(f"colocated: {cc['instances']} instances = {cc['gpus']} GPUs, {cc['goodput_per_gpu']:.3f} req/s/GPU, "
+              f"chunk {cc['chunk_tokens']} tokens, TTFT p99 {cc['ttft_p99_ms']:.0f} ms, TPOT p99 "
+              f"{cc['tpot_p99_ms']:.1f} ms")
+    else:
+        print(f"colocated: infeasible ({cc['reason']})")
+    return EXIT_OK

@@ -1,0 +1,99 @@
+"""``llmexplore layouts``: memory and decode step time of TP, CP, DPA and DOP at one point."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence  # noqa: F401
+
+from ._framework import (EXIT_FAILED, EXIT_OK, Checked, Col, ParamPairs, UsageError, billions,  # noqa: F401
+                         dtype_runtime_options, fail, float_at_least, format_table, int_at_least, jsonable,
+                         model_gpu_options, one_of, print_json)
+
+__all__ = ["add", "run"]
+
+
+def add(sub) -> None:
+    p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
+                       description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of "
+                                   "the attention layouts TP, CP, DPA and DOP on T ranks at one (batch, "
+                                   "context) point, and the fastest layout that fits.")
+    req = p.add_argument_group("required")
+    model_gpu_options(req)
+    req.add_argument("--ranks", required=True, action=Checked, check=int_at_least(1), metavar="T",
+                     help="ranks T in the attention group")
+    req.add_argument("--batch", required=True, action=Checked, check=int_at_least(1), metavar="B",
+                     help="concurrent sequences B")
+    req.add_argument("--context", required=True, action=Checked, check=int_at_least(1), metavar="S",
+                     help="context length S [tokens]")
+    dtype_runtime_options(p)
+    p.add_argument("--q-tokens", default=1, action=Checked, check=int_at_least(1), metavar="Q",
+                   help="query tokens per sequence per step (speculative decoding; default: 1)")
+    p.add_argument("--context-cv", default=0.0, action=Checked, check=float_at_least(0.0), metavar="CV",
+                   help="coefficient of variation of context lengths (default: 0, all equal)")
+    p.add_argument("--scale-up-link", metavar="LINK", help="link preset (default: the GPU's own)")
+    p.add_argument("--scale-out-link", metavar="LINK", help="link preset (default: the GPU's own)")
+    p.add_argument("--json", action="store_true",
+                   help='JSON: {"layouts": [...], "best": ..., "inputs": {...}}')
+    p.set_defaults(func=run)
+
+
+LAYOUT_COLS = [
+    Col("layout", "layout"), Col("feasible", "fits"),
+    Col("weights_GB", "weights GB", ".2f"), Col("kv_GB", "KV GB", ".2f"),
+    Col("activations_GB", "act GB", ".2f"), Col("reserve_GB", "reserve GB", ".2f"),
+    Col("total_GB", "total GB", ".2f"), Col("usable_GB", "usable GB", ".2f"),
+    Col("step_ms", "step ms", ".2f"), Col("attention_ms", "attn ms", ".2f"), Col("ffn_ms", "FFN ms", ".2f"),
+    Col("comm_ms", "comm ms", ".2f"), Col("tokens_per_s", "tok/s", ".0f"), Col("reason", "reason"),
+]
+
+
+def _layout_record(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A layout_table row with plain Python values; non-finite numbers become None, explained in reason."""
+    rec = jsonable(dict(row))
+    notes = [f"{k} is {row[k]} (not representable in JSON)" for k, v in rec.items()
+             if v is None and isinstance(row[k], float)]
+    if notes:
+        rec["reason"] = "; ".join([*([rec["reason"]] if rec.get("reason") else []), *notes])
+    return rec
+
+
+def _best_line(records: Sequence[Mapping[str, Any]], best: str | None) -> str:
+    if best is not None:
+        r = next(r for r in records if r["layout"] == best)
+        if r["step_ms"] is None or r["tokens_per_s"] is None:
+            return f"best: {best}"
+        return f"best: {best} ({r['step_ms']:.1f} ms/step, {r['tokens_per_s']:.0f} tok/s)"
+    sized = [r for r in records if r.get("total_GB") is not None]
+    if not sized:
+        return "best: none fits"
+    r = min(sized, key=lambda r: r["total_GB"])
+    return f"best: none fits (closest: {r['layout']} {r['reason'] or 'is infeasible'})"
+
+
+def run(args) -> int:
+    from ..models.engine import Deployment
+    from ..sweeps import layouts as layout_sweeps
+
+    dep = Deployment.build(args.model, args.gpu, args.ranks, runtime=args.runtime,
+                           weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, q_tokens=args.q_tokens,
+                           context_cv=args.context_cv, scale_up_link=args.scale_up_link,
+                           scale_out_link=args.scale_out_link)
+    table = layout_sweeps.layout_table(dep, args.batch, args.context)
+    best = layout_sweeps.best_layout(table)
+    records = [_layout_record(row) for row in table.to_dict("records")]
+    inputs = {
+        "model": dep.model.name, "gpu": dep.hardware.name, "ranks": dep.ranks, "batch": args.batch,
+        "context": args.context, "weight_dtype": dep.weight_dtype, "kv_dtype": dep.kv_dtype,
+        "act_dtype": dep.act_dtype, "q_tokens": dep.q_tokens, "context_cv": dep.context_cv,
+        "runtime": dep.runtime.name, "scale_up_link": dep.fabric.scale_up.name,
+        "scale_out_link": dep.fabric.scale_out.name if dep.fabric.scale_out else None,
+    }
+    if args.json:
+        print_json({"layouts": records, "best": best, "inputs": inputs})
+        return EXIT_OK
+    print(f"{dep.label()}; batch {args.batch}, context {args.context} tokens"
+          + (f", {dep.q_tokens} query tokens/step" if dep.q_tokens != 1 else "")
+          + (f", context cv {dep.context_cv:g}" if dep.context_cv else ""))
+    print("memory per rank [GB], decode step [ms]")
+    print(format_table(records, LAYOUT_COLS))
+    print(_best_line(records, best))
+    return EXIT_OK

@@ -1,0 +1,72 @@
+"""``llmexplore moe``: MoE decode under routing skew, TP x EP vs pure TP, with redundant experts."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence  # noqa: F401
+
+from ._framework import (EXIT_FAILED, EXIT_OK, Checked, Col, ParamPairs, UsageError, billions,  # noqa: F401
+                         dtype_runtime_options, fail, float_at_least, format_table, int_at_least, jsonable,
+                         model_gpu_options, one_of, print_json)
+
+__all__ = ["add", "run"]
+
+
+def add(sub) -> None:
+    p = sub.add_parser("moe", help="MoE decode: pure TP vs TP x EP under routing skew, with redundant experts",
+                       description="Decode step of an MoE model on N GPUs split into tp = N / ep x ep: routed-expert "
+                                   "GEMMs on the busiest rank, dispatch/combine all-to-all, load imbalance from a "
+                                   "hot-expert skew, EPLB placement with redundant experts; compared with pure TP.")
+    req = p.add_argument_group("required")
+    model_gpu_options(req, "MoE model preset (e.g. deepseek-v3)")
+    req.add_argument("--gpus", required=True, action=Checked, check=int_at_least(1), metavar="N", help="GPUs")
+    req.add_argument("--batch-tokens", required=True, action=Checked, check=int_at_least(1), metavar="T",
+                     help="decode tokens per step (sequences, one token each)")
+    p.add_argument("--ep", default=None, action=Checked, check=int_at_least(1), metavar="E",
+                   help="expert-parallel degree (default: N, data-parallel attention + EP)")
+    p.add_argument("--skew", default=1.0, action=Checked, check=float_at_least(1.0), metavar="Z",
+                   help="hot-expert skew, max / mean expert load (default: 1, uniform)")
+    p.add_argument("--redundant-experts", default=0, action=Checked, check=int_at_least(0), metavar="R",
+                   help="redundant expert slots placed by EPLB (default: 0)")
+    p.add_argument("--no-eplb", action="store_true", help="static contiguous placement (needs R = 0)")
+    p.add_argument("--context", default=2048, action=Checked, check=int_at_least(1), metavar="S",
+                   help="context length [tokens] (default: 2048)")
+    dtype_runtime_options(p)
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..sweeps import moe as moe_sweeps
+
+    ep = args.ep or args.gpus
+    if args.gpus % ep:
+        raise UsageError(f"--ep must divide --gpus ({args.gpus}), got {ep}")
+    if args.no_eplb and args.redundant_experts:
+        raise UsageError(f"--redundant-experts must be 0 with --no-eplb, got {args.redundant_experts}")
+    balance = "none" if (args.no_eplb or ep == 1) else "eplb"
+    kw = dict(weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, runtime=args.runtime,
+              layers=moe_sweeps.LAYERS)
+    md = moe_sweeps.config(args.model, args.gpu, args.gpus, tp=args.gpus // ep, ep=ep,
+                           redundant=args.redundant_experts, balance=balance, **kw)
+    [rec] = moe_sweeps.moe_records(md, args.batch_tokens, args.context, args.skew)
+    ref = None
+    if ep != 1 and md.model.moe_intermediate % args.gpus == 0:
+        pure = moe_sweeps.config(args.model, args.gpu, args.gpus, tp=args.gpus, ep=1, **kw)
+        [ref] = moe_sweeps.moe_records(pure, args.batch_tokens, args.context, args.skew)
+    doc = {**rec, "pure_tp": ref,
+           "inputs": {"model": md.model.name, "gpu": md.hardware.name, "gpus": args.gpus, "ep": ep,
+                      "batch_tokens": args.batch_tokens, "context": args.context, "skew": args.skew,
+                      "redundant_experts": args.redundant_experts, "weight_dtype": md.weight_dtype,
+                      "kv_dtype": md.kv_dtype, "runtime": md.runtime.name, "layers_sampled": md.layers}}
+    if args.json:
+        print_json(doc)
+        return EXIT_OK
+    print(f"{md.model.label} on {args.gpus}x {md.hardware.label}: {args.batch_tokens} decode tokens per step, "
+          f"context {args.context}, skew {args.skew:g}")
+    cols = [Col("layout", "layout"), Col("feasible", "fits"), Col("step_ms", "step ms", ".2f"),
+            Col("moe_layer_us", "MoE layer us", ".0f"), Col("routed_layer_us", "routed us", ".0f"),
+            Col("dispatch_layer_us", "dispatch us", ".0f"), Col("combine_layer_us", "combine us", ".0f"),
+            Col("load_straggler", "load max/mean", ".3f"), Col("expected_imbalance", "imbalance", ".3f"),
+            Col("memory_GB", "GB/GPU", ".1f"), Col("tokens_per_s", "tok/s", ".0f")]
+    print(format_table([r for r in (rec, ref) if r], cols))
+    return EXIT_OK

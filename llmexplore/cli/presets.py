@@ -1,0 +1,72 @@
+"""``llmexplore presets KIND``: list presets with their derived quantities."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence  # noqa: F401
+
+from ._framework import (EXIT_FAILED, EXIT_OK, Checked, Col, ParamPairs, UsageError, billions,  # noqa: F401
+                         dtype_runtime_options, fail, float_at_least, format_table, int_at_least, jsonable,
+                         model_gpu_options, one_of, print_json)
+
+__all__ = ["add", "run"]
+
+
+def _links_of(r: Mapping[str, Any]) -> str:
+    up = f"{r['scale_up_link']} x{r['scale_up_size']}"
+    return f"{up} + {r['scale_out_link']}" if r.get("scale_out_link") else up
+
+
+#: kind -> (record builder, human table columns)
+#: table columns of `presets KIND` (the records come from llmexplore.catalog.preset_records)
+PRESET_VIEWS: dict[str, list[Col]] = {
+    "models": [
+        Col("name", "name"), Col("attention", "attention"), Col("layers", "layers"), Col("hidden", "hidden"),
+        Col("moe", "moe"), Col("params_total", "params_total", billions),
+        Col("params_active", "params_active", billions),
+        Col("kv_bytes_per_token_bf16", "KV B/token bf16", ",.0f"),
+        Col("kv_bytes_per_token_fp8", "KV B/token fp8", ",.0f"),
+    ],
+    "hardware": [
+        Col("name", "name"), Col("hbm_GiB", "hbm_GiB", "g"), Col("hbm_bw_TBps", "hbm_bw_TBps", "g"),
+        Col("bf16_TFLOPS", "bf16_TFLOPS", "g"), Col("fp8_TFLOPS", "fp8_TFLOPS", "g"),
+        Col("ridge_flops_per_byte_bf16", "ridge bf16 FLOP/B", ".0f"), Col("links", "links"),
+    ],
+    "links": [
+        Col("name", "name"), Col("kind", "kind"), Col("line_rate_GBps", "line_rate_GBps", "g"),
+        Col("achievable_GBps", "achievable_GBps", "g"), Col("efficiency", "efficiency", ".0%"),
+        Col("latency_us", "latency_us", "g"), Col("latency_per_rank_us", "+us/rank", "g"),
+    ],
+    "runtime": [
+        Col("name", "name"), Col("eta_mem", "eta_mem", "g"), Col("eta_compute", "eta_compute", "g"),
+        Col("eta_attn_compute", "eta_attn_compute", "g"), Col("eta_attn_mem", "eta_attn_mem", "g"),
+        Col("kernel_overhead_us", "kernel_overhead_us", "g"),
+        Col("step_overhead_ms", "step_overhead_ms", "g"),
+        Col("usable_hbm_fraction", "usable_hbm_fraction", "g"), Col("reserve_GiB", "reserve_GiB", "g"),
+        Col("page_tokens", "page_tokens", "d"),
+    ],
+}
+
+
+def add(sub) -> None:
+    p = sub.add_parser("presets", help="list presets with their derived quantities",
+                       description="List the presets of one kind (built-in data/*.yaml plus any files named "
+                                   "in LLMEXPLORE_PRESETS) with their derived quantities.")
+    p.add_argument("kind", choices=list(PRESET_VIEWS), help="which presets")
+    p.add_argument("--json", action="store_true",
+                   help="a JSON list of objects (every field, sources included)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from .. import catalog
+
+    cols = PRESET_VIEWS[args.kind]
+    records = catalog.preset_records(args.kind)
+    if args.json:
+        print_json(records)
+        return EXIT_OK
+    if args.kind == "hardware":
+        for r in records:
+            r["links"] = _links_of(r)
+    print(format_table(records, cols))
+    return EXIT_OK

@@ -1,0 +1,49 @@
+"""``llmexplore report``: execute the notebooks headless and write offline HTML reports."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping, Sequence  # noqa: F401
+
+from ._framework import (EXIT_FAILED, EXIT_OK, PROG, Checked, Col, ParamPairs, UsageError, billions,  # noqa: F401
+                         dtype_runtime_options, fail, float_at_least, format_table, int_at_least, jsonable,
+                         model_gpu_options, one_of, print_json)
+
+__all__ = ["add", "run"]
+
+
+def add(sub) -> None:
+    p = sub.add_parser("report", help="execute the notebooks and write offline HTML reports",
+                       description="Execute every notebook headless (papermill) and export each to an "
+                                   "offline HTML report plus an index.html.")
+    p.add_argument("--out", default="reports", metavar="DIR", help="output directory (default: reports)")
+    p.add_argument("-p", "--parameter", dest="parameters", nargs=2, metavar=("NAME", "VALUE"),
+                   action=ParamPairs, default={},
+                   help="inject a notebook parameter (repeatable); VALUE is read as int, float, "
+                        "true/false, none, or else a string")
+    p.add_argument("--notebook", dest="notebooks", action="append", metavar="NAME",
+                   help="only this notebook (path or name in notebooks/; repeatable; default: all)")
+    p.add_argument("--timeout", dest="timeout_s", action=Checked, check=float_at_least(0, strict=True),
+                   metavar="S", default=None, help="per-cell timeout [s]")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from .. import report as reports
+
+    parameters = {name: reports.parse_param_value(text) for name, text in args.parameters.items()}
+    kwargs: dict[str, Any] = {"out_dir": args.out, "parameters": parameters, "notebooks": args.notebooks,
+                              "progress": not args.quiet}
+    if args.timeout_s is not None:
+        kwargs["timeout_s"] = args.timeout_s
+    try:
+        paths = reports.build_reports(**kwargs)
+    except reports.ReportError as exc:  # some notebooks failed; the others' reports were written
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except ValueError as exc:  # e.g. a -p NAME that no notebook's parameters cell defines
+        return fail(str(exc))
+    for path in paths:
+        print(path)
+    return EXIT_OK

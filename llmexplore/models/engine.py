@@ -1,0 +1,255 @@
+"""The step engine everyone builds on: a :class:`Deployment` and the one per-kernel roofline (docs/models.md §1.1).
+
+A decode step, a prefill, a mixed chunked-prefill iteration and an MoE layer are all sequences of kernels.
+Each kernel's time is priced here, and only here::
+
+    t_k = max(F_k / R_flops(class), M_k / R_bytes(class)) + t_overhead
+
+with F_k FLOPs, M_k HBM bytes, and the achieved throughputs R of the kernel's class (:func:`kernel_rates`):
+
+===============  ==========================================  ===========================================
+class            achieved compute R_flops [FLOP/s]            achieved memory R_bytes [B/s]
+===============  ==========================================  ===========================================
+``gemm``         eta_compute x dense peak of the weight dtype  eta_mem x HBM bandwidth
+``grouped_gemm`` eta_compute x dense peak of the weight dtype  eta_mem x HBM bandwidth
+``attention``    eta_attn_compute x dense BF16 peak            eta_attn_mem x HBM bandwidth
+``elementwise``  (no FLOPs counted)                            eta_mem x HBM bandwidth
+===============  ==========================================  ===========================================
+
+The efficiencies and the fixed per-kernel overhead come from the :class:`~llmexplore.specs.Runtime` preset
+(calibrated, docs/models.md §7). Today the two GEMM classes share their efficiencies; the class is passed
+anyway so that a shape- or dtype-aware efficiency model has exactly one place to change: :func:`kernel_rates`.
+
+The :class:`Deployment` fixes everything that does not change while batch and context are swept: the model,
+the accelerator, the attention group of T ranks and its links, the dtypes and the runtime, and the weight
+placement of each attention layout (TP, CP, DPA, DOP; docs/models.md §3.1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import _check, presets
+from ..errors import SpecError
+from ..specs import Hardware, ModelSpec, Runtime
+from ..units import GiB, MS, US, dtype_bytes
+from .collectives import Fabric
+from .roofline import gemm_flops_bytes, roofline_s
+from .stats import expected_max_std_normal
+
+__all__ = ["LAYOUTS", "LAYOUT_INFO", "KERNEL_CLASSES", "EMB_BYTES", "LOGIT_BYTES", "MAX_RANKS", "Deployment",
+           "KernelRates", "resolve_deployment", "check_layout", "check_batch_context", "kernel_rates", "kernel_s",
+           "gemm_s", "elementwise_s", "step_overhead_s"]
+
+LAYOUTS = ("TP", "CP", "DPA", "DOP")
+LAYOUT_INFO = {
+    "TP": "tensor parallel: heads sharded, KV head-sharded (MLA latent replicated)",
+    "CP": "context parallel: weights replicated, KV pages dealt over ranks",
+    "DPA": "data-parallel attention: sequences partitioned, weights replicated",
+    "DOP": "weights sharded like TP, KV owned per request like DPA",
+}
+KERNEL_CLASSES = ("gemm", "grouped_gemm", "attention", "elementwise")
+EMB_BYTES = 2.0  # embeddings, LM head, norms and router kept in BF16 (the DeepSeek-V3 FP8 checkpoint does this)
+LOGIT_BYTES = 4.0  # FP32 logits
+MAX_RANKS = 1024  # largest attention group (ranks T) the model accepts
+MAX_BATCH = 1 << 24  # sequences per step: far beyond any GPU's memory, small enough to allocate nothing silly
+MAX_CONTEXT = 1 << 30  # tokens per sequence
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Everything fixed while batch size and context length are swept.
+
+    Build one with :meth:`Deployment.build` from preset names. ``ranks`` is T, the attention group size;
+    ``q_tokens`` the query tokens per sequence per step (1 for plain decode, more for speculative decoding);
+    ``logits_tokens`` how many of them need logits (None: all); ``context_cv`` the coefficient of variation
+    of context lengths (DPA/DOP imbalance, docs/models.md §3.3).
+    """
+
+    model: ModelSpec
+    hardware: Hardware
+    ranks: int
+    runtime: Runtime
+    fabric: Fabric
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    act_dtype: str = "bf16"
+    q_tokens: int = 1
+    context_cv: float = 0.0
+    logits_tokens: int | None = None
+
+    @classmethod
+    def build(cls, model="llama-3-70b", gpu="h100-sxm", ranks: int = 8, *, runtime="default",
+              weight_dtype: str | None = None, kv_dtype: str = "bf16", q_tokens: int = 1,
+              context_cv: float = 0.0, scale_up_link=None, scale_out_link=None) -> "Deployment":
+        """Resolve presets (names or specs) and validate. Links default to the GPU's own; ``weight_dtype``
+        defaults to the dtype the model's weights are released in."""
+        m, hw, rt, fabric = resolve_deployment(model, gpu, runtime, scale_up_link, scale_out_link)
+        return cls(model=m, hardware=hw, ranks=ranks, runtime=rt, fabric=fabric,
+                   weight_dtype=m.weight_dtype if weight_dtype is None else weight_dtype,
+                   kv_dtype=kv_dtype, q_tokens=q_tokens, context_cv=context_cv)
+
+    def __post_init__(self) -> None:
+        m = self.model
+        T = _check.integer("ranks", self.ranks, lo=1, hi=MAX_RANKS)
+        object.__setattr__(self, "ranks", T)
+        dtype_bytes(self.weight_dtype, "weight_dtype")
+        dtype_bytes(self.kv_dtype, "kv_dtype")
+        dtype_bytes(self.act_dtype, "act_dtype")
+        object.__setattr__(self, "q_tokens", _check.integer("q_tokens", self.q_tokens, lo=1, hi=1 << 20))
+        if self.logits_tokens is not None:
+            object.__setattr__(self, "logits_tokens", _check.integer("logits_tokens", self.logits_tokens, lo=1,
+                                                                     hi=self.q_tokens))
+        object.__setattr__(self, "context_cv", _check.number("context_cv", self.context_cv, lo=0.0, hi=100.0))
+        rules = [("query heads", m.heads)]
+        if m.dense_layers:
+            rules.append(("FFN intermediate size", m.intermediate))
+        if m.is_moe:
+            rules.append(("routed experts", m.routed_experts))
+            if m.shared_experts:
+                rules.append(("expert intermediate size", m.moe_intermediate))
+        for what, n in rules:
+            if n % T:
+                raise SpecError(f"ranks ({T}) must divide the {what} of {m.name} ({n})")
+        if not m.is_mla and m.kv_heads % T and T % m.kv_heads:
+            raise SpecError(f"ranks ({T}) must divide or be a multiple of the KV heads of {m.name} "
+                            f"({m.kv_heads})")
+        self.fabric.split(T)  # raises if T spans nodes unevenly
+
+    # ---- constants used by every layout ------------------------------------------------------------------
+    @property
+    def b_w(self) -> float:
+        """Bytes per weight element [B]."""
+        return dtype_bytes(self.weight_dtype)
+
+    @property
+    def b_kv(self) -> float:
+        """Bytes per KV-cache element [B]."""
+        return dtype_bytes(self.kv_dtype)
+
+    @property
+    def b_a(self) -> float:
+        """Bytes per activation element [B]."""
+        return dtype_bytes(self.act_dtype)
+
+    @property
+    def z_ranks(self) -> float:
+        """Expected max of T standard normals (imbalance of random assignment)."""
+        return expected_max_std_normal(self.ranks)
+
+    @property
+    def usable_B(self) -> float:
+        """HBM the runtime may use per rank [B]."""
+        return self.runtime.usable_hbm_fraction * self.hardware.hbm_GiB * GiB
+
+    @property
+    def reserve_B(self) -> float:
+        """Runtime reserve per rank (CUDA context, NCCL buffers, graphs) [B]."""
+        return self.runtime.reserve_GiB * GiB
+
+    def label(self) -> str:
+        return (f"{self.model.label} on {self.ranks}x {self.hardware.label}, weights {self.weight_dtype}, "
+                f"KV {self.kv_dtype}")
+
+    # ---- weights (independent of batch and context) --------------------------------------------------------
+    def attn_params_per_rank(self, layout: str) -> float:
+        """Attention parameters held per rank per layer (projections only)."""
+        check_layout(layout)
+        m, T = self.model, self.ranks
+        p = m.attn_params_per_layer
+        if layout in ("CP", "DPA"):
+            return float(sum(p.values()))
+        if m.is_mla:
+            rep = m.mla_replicated_params_per_layer
+            return rep + (sum(p.values()) - rep) / T
+        kv_frac = m.kv_heads_per_rank(T) / m.kv_heads
+        return (p["q"] + p["o"]) / T + (p["k"] + p["v"]) * kv_frac
+
+    def weight_bytes(self, layout: str) -> dict[str, float]:
+        """Weights per rank [B], by part: attention, FFN/MoE, embeddings + LM head, norms + router."""
+        m, T = self.model, self.ranks
+        attn = m.layers * self.attn_params_per_rank(layout) * self.b_w
+        ffn = m.dense_layers * m.ffn_params_dense_layer / T * self.b_w
+        if m.is_moe:
+            experts = (m.routed_experts + m.shared_experts) / T * m.expert_params
+            ffn += m.moe_layers * (experts * self.b_w + m.router_params * EMB_BYTES)
+        emb = m.embedding_params / T * EMB_BYTES  # vocab-parallel embedding and LM head
+        norms = (m.layers * m.norm_params_per_layer + m.hidden) * EMB_BYTES
+        return {"attention": attn, "ffn": ffn, "embedding": emb, "norms": norms}
+
+
+def resolve_deployment(model, gpu, runtime="default", scale_up_link=None, scale_out_link=None):
+    """(ModelSpec, Hardware, Runtime, Fabric) from preset names or specs; links default to the GPU's own."""
+    m = presets.resolve("models", model)
+    hw = presets.resolve("hardware", gpu)
+    rt = presets.resolve("runtime", runtime)
+    up = presets.resolve("links", scale_up_link or hw.scale_up_link)
+    out_name = scale_out_link or hw.scale_out_link
+    out = presets.resolve("links", out_name) if out_name else None
+    return m, hw, rt, Fabric(scale_up=up, scale_out=out, gpus_per_node=hw.scale_up_size)
+
+
+def check_layout(layout: str) -> None:
+    """SpecError unless ``layout`` is one of :data:`LAYOUTS`."""
+    _check.choice("layout", layout, LAYOUTS)
+
+
+def check_batch_context(batch, context) -> tuple[np.ndarray, np.ndarray]:
+    """Validate and convert: batch integers in [1, 2**24], context in [1, 2**30] tokens (SpecError otherwise)."""
+    b = _check.real_array("batch", batch, lo=1, hi=MAX_BATCH, integer=True)
+    s = _check.real_array("context", context, lo=1, hi=MAX_CONTEXT)
+    return b, s
+
+
+# ---- the one kernel pricing ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelRates:
+    """Achieved throughputs of one kernel class on one deployment."""
+
+    flops_per_s: float  # achieved compute [FLOP/s]
+    bytes_per_s: float  # achieved HBM traffic [B/s]
+    overhead_s: float  # fixed time per kernel (launch gap, tail) [s]
+
+
+def kernel_rates(dep: Deployment, kind: str) -> KernelRates:
+    """Achieved compute and memory throughput of a kernel class (table in the module docstring).
+
+    The single place where a kernel's efficiency is chosen; every step, prefill, mixed iteration and MoE layer
+    prices its kernels through it (via :func:`kernel_s`) or reads its rates from it (closed forms that need
+    the roofline's coefficients: crossovers, expected maxima over MoE ranks).
+    """
+    _check.choice("kernel class", kind, KERNEL_CLASSES)
+    rt, hw = dep.runtime, dep.hardware
+    overhead = rt.kernel_overhead_us * US
+    if kind == "attention":
+        return KernelRates(rt.eta_attn_compute * hw.bf16_TFLOPS * 1e12, rt.eta_attn_mem * hw.hbm_bw_TBps * 1e12,
+                           overhead)
+    flops = math.inf if kind == "elementwise" else rt.eta_compute * hw.peak_TFLOPS(dep.weight_dtype) * 1e12
+    return KernelRates(flops, rt.eta_mem * hw.hbm_bw_TBps * 1e12, overhead)
+
+
+def kernel_s(dep: Deployment, kind: str, flops, bytes_) -> np.ndarray:
+    """Roofline time of one kernel of class ``kind`` [s]; broadcasts over ``flops`` [FLOP] and ``bytes_`` [B]."""
+    r = kernel_rates(dep, kind)
+    return roofline_s(flops, bytes_, r.flops_per_s, r.bytes_per_s, r.overhead_s)
+
+
+def gemm_s(dep: Deployment, m_tokens, k_in, n_out, *, groups: float = 1.0, b_w: float | None = None,
+           kind: str = "gemm") -> np.ndarray:
+    """Time of ``groups`` (m x k) @ (k x n) GEMMs on one rank [s] (weights of ``b_w`` bytes, default the
+    deployment's weight dtype; activations in the activation dtype)."""
+    f, by = gemm_flops_bytes(m_tokens, k_in, n_out, b_w=dep.b_w if b_w is None else b_w, b_a=dep.b_a)
+    return kernel_s(dep, kind, groups * f, groups * by)
+
+
+def elementwise_s(dep: Deployment, bytes_) -> np.ndarray:
+    """Time of a memory-bound elementwise kernel (norm, activation) moving ``bytes_`` [B] [s]."""
+    return kernel_s(dep, "elementwise", 0.0, bytes_)
+
+
+def step_overhead_s(dep: Deployment) -> float:
+    """Fixed time per step (scheduling, sampling, launch of the step) [s]."""
+    return dep.runtime.step_overhead_ms * MS

@@ -1,0 +1,230 @@
+"""MoE expert-parallelism sweeps: tidy tables built from :mod:`llmexplore.models.moe`.
+
+``layers`` is how many independent hot-expert placements each step averages over: 8 keep step times within
+1% of all 58 DeepSeek-V3 MoE layers and make sweeps several times faster (see ``MoEDeployment``). One record
+builder, :func:`moe_records`, makes the rows that the scenario table, the explorer and ``llmexplore moe``
+all show.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import _check, presets
+from ..errors import SpecError
+from ..models import moe as moe_model
+from ..models import routing
+from ..models.moe import MoEDeployment
+from . import tidy
+
+__all__ = ["LAYERS", "layout_options", "scenario_splits", "config", "moe_records", "scenario_table",
+           "step_vs_skew", "step_vs_batch", "rank_loads", "max_load_check", "redundancy_gain_pct", "comm_at_batch",
+           "max_relative_load"]
+
+LAYERS = 8
+#: display unit of each time in the MoE records (per-layer times in us, whole-step times in ms)
+_UNITS = {"moe_layer_s": "us", "routed_layer_s": "us", "dispatch_layer_s": "us", "combine_layer_s": "us"}
+
+
+def layout_options(gpus: int, model: str = "deepseek-v3", gpu: str | None = None) -> list[tuple[str, int, int]]:
+    """(label, tp, ep) for every split of ``gpus`` into tp x ep that the model (and, if given, the GPU's node
+    size) allows: tp divides the expert width, ep the routed experts, and a TP group of an EP deployment fits
+    in one node. Pure TP first."""
+    gpus = _check.integer("gpus", gpus, lo=1, hi=moe_model.MAX_GPUS)
+    m = presets.resolve("models", model)
+    if not m.is_moe:
+        raise SpecError(f"model {m.name!r} has no MoE layers (moe_layers = 0); MoE presets: "
+                        f"{', '.join(n for n, x in presets.table('models').items() if x.is_moe)}")
+    per_node = presets.resolve("hardware", gpu).scale_up_size if gpu is not None else None
+    out = []
+    for tp in sorted((d for d in range(1, gpus + 1) if gpus % d == 0), reverse=True):
+        ep = gpus // tp
+        if m.moe_intermediate % tp or m.routed_experts % ep:
+            continue
+        if per_node is not None and ep > 1 and per_node % tp:
+            continue
+        label = f"TP{tp}" if ep == 1 else (f"DPA+EP{ep}" if tp == 1 else f"TP{tp}xEP{ep}")
+        out.append((label, tp, ep))
+    return out
+
+
+def scenario_splits(gpus: int, model="deepseek-v3", gpu: str | None = None) -> list[tuple[str, int, int]]:
+    """The three splits the scenario compares, where the model and GPU allow them: pure TP over all GPUs,
+    TP2 x EP (attention groups of two GPUs) and DPA + EP (one GPU per attention group)."""
+    opts = layout_options(gpus, model, gpu)
+    picked = [o for o in opts if o[1] in (gpus, 2, 1)]
+    return picked or opts
+
+
+def config(model="deepseek-v3", gpu="h200", gpus: int = 16, *, tp: int, ep: int, redundant: int = 0,
+           balance: str | None = None, weight_dtype=None, layers: int | None = LAYERS, **kw) -> MoEDeployment:
+    """A validated :class:`~llmexplore.models.moe.MoEDeployment` (a thin wrapper with the sweep defaults:
+    the model's released weight dtype, 8 sampled placements)."""
+    return MoEDeployment.build(model, gpu, gpus, tp=tp, ep=ep, redundant=redundant, balance=balance,
+                               weight_dtype=weight_dtype, layers=layers, **kw)
+
+
+def moe_records(md: MoEDeployment, batch, context, skew) -> list[dict]:
+    """One record per batch: the step time and its parts, the MoE layer, dispatch and combine, stragglers,
+    expected per-rank loads before (static) and after this placement, memory and feasibility.
+
+    Keys: ``layout``, ``tp``, ``ep``, ``balance``, ``redundant_experts``, ``batch``, ``context``, ``skew``,
+    ``feasible``, ``step_ms``, ``moe_layer_us``, ``routed_layer_us``, ``dispatch_layer_us``,
+    ``combine_layer_us``, ``comm_moe_ms``, ``attention_ms``, ``comm_ms``, ``time_straggler``,
+    ``load_straggler``, ``expected_imbalance``, ``load_max_over_mean_before`` / ``_after``,
+    ``distinct_ranks``, ``tokens_per_s``, ``weights_GB``, ``memory_GB``, ``usable_GB``.
+    """
+    batches = np.atleast_1d(np.asarray(batch))
+    context = _check.integer("context", context, lo=1, hi=1 << 30)
+    skew = _check.number("skew", skew, lo=1.0)
+    r = moe_model.step_time(md, batches, context, skew=skew)
+    mem = moe_model.memory_per_gpu(md, batches, context)
+    before = after = np.ones(batches.shape)
+    if md.ep > 1:
+        shares = moe_model.expected_rank_shares(md, skew=skew)
+        before = np.broadcast_to(np.mean(shares["imbalance_before"]), batches.shape)
+        after = r["expected_imbalance"]
+    times = tidy(r, _UNITS, keep=["step_s", "moe_layer_s", "routed_layer_s", "dispatch_layer_s", "combine_layer_s",
+                                  "comm_moe_s", "attention_s", "comm_s"])
+    sizes = tidy(mem, keep=["weights_B", "total_B", "usable_B"])
+    records = []
+    for i, bb in enumerate(batches):
+        def at(a):
+            return float(np.broadcast_to(a, batches.shape)[i])
+        records.append({
+            "layout": md.label(), "tp": md.tp, "ep": md.ep, "balance": md.balance,
+            "redundant_experts": md.redundant, "batch": int(bb), "context": context, "skew": skew,
+            "feasible": bool(np.broadcast_to(mem["feasible"], batches.shape)[i]),
+            **{k: at(v) for k, v in times.items()},
+            "time_straggler": at(r["time_straggler"]), "load_straggler": at(r["load_straggler"]),
+            "expected_imbalance": at(r["expected_imbalance"]), "load_max_over_mean_before": at(before),
+            "load_max_over_mean_after": at(after), "distinct_ranks": at(r["distinct_ranks"]),
+            "tokens_per_s": at(r["tokens_per_s"]), "weights_GB": at(sizes["weights_GB"]),
+            "memory_GB": at(sizes["total_GB"]), "usable_GB": at(sizes["usable_GB"]),
+        })
+    return records
+
+
+def scenario_table(model="deepseek-v3", gpu: str = "h200", gpus: int = 16, *, batch=(64, 256, 1024, 4096),
+                   context: int = 2048, skew: float = 2.6, redundant=(16, 32), layers: int | None = LAYERS,
+                   weight_dtype=None, kv_dtype="bf16") -> pd.DataFrame:
+    """``model`` on ``gpus`` GPUs: pure TP vs TP2 x EP vs DPA + EP (:func:`scenario_splits`), each EP split with
+    a static placement, EPLB without redundancy and EPLB with each count in ``redundant``; one row per
+    configuration and batch (:func:`moe_records`). Redundant counts that the EP degree does not divide
+    (E + r) are skipped."""
+    redundant = [_check.integer("redundant", r, lo=0, hi=moe_model.MAX_REDUNDANT) for r in redundant]
+    m = presets.resolve("models", model)
+    records = []
+    for _, tp, ep in scenario_splits(gpus, model, gpu):
+        configs = [("none", 0)] if ep == 1 else [("none", 0), ("eplb", 0)] + [
+            ("eplb", r) for r in redundant if (m.routed_experts + r) % ep == 0]
+        for bal, red in configs:
+            md = config(model, gpu, gpus, tp=tp, ep=ep, redundant=red, balance=bal, layers=layers,
+                        weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+            records += moe_records(md, list(batch), context, skew)
+    return pd.DataFrame(records)
+
+
+def _balances(ep: int, redundant: int) -> list[tuple[str, str | None, int]]:
+    if ep == 1:
+        return [("no expert parallelism", None, 0)]
+    rows = [("static placement", "none", 0), ("EPLB, no redundancy", "eplb", 0)]
+    if redundant:
+        rows.append((f"EPLB + {redundant} redundant", "eplb", redundant))
+    return rows
+
+
+def step_vs_skew(model="deepseek-v3", gpu="h200", gpus: int = 16, *, tp: int, ep: int, redundant: int = 32,
+                 batch: int = 256, context: int = 2048, skews=np.linspace(1.0, 4.0, 25),
+                 layers: int | None = LAYERS, weight_dtype=None) -> pd.DataFrame:
+    """Decode step and MoE-layer time vs hot-expert skew for static, EPLB and EPLB + redundant placements."""
+    skews = np.asarray(skews, dtype=float)
+    frames = []
+    for label, bal, red in _balances(ep, redundant):
+        md = config(model, gpu, gpus, tp=tp, ep=ep, redundant=red, balance=bal, layers=layers,
+                    weight_dtype=weight_dtype)
+        r = moe_model.step_time(md, batch, context, skew=skews)
+        fits = bool(np.all(moe_model.memory_per_gpu(md, batch, context)["feasible"]))
+        cols = tidy(r, _UNITS, keep=["step_s", "moe_layer_s", "routed_layer_s", "time_straggler",
+                                     "load_straggler"])
+        frames.append(pd.DataFrame({"skew": skews, "placement": label, "layout": md.label(),
+                                    **{k: np.broadcast_to(v, skews.shape) for k, v in cols.items()},
+                                    "feasible": fits}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def step_vs_batch(model="deepseek-v3", gpu="h200", gpus: int = 16, *, batches=(16, 64, 256, 1024, 4096),
+                  context: int = 2048, skew: float = 2.6, layers: int | None = LAYERS,
+                  weight_dtype=None) -> pd.DataFrame:
+    """Per MoE layer: routed GEMMs, dispatch and combine time vs batch, for every tp x ep split (static)."""
+    b = np.asarray(batches, dtype=float)
+    frames = []
+    for label, tp, ep in layout_options(gpus, model, gpu):
+        md = config(model, gpu, gpus, tp=tp, ep=ep, layers=layers, weight_dtype=weight_dtype)
+        r = moe_model.step_time(md, b, context, skew=skew)
+        mem = moe_model.memory_per_gpu(md, b, context)
+        cols = tidy(r, _UNITS, keep=["step_s", "routed_layer_s", "dispatch_layer_s", "combine_layer_s",
+                                     "moe_layer_s"])
+        frames.append(pd.DataFrame({"batch": b, "layout": label, "tp": tp, "ep": ep,
+                                    **{k: np.broadcast_to(v, b.shape) for k, v in cols.items()},
+                                    "feasible": np.broadcast_to(mem["feasible"], b.shape)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def rank_loads(md: MoEDeployment, *, skew: float = 2.6) -> pd.DataFrame:
+    """Expected share of routed tokens on each EP rank (mean over the placements' layers), before (static)
+    and after this deployment's placement; 1/ep is perfect balance."""
+    if md.ep == 1:
+        raise SpecError("rank_loads needs expert parallelism (ep > 1)")
+    sh = moe_model.expected_rank_shares(md, skew=skew)
+    before = np.asarray(sh["before"]).reshape(-1, md.ep)
+    after = np.asarray(sh["after"]).reshape(-1, md.ep)
+    # the busiest rank differs by layer: report each layer's ranks sorted from busiest to idlest
+    b = -np.sort(-before, axis=1).mean(axis=0)
+    a = -np.sort(-after, axis=1).mean(axis=0)
+    rank = np.arange(1, md.ep + 1)
+    return pd.concat([
+        pd.DataFrame({"rank_by_load": rank, "placement": "static", "share": b, "relative_load": b * md.ep}),
+        pd.DataFrame({"rank_by_load": rank, "placement": md.label(), "share": a, "relative_load": a * md.ep}),
+    ], ignore_index=True)
+
+
+def max_load_check(md: MoEDeployment, *, skew: float = 2.6, tokens=(64, 256, 1024), trials: int = 200,
+                   seed: int = 0) -> pd.DataFrame:
+    """Expected maximum routed pairs per rank: the analytic approximation vs Monte Carlo of top-k routing."""
+    lp = routing.layer_probs(routing.skew_probs(skew, md.model.routed_experts, md.model.experts_per_token), 1, seed)
+    k = md.model.experts_per_token
+    p2l = routing.eplb_placement(lp, ranks=md.ep, redundant=md.redundant) if md.balance == "eplb" else None
+    rows = []
+    for n in tokens:
+        a = routing.rank_load(lp, k, int(n), ranks=md.ep, phy2log=p2l)
+        mc = routing.rank_load_mc(lp, k, int(n), ranks=md.ep, phy2log=p2l, trials=trials, seed=seed)
+        am, mm = float(np.mean(a["max_pairs"])), float(np.mean(mc["max_pairs"]))
+        rows.append({"tokens": int(n), "pairs_per_rank_mean": float(np.mean(a["mean_pairs"])),
+                     "max_pairs_analytic": am, "max_pairs_monte_carlo": mm,
+                     "monte_carlo_se": float(np.mean(mc["max_pairs_se"])), "error_pct": 100 * (am / mm - 1)})
+    return pd.DataFrame(rows)
+
+
+def redundancy_gain_pct(by_skew: pd.DataFrame, skew: float) -> float:
+    """Step-time saving [%] of the redundant-expert placement over the static one at the skew point nearest
+    ``skew`` in a :func:`step_vs_skew` table (negative: redundancy is slower)."""
+    at = by_skew.loc[(by_skew["skew"] - skew).abs() == (by_skew["skew"] - skew).abs().min()]
+    red = at[at["placement"].str.contains("redundant")]["step_ms"]
+    static = at[at["placement"] == "static placement"]["step_ms"]
+    if red.empty or static.empty:
+        raise SpecError("redundancy_gain_pct needs a static and a redundant placement in the table")
+    return float(100.0 * (1.0 - red.iloc[0] / static.iloc[0]))
+
+
+def comm_at_batch(by_batch: pd.DataFrame, batch: int) -> dict[str, float]:
+    """Dispatch + combine time per MoE layer [us] of each layout at one batch of a :func:`step_vs_batch`
+    table."""
+    at = by_batch[by_batch["batch"] == batch]
+    return dict(zip(at["layout"], (at["dispatch_layer_us"] + at["combine_layer_us"]).astype(float)))
+
+
+def max_relative_load(loads: pd.DataFrame) -> dict[str, float]:
+    """Busiest rank's load / mean load per placement of a :func:`rank_loads` table."""
+    return loads.groupby("placement", sort=False)["relative_load"].max().astype(float).to_dict()
