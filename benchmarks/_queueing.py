@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_s  # noqa: E402
 
+from llmexplore.models import mg1  # noqa: E402
 from llmexplore.models import simulate as sim  # noqa: E402
 
 N = 1_000_000
@@ -35,7 +36,7 @@ def bench_queueing(n: int = N) -> dict[str, float]:
     svc1 = sim.deterministic_service(1.0, n)
     out["sim_s"] = median_s(lambda: sim.simulate_fcfs(arr1, svc1, 1), REPEATS)
     prompts = sim.lognormal_prompt_tokens(n, median_tokens=1000, sigma=1.0, max_tokens=32768, seed=2)
-    svc = q.prefill_service_s(prompts, a_s=0.02, b_s_per_token=1e-4, c_s_per_token2=1e-9)
+    svc = mg1.prefill_service_s(prompts, a_s=0.02, b_s_per_token=1e-4, c_s_per_token2=1e-9)
     for c in (4, 8):
         arr = sim.poisson_arrivals(rho * c / float(np.mean(svc)), n, 3 + c)
         out[f"sim_c{c}_s"] = median_s(lambda: sim.simulate_fcfs(arr, svc, c), REPEATS)

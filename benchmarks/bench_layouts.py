@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/bench_layouts.py`` (or ``make bench``). Machines here are noisy, so every
 timing is a median of repeats and is also printed as a ratio to a fixed numpy reference workload timed in the
-same process. Targets (issue #2): grid < 1 s on 2 cores, grid >= 100x faster per point than the loop,
+same process. Targets: grid < 1 s on 2 cores, grid >= 100x faster per point than the loop,
 redraw < 100 ms. The last line is machine-readable: ``grid_s=… speedup=… redraw_ms=…``.
 """
 

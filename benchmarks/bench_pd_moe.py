@@ -1,4 +1,4 @@
-"""Benchmark the prefill/decode and calibration machinery (issue #3 targets).
+"""Benchmark the prefill/decode and calibration machinery.
 
 Run: ``.venv/bin/python benchmarks/bench_pd_moe.py`` (or ``make bench``). Medians of repeats, each also printed
 relative to a fixed numpy reference workload timed in the same process (the machines here are noisy).

@@ -5,6 +5,8 @@ also subclasses the builtin a caller would expect to catch.
   value and the rule.
 * :class:`UnknownPresetError` (KeyError): no preset of that name; the message lists the known names.
 * :class:`ReportError` (RuntimeError): building the HTML reports failed (which notebook, which cell, why).
+* :class:`UsageError` (TypeError): a workbook helper was called with the wrong kind of argument (e.g.
+  recording a DataFrame, displaying something that is not a widget); a programming error in a notebook.
 
 A question without an answer (for example, no layout fits in memory) is not an error: the result says so,
 with a reason (``feasible = False``, ``best: none fits``).
@@ -30,3 +32,7 @@ class UnknownPresetError(LlmexploreError, KeyError):
 
 class ReportError(LlmexploreError, RuntimeError):
     """One or more notebooks failed to execute or export; the message names each notebook, cell and error."""
+
+
+class UsageError(LlmexploreError, TypeError):
+    """A workbook helper was called with the wrong kind of argument; the message names it and what is allowed."""

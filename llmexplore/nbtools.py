@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .errors import UsageError
+
 RECORD_MIME = "application/vnd.llmexplore.record+json"
 MIME = RECORD_MIME  # the name used in STYLE.md
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -80,19 +82,19 @@ def _jsonable(value: Any, path: str) -> Any:
             return _jsonable(float(value), path)
         if isinstance(value, np.ndarray):
             if value.dtype.kind not in "biuf":
-                raise TypeError(f"record: {path} is a numpy array of dtype {value.dtype}; "
+                raise UsageError(f"record: {path} is a numpy array of dtype {value.dtype}; "
                                 "only bool, integer and float arrays can be recorded")
             return [_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value.tolist())]
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise TypeError(f"record: {path} has a non-string key {k!r}; JSON object keys must be str")
+                raise UsageError(f"record: {path} has a non-string key {k!r}; JSON object keys must be str")
             out[k] = _jsonable(v, f"{path}[{k!r}]")
         return out
     if isinstance(value, (list, tuple)):
         return [_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    raise TypeError(f"record: {path} is a {type(value).__module__}.{type(value).__qualname__}, which is not "
+    raise UsageError(f"record: {path} is a {type(value).__module__}.{type(value).__qualname__}, which is not "
                     "JSON-serialisable; record numbers, strings, bools, None, lists/dicts of those, or numpy "
                     "scalars/arrays (convert DataFrames with .to_dict() or pick the headline number)")
 
@@ -132,7 +134,7 @@ def record(name: str, value: Any) -> None:
     from IPython.display import display
 
     if not isinstance(name, str) or not name:
-        raise TypeError(f"record: name must be a non-empty str, got {name!r}")
+        raise UsageError(f"record: name must be a non-empty str, got {name!r}")
     payload = _jsonable(value, name)
     text = f"{name} = {_short_repr(_unjson(payload))}"
     display({RECORD_MIME: {"name": name, "value": payload}, "text/plain": text}, raw=True)
@@ -199,13 +201,13 @@ def show(widget: Any, note: str = DEFAULT_NOTE) -> None:
 
     view = getattr(widget, "view", widget)
     if not callable(getattr(view, "_repr_mimebundle_", None)):
-        raise TypeError(f"show: expected an ipywidget or an object with a .view widget, got {type(view).__qualname__}")
+        raise UsageError(f"show: expected an ipywidget or an object with a .view widget, got {type(view).__qualname__}")
     _sync_figure_widgets(view)
     bundle = view._repr_mimebundle_()
     if isinstance(bundle, tuple):  # (data, metadata) form
         bundle = bundle[0]
     if not bundle or WIDGET_VIEW_MIME not in bundle:
-        raise TypeError(f"show: {type(view).__qualname__} is not a displayable widget")
+        raise UsageError(f"show: {type(view).__qualname__} is not a displayable widget")
     data = {
         WIDGET_VIEW_MIME: bundle[WIDGET_VIEW_MIME],
         "text/html": note_html(note),

@@ -33,6 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .errors import ReportError, SpecError
+
+__all__ = ["ReportError", "build_reports", "execute_notebook", "clean_for_report", "export_html", "write_index",
+           "remote_resources", "parse_param_value", "notebook_title", "notebook_description"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
@@ -47,10 +52,6 @@ WIDGET_NOTE = ("Live explorer: interactive controls appear here when the noteboo
 # Tags in output HTML that would fetch something from the network when the page opens.
 _REMOTE_SCRIPT = re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"']?(?:https?:)?//[^>]*>\s*</script\s*>", re.I)
 _REMOTE_LINK = re.compile(r"<link\b[^>]*\bhref\s*=\s*[\"']?(?:https?:)?//[^>]*>", re.I)
-
-
-class ReportError(RuntimeError):
-    """One or more notebooks failed to execute or export; the message names each and its error."""
 
 
 @dataclass
@@ -158,11 +159,11 @@ def _resolve_notebooks(notebooks: Iterable[str | os.PathLike] | None) -> list[Pa
         if not p.is_absolute() and not p.exists():
             p = NOTEBOOK_DIR / p
         if not p.is_file():
-            raise ReportError(f"notebook not found: {nb} (looked in {NOTEBOOK_DIR} too)")
+            raise SpecError(f"notebook not found: {nb} (looked in {NOTEBOOK_DIR} too)")
         paths.append(p.resolve())
     names = [p.name for p in paths]
     if len(set(names)) != len(names):
-        raise ReportError(f"two notebooks share a file name, their reports would collide: {names}")
+        raise SpecError(f"two notebooks share a file name, their reports would collide: {names}")
     return sorted(paths, key=lambda p: p.name)
 
 
@@ -382,7 +383,7 @@ def build_reports(out_dir: str | os.PathLike = "reports", parameters: Mapping[st
     out_dir : reports go to ``out_dir/<name>.html``, executed notebooks to ``out_dir/executed/``,
         the index to ``out_dir/index.html``.
     parameters : ``{NAME: value}`` injected into each notebook whose ``parameters`` cell defines NAME;
-        a name that no selected notebook defines raises ``ValueError`` (it is a typo).
+        a name that no selected notebook defines raises :class:`~llmexplore.errors.SpecError` (it is a typo).
     notebooks : notebook paths or names in ``notebooks/``; default every ``notebooks/*.ipynb``. Run sorted by
         file name.
     progress : print one line per notebook on stderr.
@@ -399,13 +400,13 @@ def build_reports(out_dir: str | os.PathLike = "reports", parameters: Mapping[st
     out = Path(out_dir).resolve()
     executed_dir = out / "executed"
     if any(out == p.parent or executed_dir == p.parent for p in paths):
-        raise ReportError(f"out_dir {out} would overwrite the source notebooks; choose another directory")
+        raise SpecError(f"out_dir {out} would overwrite the source notebooks; choose another directory")
     executed_dir.mkdir(parents=True, exist_ok=True)
 
     per_nb_params = {p: _parameters_for(p, parameters) for p in paths}
     unused = set(parameters) - {k for v in per_nb_params.values() for k in v}
     if unused:
-        raise ValueError(f"parameter(s) {sorted(unused)} are not defined in the parameters cell of any of "
+        raise SpecError(f"parameter(s) {sorted(unused)} are not defined in the parameters cell of any of "
                          f"{[p.name for p in paths]}")
 
     outcomes: list[_Outcome] = []

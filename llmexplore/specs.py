@@ -3,7 +3,7 @@
 Specs are plain data loaded from ``data/*.yaml`` (see :mod:`llmexplore.presets`); every derived quantity
 (parameter counts, KV bytes per token, ridge points) is computed here, never typed into a preset.
 
-Glossary (MODELS.md conventions): L layers, H hidden size, h_q query heads, h_kv KV heads, d head dim,
+Glossary (docs/models.md conventions): L layers, H hidden size, h_q query heads, h_kv KV heads, d head dim,
 I dense FFN intermediate size, V vocabulary; MLA: r_q q_lora_rank, r_kv kv_lora_rank, d_n qk_nope_head_dim,
 d_r qk_rope_head_dim, d_v v_head_dim; MoE: E routed experts, k experts per token, I_e expert intermediate size.
 """
@@ -367,7 +367,7 @@ class Link(_Spec):
     """An interconnect, per GPU and per direction.
 
     Collective times use ``achievable_GBps`` as the NCCL *bus* bandwidth and an alpha(p) = latency_us +
-    latency_per_rank_us * (p - 1) latency term (MODELS.md §1.2).
+    latency_per_rank_us * (p - 1) latency term (docs/models.md §1.2).
     """
 
     name: str

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence  # noqa: F401
+from typing import Any, Mapping
 
-from ._framework import (EXIT_FAILED, EXIT_OK, Checked, Col, ParamPairs, UsageError, billions,  # noqa: F401
-                         dtype_runtime_options, fail, float_at_least, format_table, int_at_least, jsonable,
-                         model_gpu_options, one_of, print_json)
+from ._framework import EXIT_OK, Col, billions, format_table, print_json
 
 __all__ = ["add", "run"]
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Mapping, Sequence  # noqa: F401
+from typing import Any
 
-from ._framework import (EXIT_FAILED, EXIT_OK, PROG, Checked, Col, ParamPairs, UsageError, billions,  # noqa: F401
-                         dtype_runtime_options, fail, float_at_least, format_table, int_at_least, jsonable,
-                         model_gpu_options, one_of, print_json)
+from ._framework import EXIT_FAILED, EXIT_OK, PROG, Checked, ParamPairs, float_at_least
 
 __all__ = ["add", "run"]
 
@@ -42,8 +40,6 @@ def run(args) -> int:
     except reports.ReportError as exc:  # some notebooks failed; the others' reports were written
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except ValueError as exc:  # e.g. a -p NAME that no notebook's parameters cell defines
-        return fail(str(exc))
     for path in paths:
         print(path)
     return EXIT_OK

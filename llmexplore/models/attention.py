@@ -1,4 +1,4 @@
-"""Attention layouts TP, CP, DPA and DOP on T ranks: memory per rank and decode step time (MODELS.md §3).
+"""Attention layouts TP, CP, DPA and DOP on T ranks: memory per rank and decode step time (docs/models.md §3).
 
 Layouts of the attention block (the FFN/MoE block is the same for all four: dense FFN tensor-parallel over
 the T ranks, routed experts expert-parallel over the T ranks, shared experts tensor-parallel):
@@ -21,7 +21,7 @@ Step time is a sum of per-kernel rooflines (priced by :mod:`.engine`) on the wor
 
 Assumptions: equal context lengths s in the batch unless ``context_cv`` > 0, in which case the worst DPA/DOP
 rank carries s * (n + cv * z_T * sqrt(n)) context tokens for n = ceil(B/T) sequences per rank (random
-assignment, MODELS.md §3.3); CP attention time uses s/T tokens per rank (token-granular), CP memory the
+assignment, docs/models.md §3.3); CP attention time uses s/T tokens per rank (token-granular), CP memory the
 page-exact worst rank; MoE routing uniform (skew is modeled in the MoE area); embeddings, norms and the
 router stay BF16 when weights are FP8. Shapes: ``batch`` and ``context`` broadcast against each other; every
 output array has the broadcast shape.
@@ -221,7 +221,7 @@ def _ffn_layer_s(dep: Deployment, n_ffn: np.ndarray) -> tuple[np.ndarray, np.nda
         E, k, Ie = m.routed_experts, m.experts_per_token, m.moe_intermediate
         router = gemm_s(dep, n_ffn, H, E, b_w=EMB_BYTES)
         tok_local = n_ffn * k / T  # uniform routing: expected tokens on one rank
-        active_local = E / T * (1.0 - (1.0 - k / E) ** n_ffn)  # distinct local experts hit (MODELS §4.4)
+        active_local = E / T * (1.0 - (1.0 - k / E) ** n_ffn)  # distinct local experts hit (docs/models.md §4.4)
         f = 2.0 * tok_local * 3 * H * Ie
         by = active_local * 3 * H * Ie * dep.b_w + tok_local * (2 * H + 3 * Ie) * ba
         routed = 2 * kernel_s(dep, "grouped_gemm", f / 2, by / 2)  # gate_up and down grouped GEMMs

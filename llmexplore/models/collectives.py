@@ -1,4 +1,4 @@
-"""Alpha-beta cost of NCCL-style collectives (MODELS.md §1.2).
+"""Alpha-beta cost of NCCL-style collectives (docs/models.md §1.2).
 
 Bus-bandwidth conventions of NVIDIA/nccl-tests doc/PERFORMANCE.md, with p ranks, B_bus the achievable bus
 bandwidth per rank and direction, and alpha(p) = a0 + a1 (p - 1):

@@ -1,4 +1,4 @@
-"""Exact crossovers between attention layouts in the context length (MODELS.md §3.5).
+"""Exact crossovers between attention layouts in the context length (docs/models.md §3.5).
 
 At a fixed batch B, only the attention-core kernel of a decode step depends on the context length s, and it
 is a roofline of affine functions of s:
@@ -122,7 +122,7 @@ def context_boundaries(dep: Deployment, batch_values, *, s_lo: float = 1.0, s_hi
 
 
 def mla_tp_dpa_closed_form_tokens(dep: Deployment) -> float:
-    """Closed-form TP vs DPA crossover for MLA, in context tokens per step B*s* (MODELS.md §3.5).
+    """Closed-form TP vs DPA crossover for MLA, in context tokens per step B*s* (docs/models.md §3.5).
 
     Memory-bound, balanced DPA and equal communication on both sides:
     t_TP - t_DPA = (1 - 1/T) (B s kv_l - W_shard b_w) / (eta_m BW)  =>  B s* = W_shard b_w / kv_l,

@@ -1,4 +1,4 @@
-"""Prefill/decode disaggregation vs colocated serving: TTFT, TPOT, pool sizes and goodput (MODELS §4.5-4.7).
+"""Prefill/decode disaggregation vs colocated serving: TTFT, TPOT, pool sizes and goodput (docs/models.md §4.5-4.7).
 
 Disaggregated. ``n_p`` prefill instances (each ``tp_p`` GPUs) serve prompts one at a time from one FCFS queue
 (Poisson arrivals at rate lam): the prefill wait is M/D/c (exact M/D/1 for one instance; Allen-Cunneen with
@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..specs import Link
+from . import mg1
 from . import queueing as qz
 from .attention import max_batch, step_time
 from .engine import Deployment
@@ -50,7 +51,7 @@ _Z = {0.5: 0.0, 0.9: 1.2816, 0.95: 1.6449, 0.99: 2.3263, 0.999: 3.0902}
 class Workload:
     """Requests: prompt and output lengths [tokens], arrival rate [1/s], SLOs [ms] at a percentile.
 
-    The defaults are an illustrative workload (the issue's 4096 + 256 tokens at 36 req/s, with SLOs chosen by
+    The defaults are an illustrative workload (4096 + 256 tokens at 36 req/s, with SLOs chosen by
     us, not taken from a source); every notebook and CLI call sets its own."""
 
     prompt_tokens: int = 4096
@@ -92,7 +93,7 @@ class Workload:
         aggregated into ``bins`` log-spaced bins (probability-weighted mean length per bin)."""
         if self.prompt_sigma == 0:
             return np.array([float(self.prompt_tokens)]), np.array([1.0])
-        k, p = qz.lognormal_prompt_pmf(median_tokens=self.prompt_tokens, sigma=self.prompt_sigma,
+        k, p = mg1.lognormal_prompt_pmf(median_tokens=self.prompt_tokens, sigma=self.prompt_sigma,
                                        max_tokens=self.prompt_cap, min_tokens=max(1, self.prefix_tokens + 1))
         edges = np.unique(np.round(np.geomspace(k[0], k[-1] + 1, bins + 1)))
         idx = np.clip(np.searchsorted(edges, k, side="right") - 1, 0, len(edges) - 2)
@@ -253,7 +254,7 @@ def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarra
     stable = rho < 1
     lam_s = np.where(stable, lam, 0.0)
     # one instance: Lundberg; several: Allen-Cunneen (both give P(W > x) = A exp(-g x) for x >= 0)
-    theta, C = qz.mg1_lundberg(np.where((c == 1) & stable & (lam_s > 0), lam_s, 1e-12), s, w)
+    theta, C = mg1.mg1_lundberg(np.where((c == 1) & stable & (lam_s > 0), lam_s, 1e-12), s, w)
     pw = qz.erlang_c(np.maximum(c, 1), lam_s * pre.prefill_s)
     gap = c / pre.prefill_s - lam_s
     g = np.where(c == 1, theta, gap * 2.0 / (1.0 + pre.cs2))
@@ -282,7 +283,7 @@ def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarra
     if single.any():
         out = np.array(out, dtype=float)
         for lv in np.unique(lam[single]):
-            out[single & (lam == lv)] = qz.mg1_sojourn_quantile_fft(p, float(lv), s, w)
+            out[single & (lam == lv)] = mg1.mg1_sojourn_quantile_fft(p, float(lv), s, w)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Expert-parallel load balancer: a numpy port of DeepSeek's EPLB (MODELS.md §4.8, PEERS.md §3.4).
+"""Expert-parallel load balancer: a numpy port of DeepSeek's EPLB (docs/models.md §4.8, PEERS.md §3.4).
 
 Source: deepseek-ai/EPLB ``eplb.py`` (MIT licence; README example at commit d52c72d5). The algorithm and its
 tie-breaking are kept: the greedy loops run over the short sequential axis (redundant slots, items to pack)
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import SpecError
 
-__all__ = ["balanced_packing", "replicate_experts", "rebalance_experts", "gpu_loads", "imbalance"]
+__all__ = ["balanced_packing", "replicate_experts", "rebalance_experts", "gpu_loads", "imbalance", "eplb_placement"]
 
 
 def _as_weight(weight, what: str = "weight") -> np.ndarray:
@@ -279,3 +279,36 @@ def imbalance(loads, axis: int = -1) -> np.ndarray:
     mean = x.mean(axis=axis)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(mean > 0, x.max(axis=axis) / mean, np.nan)
+
+
+def eplb_placement(layer_p, *, ranks: int, redundant: int, groups: int = 1, nodes: int = 1) -> np.ndarray:
+    """EPLB replication and placement for expected loads (:func:`rebalance_experts`), shaped [..., L, E].
+
+    Parameters
+    ----------
+    layer_p : array_like, shape [..., L, E]
+        Selection shares per MoE layer (expected loads up to a constant).
+    ranks : int
+        EP ranks ("GPUs" for EPLB).
+    redundant : int
+        Redundant slots; E + redundant must be a multiple of ``ranks``.
+    groups, nodes : int
+        Expert groups and nodes spanned by the EP ranks (hierarchical policy if groups % nodes == 0).
+
+    Returns
+    -------
+    ndarray of int, shape [..., L, E + redundant]
+        ``phy2log``; slot j lives on rank ``j // ((E + redundant) / ranks)``.
+
+    Notes
+    -----
+    Idealised: EPLB sees the exact expected loads (in production it sees a noisy moving window).
+    """
+    p = np.asarray(layer_p, dtype=float)
+    E = p.shape[-1]
+    if isinstance(redundant, bool) or not isinstance(redundant, (int, np.integer)) or redundant < 0:
+        raise SpecError(f"redundant (extra expert slots) must be an integer >= 0, got {redundant!r}")
+    if (E + redundant) % ranks:
+        raise SpecError(f"ep ranks ({ranks}) must divide routed experts + redundant ({E} + {redundant})")
+    phy2log, _, _ = rebalance_experts(p.reshape(-1, E), E + redundant, groups, nodes, ranks)
+    return phy2log.reshape(p.shape[:-1] + (E + redundant,))

@@ -1,4 +1,4 @@
-"""KV-cache bytes of a request and the time to move them from a prefill to a decode instance (MODELS §4.1-4.2).
+"""KV-cache bytes of a request and the time to move them from a prefill to a decode instance (docs/models.md §4.1-4.2).
 
 Bytes. The logical KV of a prompt of S tokens is ceil_pg(S) * kv (kv = KV bytes per token, all layers).
 Physical bytes are larger when the decode side replicates: GQA with decode TP > h_kv holds every KV head on
@@ -76,7 +76,7 @@ def transfer_time(model: ModelSpec, link: Link, prompt_tokens, *, kv_dtype: str 
     """Serial (whole-request) KV transfer time [s] and its parts.
 
     ``op_overhead_us`` is the fixed cost of one RDMA write / memcpy descriptor [assumption: 1-2 us unbatched,
-    MODELS §1.3]; with ``batched_ops`` (the default: Mooncake/NIXL batch transfers) one operation per layer
+    docs/models.md §1.3]; with ``batched_ops`` (the default: Mooncake/NIXL batch transfers) one operation per layer
     and tensor, else one per page, layer and tensor (vLLM's 16-token pages make that 40,960 writes for a
     4096-token Llama-3-70B prompt). ``nics``: NICs each side's ranks share (default: one per rank, as on
     rail-optimised RDMA nodes; a TCP node often has one).
@@ -110,7 +110,7 @@ def pipelined_exposed_s(transfer_s, compute_s, layers: int, *, latency_s=0.0) ->
 
     Uniform layers: per-layer transfer t_x = (transfer_s - latency_s) / L and compute t_c = compute_s / L;
     exposed = latency + (t_x if t_x <= t_c else t_x + (L - 1)(t_x - t_c)), the closed form of the
-    recurrence X_l = max(X_{l-1}, C_l) + t_x (MODELS §4.2). Without pipelining the exposed time is
+    recurrence X_l = max(X_{l-1}, C_l) + t_x (docs/models.md §4.2). Without pipelining the exposed time is
     ``transfer_s`` itself.
     """
     T = np.asarray(transfer_s, dtype=float)

@@ -60,7 +60,7 @@ from ..errors import SpecError
 from ..specs import Hardware, ModelSpec, Runtime
 from ..units import dtype_bytes
 from . import attention as att
-from . import routing, stats
+from . import eplb, routing, stats
 from .collectives import Fabric, allreduce_s, alpha_s
 from .engine import EMB_BYTES, Deployment, check_batch_context, elementwise_s, gemm_s, kernel_rates, resolve_deployment
 
@@ -101,7 +101,7 @@ def clear_memo() -> None:
 def dispatch_bytes_per_token(hidden: int, *, scale_block: int = 128) -> int:
     """FP8 dispatch payload per token and destination [B]: H bytes + one FP32 scale per 1x128 block.
 
-    H + 4 ceil(H/128): DeepSeek-V3 (H = 7168): 7,392 B (DeepEP FP8 dispatch, MODELS §4.8).
+    H + 4 ceil(H/128): DeepSeek-V3 (H = 7168): 7,392 B (DeepEP FP8 dispatch, docs/models.md §4.8).
     """
     return int(hidden) + 4 * math.ceil(int(hidden) / scale_block)
 
@@ -240,7 +240,7 @@ class MoEDeployment:
             return None
         groups = self.model.expert_groups
         nodes = math.ceil(self.ep / self.ranks_per_node)
-        return routing.eplb_placement(layer_p, ranks=self.ep, redundant=self.redundant, groups=groups,
+        return eplb.eplb_placement(layer_p, ranks=self.ep, redundant=self.redundant, groups=groups,
                                       nodes=nodes)
 
 

@@ -1,17 +1,17 @@
-"""Prefill time from per-kernel rooflines, shared with decode (MODELS.md §2, §4.3, §4.6).
+"""Prefill time from per-kernel rooflines, shared with decode (docs/models.md §2, §4.3, §4.6).
 
 A prefill of a prompt of S tokens with a cached prefix of P tokens is one forward step of a single sequence
 with q = S - P new tokens attending on average to P + q/2 context tokens (causal), so it reuses the decode
 step model of :mod:`.attention` (TP layout) with ``q_tokens = S - P`` and logits for the last token only,
 vectorised over prompt lengths.
-Its FLOPs then equal the closed form of MODELS.md §2
+Its FLOPs then equal the closed form of docs/models.md §2
 
     F = 2 N_body (S - P) + L h_q (d_qk + d_v) (S^2 - P^2) + 2 V H
 
 (``prefill_flops``), and achieved utilisation (MFU) *emerges* from the per-kernel rooflines, the TP
 AllReduces of (S - P) H b_a per layer and the fixed overheads instead of being a typed constant.
 
-Colocated serving with chunked prefill (MODELS §4.6) mixes a decode batch and a prefill chunk in one step:
+Colocated serving with chunked prefill (docs/models.md §4.6) mixes a decode batch and a prefill chunk in one step:
 its GEMMs stream the weights once for B + C tokens, and each attention core is paid separately
 (:func:`mixed_step_time`).
 """
@@ -44,7 +44,7 @@ def body_params_active(model: ModelSpec) -> float:
 def prefill_flops(model: ModelSpec, prompt_tokens, prefix_tokens=0) -> np.ndarray:
     """FLOPs of a causal prefill of ``prompt_tokens`` with ``prefix_tokens`` already cached [FLOP].
 
-    Llama-3-70B at 4096 tokens: the attention term is 3.8% of the total (MODELS.md §4.3). MLA prefill runs
+    Llama-3-70B at 4096 tokens: the attention term is 3.8% of the total (docs/models.md §4.3). MLA prefill runs
     un-absorbed: d_qk = d_n + d_r = 192, d_v = 128.
     """
     S = np.asarray(prompt_tokens, dtype=float)

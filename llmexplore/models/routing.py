@@ -39,15 +39,14 @@ import math
 import numpy as np
 
 from ..errors import SpecError
-from . import eplb, stats
+from . import stats
 
 __all__ = [
     "zipf_probs", "zipf_skew", "zipf_gamma_for_skew", "skew_probs", "histogram_probs", "expert_skew",
-    "check_skew", "layer_probs", "distinct_ranks_uniform", "eplb_placement", "placement_stats", "active_slots",
+    "check_skew", "layer_probs", "distinct_ranks_uniform", "placement_stats", "active_slots",
     "rank_load", "rank_load_mc",
 ]
 
-_PI_MAX = 1.0 - 1e-12  # inclusion probabilities are clipped here before forming odds pi/(1 - pi)
 
 
 # ============================================================================================ routing load
@@ -245,39 +244,6 @@ def layer_probs(probs, layers: int, seed: int = 0) -> np.ndarray:
 
 
 # ================================================================================================= placement
-def eplb_placement(layer_p, *, ranks: int, redundant: int, groups: int = 1, nodes: int = 1) -> np.ndarray:
-    """EPLB replication and placement for expected loads (:func:`.eplb.rebalance_experts`).
-
-    Parameters
-    ----------
-    layer_p : array_like, shape [..., L, E]
-        Selection shares per MoE layer (expected loads up to a constant).
-    ranks : int
-        EP ranks ("GPUs" for EPLB).
-    redundant : int
-        Redundant slots; E + redundant must be a multiple of ``ranks``.
-    groups, nodes : int
-        Expert groups and nodes spanned by the EP ranks (hierarchical policy if groups % nodes == 0).
-
-    Returns
-    -------
-    ndarray of int, shape [..., L, E + redundant]
-        ``phy2log``; slot j lives on rank ``j // ((E + redundant) / ranks)``.
-
-    Notes
-    -----
-    Idealised: EPLB sees the exact expected loads (in production it sees a noisy moving window).
-    """
-    p = np.asarray(layer_p, dtype=float)
-    E = p.shape[-1]
-    if isinstance(redundant, bool) or not isinstance(redundant, (int, np.integer)) or redundant < 0:
-        raise SpecError(f"redundant (extra expert slots) must be an integer >= 0, got {redundant!r}")
-    if (E + redundant) % ranks:
-        raise SpecError(f"ep ranks ({ranks}) must divide routed experts + redundant ({E} + {redundant})")
-    phy2log, _, _ = eplb.rebalance_experts(p.reshape(-1, E), E + redundant, groups, nodes, ranks)
-    return phy2log.reshape(p.shape[:-1] + (E + redundant,))
-
-
 def _slot_arrays(layer_p: np.ndarray, phy2log, ranks: int):
     """Per-slot logical expert, replica count and selection probability share, shaped [..., R, spr]."""
     p = layer_p
@@ -306,22 +272,6 @@ def _slot_arrays(layer_p: np.ndarray, phy2log, ranks: int):
     return p2l.reshape(shape), n_slot.reshape(shape), p_slot.reshape(shape), cnt
 
 
-def _poly_mul_linear(c: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """Multiply truncated polynomials c (coefficients on the last axis) by (1 + a t)."""
-    out = c.copy()
-    out[..., 1:] += a[..., None] * c[..., :-1]
-    return out
-
-
-def _poly_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Product of truncated polynomials (same degree), coefficients on the last axis."""
-    K = a.shape[-1]
-    out = np.zeros(np.broadcast_shapes(a.shape, b.shape))
-    for i in range(K):
-        out[..., i:] += a[..., i:i + 1] * b[..., :K - i]
-    return out
-
-
 def _hit_probability(p2l, n_slot, p_slot, cnt, k: int) -> np.ndarray:
     """P(a token sends at least one pick to rank r) under CPS with odds pi/(1-pi); shape [..., R].
 
@@ -331,14 +281,14 @@ def _hit_probability(p2l, n_slot, p_slot, cnt, k: int) -> np.ndarray:
     """
     shape = p_slot.shape  # [..., R, spr]
     R = shape[-2]
-    pi = np.minimum(k * p_slot, _PI_MAX)
+    pi = np.minimum(k * p_slot, stats.PI_MAX)
     o = pi / (1.0 - pi)
     single = n_slot == 1
     # per-rank products of non-replicated experts
     T = np.zeros(shape[:-1] + (k + 1,))
     T[..., 0] = 1.0
     for j in range(shape[-1]):
-        T = _poly_mul_linear(T, np.where(single[..., j], o[..., j], 0.0))
+        T = stats.poly_mul_linear(T, np.where(single[..., j], o[..., j], 0.0))
     # all-but-r products: prefix/suffix over ranks
     pre = np.empty_like(T)
     suf = np.empty_like(T)
@@ -347,10 +297,10 @@ def _hit_probability(p2l, n_slot, p_slot, cnt, k: int) -> np.ndarray:
     suf[..., R - 1, :] = 0.0
     suf[..., R - 1, 0] = 1.0
     for r in range(1, R):
-        pre[..., r, :] = _poly_mul(pre[..., r - 1, :], T[..., r - 1, :])
-        suf[..., R - 1 - r, :] = _poly_mul(suf[..., R - r, :], T[..., R - r, :])
-    others = _poly_mul(pre, suf)  # [..., R, k+1]
-    total = _poly_mul(others[..., 0, :], T[..., 0, :])  # [..., k+1]
+        pre[..., r, :] = stats.poly_mul(pre[..., r - 1, :], T[..., r - 1, :])
+        suf[..., R - 1 - r, :] = stats.poly_mul(suf[..., R - r, :], T[..., R - r, :])
+    others = stats.poly_mul(pre, suf)  # [..., R, k+1]
+    total = stats.poly_mul(others[..., 0, :], T[..., 0, :])  # [..., k+1]
     # replicated experts: one factor per logical expert and rank
     if np.any(~single):
         lead = shape[:-2]
@@ -370,7 +320,7 @@ def _hit_probability(p2l, n_slot, p_slot, cnt, k: int) -> np.ndarray:
         a = np.bincount(lin.ravel(), weights=inv_n.ravel(), minlength=rows * (n_rep + 1) * R)
         a = a.reshape(rows, n_rep + 1, R)[:, :n_rep, :]
         # odds of each replicated expert
-        pi_e = np.minimum(k * (p_slot.reshape(rows, -1)), _PI_MAX)
+        pi_e = np.minimum(k * (p_slot.reshape(rows, -1)), stats.PI_MAX)
         o_rep = np.zeros((rows, n_rep))
         mask = slot_rep >= 0
         o_rep[np.nonzero(mask)[0], slot_rep[mask]] = (pi_e / (1 - pi_e))[mask]
@@ -378,8 +328,8 @@ def _hit_probability(p2l, n_slot, p_slot, cnt, k: int) -> np.ndarray:
         o_rep = o_rep.reshape(lead + (n_rep,))
         for i in range(n_rep):
             oi = o_rep[..., i]
-            others = _poly_mul_linear(others, oi[..., None] * (1.0 - a[..., i, :]))
-            total = _poly_mul_linear(total, oi)
+            others = stats.poly_mul_linear(others, oi[..., None] * (1.0 - a[..., i, :]))
+            total = stats.poly_mul_linear(total, oi)
     return 1.0 - others[..., k] / total[..., k, None]
 
 
@@ -460,65 +410,6 @@ def rank_load(layer_p, k: int, n_tokens, *, ranks: int, phy2log=None) -> dict[st
 
 
 # ================================================================================================ Monte Carlo
-def _esp_suffix(o: np.ndarray, k: int) -> np.ndarray:
-    """S[..., i, j] = e_j(o_i, ..., o_{E-1}) for i = 0..E, j = 0..k (elementary symmetric polynomials)."""
-    E = o.shape[-1]
-    S = np.zeros(o.shape[:-1] + (E + 1, k + 1))
-    S[..., E, 0] = 1.0
-    for i in range(E - 1, -1, -1):
-        S[..., i, :] = S[..., i + 1, :]
-        S[..., i, 1:] += o[..., i, None] * S[..., i + 1, :-1]
-    return S
-
-
-def _cps_inclusion(o: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Inclusion probabilities of CPS with odds o, and the suffix table: pi_e = o_e e_{k-1}(o_-e) / e_k(o)."""
-    E = o.shape[-1]
-    S = _esp_suffix(o, k)
-    pre = np.zeros(o.shape[:-1] + (k + 1,))
-    pre[..., 0] = 1.0
-    loo = np.empty(o.shape)  # e_{k-1}(o without e)
-    for e in range(E):
-        loo[..., e] = (pre[..., :k] * S[..., e + 1, :k][..., ::-1]).sum(-1)  # sum_j pre_j S_{e+1, k-1-j}
-        pre = _poly_mul_linear(pre, o[..., e])
-    return o * loo / S[..., 0, k, None], S
-
-
-def _cps_odds(pi: np.ndarray, k: int, *, tol: float = 1e-10,
-              max_iter: int = 500) -> tuple[np.ndarray, np.ndarray]:
-    """CPS odds whose inclusion probabilities equal ``pi`` (fixed point on logits); returns (odds, suffix)."""
-    target = np.clip(pi, 1e-300, _PI_MAX)
-    logit_t = np.log(target) - np.log1p(-target)
-    lo = logit_t.copy()
-    for _ in range(max_iter):
-        o = np.exp(lo - lo.max(-1, keepdims=True))
-        cur, S = _cps_inclusion(o, k)
-        cur = np.clip(cur, 1e-300, _PI_MAX)
-        err = logit_t - (np.log(cur) - np.log1p(-cur))
-        lo = lo + err
-        if np.max(np.abs(cur - target)) < tol:
-            break
-    o = np.exp(lo - lo.max(-1, keepdims=True))
-    return o, _esp_suffix(o, k)
-
-
-def _sample_topk(S: np.ndarray, o: np.ndarray, k: int, rows: int, rng) -> np.ndarray:
-    """Draw ``rows`` k-sets from CPS(o) by the sequential method; returns sorted expert ids [rows, k]."""
-    E = o.shape[-1]
-    left = np.full(rows, k)
-    chosen = np.empty((rows, k), dtype=np.int64)
-    ar = np.arange(rows)
-    for i in range(E):
-        active = left > 0
-        j = np.maximum(left, 1)
-        prob = np.where(active, o[i] * S[i + 1, j - 1] / S[i, j], 0.0)
-        take = rng.random(rows) < prob
-        if np.any(take):
-            chosen[ar[take], k - left[take]] = i
-            left = left - take
-    return chosen
-
-
 def rank_load_mc(layer_p, k: int, n_tokens: int, *, ranks: int, phy2log=None, trials: int = 200,
                  seed: int = 0) -> dict[str, np.ndarray]:
     """Monte Carlo of :func:`rank_load`: sample top-k routing of N tokens ``trials`` times per layer.
@@ -569,14 +460,14 @@ def rank_load_mc(layer_p, k: int, n_tokens: int, *, ranks: int, phy2log=None, tr
         key = np.sort(p[l]).tobytes()
         if key not in cache:
             srt = np.argsort(p[l], kind="stable")
-            o_sorted, _ = _cps_odds(k * p[l][srt], k)
+            o_sorted, _ = stats.cps_odds(k * p[l][srt], k)
             cache[key] = (o_sorted, p[l][srt])
         o_sorted, _ = cache[key]
         # map sorted odds back to this layer's expert ids (ties share the same odds)
         o = np.empty(E)
         o[np.argsort(p[l], kind="stable")] = o_sorted
-        S = _esp_suffix(o, k)
-        picks = _sample_topk(S, o, k, rows, rng)  # [rows, k] logical experts
+        S = stats.esp_suffix(o, k)
+        picks = stats.cps_sample(S, o, k, rows, rng)  # [rows, k] logical experts
         # replica choice: slots of each expert listed contiguously
         order = np.argsort(p2l[l], kind="stable")
         cnt = np.bincount(p2l[l], minlength=E)
@@ -608,7 +499,7 @@ def rank_load_mc(layer_p, k: int, n_tokens: int, *, ranks: int, phy2log=None, tr
 
 
 def distinct_ranks_uniform(n_experts: int, k: int, ranks) -> np.ndarray:
-    """E[d], distinct EP ranks among a token's k experts, uniform routing (MODELS §4.8).
+    """E[d], distinct EP ranks among a token's k experts, uniform routing (docs/models.md §4.8).
 
     E[d] = R (1 - C(E - E/R, k) / C(E, k)) for R ranks holding E/R experts each (broadcasts over ``ranks``).
     DeepSeek-V3 (E = 256, k = 8): 5.29 for R = 8, 6.52 for R = 16, and k = 8 for R = E = 256.

@@ -1,4 +1,4 @@
-"""Transition-aware layout scheduling over a time-varying decode trace (MODELS.md §3.6).
+"""Transition-aware layout scheduling over a time-varying decode trace (docs/models.md §3.6).
 
 A trace is a sequence of segments, each ``steps`` decode steps long with ``batch`` sequences at ``context``
 tokens (the context at the segment's end, so memory checks are conservative). At every segment boundary the

@@ -51,7 +51,7 @@ def lognormal_prompt_tokens(n: int, *, median_tokens: float, sigma: float, max_t
     """Prompt lengths [tokens], shape (n,): lognormal with the given median and log-space sigma, rounded,
     clipped to [min_tokens, max_tokens] (the context limit; clipping also gives the tail an exponential
     regime). Mean of the unclipped law: ``median * exp(sigma^2 / 2)``. Exact pmf:
-    :func:`.queueing.lognormal_prompt_pmf`.
+    :func:`.mg1.lognormal_prompt_pmf`.
     """
     med = float(_positive("median_tokens", median_tokens, unit="tokens"))
     sg = float(_nonneg_finite("sigma", sigma, unit="-"))

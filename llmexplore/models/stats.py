@@ -1,4 +1,10 @@
-"""Statistical helpers of the load-imbalance models: expected maxima of normals (no scipy dependency)."""
+"""Statistical helpers of the load-imbalance models (no scipy dependency).
+
+* expected maxima of independent normals (closed form for identical ones, quadrature otherwise);
+* conditional Poisson sampling (CPS): the maximum-entropy law of a k-subset with given inclusion
+  probabilities (Hajek 1964), through elementary symmetric polynomials: its odds, inclusion probabilities
+  and a sequential sampler.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +13,24 @@ import math
 
 import numpy as np
 
+from .. import _check
 from ..errors import SpecError
 
-__all__ = ["expected_max_std_normal", "expected_max_normal", "expected_max_piecewise"]
+__all__ = ["expected_max_std_normal", "expected_max_normal", "expected_max_piecewise", "poly_mul_linear", "poly_mul",
+           "esp_suffix", "cps_inclusion", "cps_odds", "cps_sample", "PI_MAX"]
 
 N_GRID = 33  # quadrature points for expected maxima
 
 
 @functools.lru_cache(maxsize=256)
 def expected_max_std_normal(n: int) -> float:
-    """E[max of n i.i.d. standard normals], z_n (MODELS.md §3.3).
+    """E[max of n i.i.d. standard normals], z_n (docs/models.md §3.3).
 
     z_1 = 0, z_2 = 1/sqrt(pi) = 0.5642, z_4 = 1.0294, z_8 = 1.4236, z_16 = 1.7660, z_32 = 2.0697.
     (sqrt(2 ln n) overestimates at small n: 2.04 for n = 8.) Computed by quadrature of
     x * n * phi(x) * Phi(x)**(n-1) on [-12, 12].
     """
-    n = int(n)
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    n = _check.integer("n", n, lo=1, hi=1 << 20)
     if n == 1:
         return 0.0
     x = np.linspace(-12.0, 12.0, 24001)
@@ -87,7 +93,7 @@ def expected_max_normal(mean, sd, axis: int = -1) -> np.ndarray:
 
     Quadrature of E[max] = L + int_L^U (1 - prod_i Phi((x - mean_i)/sd_i)) dx (33 points over +-6 sd;
     error < 1e-5 sd). With equal means and sds it equals mean + sd z_n, z_n =
-    :func:`expected_max_std_normal` (MODELS §4.8); with sd = 0 it is max(mean).
+    :func:`expected_max_std_normal` (docs/models.md §4.8); with sd = 0 it is max(mean).
     """
     m = np.moveaxis(np.asarray(mean, dtype=float), axis, -1)
     s = np.moveaxis(np.asarray(sd, dtype=float), axis, -1)
@@ -103,3 +109,80 @@ def expected_max_normal(mean, sd, axis: int = -1) -> np.ndarray:
     return out
 
 
+# ---- conditional Poisson sampling ------------------------------------------------------------------------
+PI_MAX = 1.0 - 1e-12  # inclusion probabilities are clipped here before forming odds pi/(1 - pi)
+
+
+def poly_mul_linear(c: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Multiply truncated polynomials c (coefficients on the last axis) by (1 + a t)."""
+    out = c.copy()
+    out[..., 1:] += a[..., None] * c[..., :-1]
+    return out
+
+
+def poly_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Product of truncated polynomials (same degree), coefficients on the last axis."""
+    K = a.shape[-1]
+    out = np.zeros(np.broadcast_shapes(a.shape, b.shape))
+    for i in range(K):
+        out[..., i:] += a[..., i:i + 1] * b[..., :K - i]
+    return out
+
+
+def esp_suffix(o: np.ndarray, k: int) -> np.ndarray:
+    """S[..., i, j] = e_j(o_i, ..., o_{E-1}) for i = 0..E, j = 0..k (elementary symmetric polynomials)."""
+    E = o.shape[-1]
+    S = np.zeros(o.shape[:-1] + (E + 1, k + 1))
+    S[..., E, 0] = 1.0
+    for i in range(E - 1, -1, -1):
+        S[..., i, :] = S[..., i + 1, :]
+        S[..., i, 1:] += o[..., i, None] * S[..., i + 1, :-1]
+    return S
+
+
+def cps_inclusion(o: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inclusion probabilities of CPS with odds o, and the suffix table: pi_e = o_e e_{k-1}(o_-e) / e_k(o)."""
+    E = o.shape[-1]
+    S = esp_suffix(o, k)
+    pre = np.zeros(o.shape[:-1] + (k + 1,))
+    pre[..., 0] = 1.0
+    loo = np.empty(o.shape)  # e_{k-1}(o without e)
+    for e in range(E):
+        loo[..., e] = (pre[..., :k] * S[..., e + 1, :k][..., ::-1]).sum(-1)  # sum_j pre_j S_{e+1, k-1-j}
+        pre = poly_mul_linear(pre, o[..., e])
+    return o * loo / S[..., 0, k, None], S
+
+
+def cps_odds(pi: np.ndarray, k: int, *, tol: float = 1e-10,
+              max_iter: int = 500) -> tuple[np.ndarray, np.ndarray]:
+    """CPS odds whose inclusion probabilities equal ``pi`` (fixed point on logits); returns (odds, suffix)."""
+    target = np.clip(pi, 1e-300, PI_MAX)
+    logit_t = np.log(target) - np.log1p(-target)
+    lo = logit_t.copy()
+    for _ in range(max_iter):
+        o = np.exp(lo - lo.max(-1, keepdims=True))
+        cur, S = cps_inclusion(o, k)
+        cur = np.clip(cur, 1e-300, PI_MAX)
+        err = logit_t - (np.log(cur) - np.log1p(-cur))
+        lo = lo + err
+        if np.max(np.abs(cur - target)) < tol:
+            break
+    o = np.exp(lo - lo.max(-1, keepdims=True))
+    return o, esp_suffix(o, k)
+
+
+def cps_sample(S: np.ndarray, o: np.ndarray, k: int, rows: int, rng) -> np.ndarray:
+    """Draw ``rows`` k-sets from CPS(o) by the sequential method; returns sorted expert ids [rows, k]."""
+    E = o.shape[-1]
+    left = np.full(rows, k)
+    chosen = np.empty((rows, k), dtype=np.int64)
+    ar = np.arange(rows)
+    for i in range(E):
+        active = left > 0
+        j = np.maximum(left, 1)
+        prob = np.where(active, o[i] * S[i + 1, j - 1] / S[i, j], 0.0)
+        take = rng.random(rows) < prob
+        if np.any(take):
+            chosen[ar[take], k - left[take]] = i
+            left = left - take
+    return chosen

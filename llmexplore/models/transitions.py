@@ -1,4 +1,4 @@
-"""Layout transitions: what must move when the attention layout switches, and how long it takes (MODELS §3.4).
+"""Layout transitions: what must move when the attention layout switches, and how long it takes (docs/models.md §3.4).
 
 General rule, implemented directly: a layout maps each rank j to a set C(j) of *cells* it holds. For a switch
 X -> Y rank j must receive Delta_in(j) = C_Y(j) minus C_X(j). The primitive is
@@ -9,7 +9,7 @@ X -> Y rank j must receive Delta_in(j) = C_Y(j) minus C_X(j). The primitive is
 * ``all-to-all`` otherwise,
 
 and the time is alpha(T) + max_j max(V_in(j), V_out(j)) / B_bus, with V_out spreading each cell's sends
-evenly over the ranks that hold a replica of it. The 4x4 tables of MODELS.md §3.4 are a test oracle for this
+evenly over the ranks that hold a replica of it. The 4x4 tables of docs/models.md §3.4 are a test oracle for this
 rule, not a lookup table.
 
 Cells. KV: (sequence i, page residue r = page index mod T, KV head h), with bytes proportional to the pages

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from ..errors import SpecError
+
 __all__ = ["TEMPLATE", "ref_line", "base", "trace", "layouts", "disagg", "moe"]
 
 TEMPLATE = "plotly_white"
@@ -36,12 +38,12 @@ def base(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
 
 
 def trace(fig: go.Figure, name: str):
-    """The trace called ``name`` in ``fig`` (KeyError listing the names if there is none): explorers update
+    """The trace called ``name`` in ``fig`` (SpecError listing the names if there is none): explorers update
     traces by name, never by position."""
     for tr in fig.data:
         if tr.name == name:
             return tr
-    raise KeyError(f"no trace {name!r} in the figure; traces: {[tr.name for tr in fig.data]}")
+    raise SpecError(f"trace must be one of {[tr.name for tr in fig.data]}, got {name!r}")
 
 
 from . import disagg, layouts, moe  # noqa: E402  (area modules use the style above)

@@ -14,7 +14,7 @@ import pandas as pd
 from .. import _check, presets
 from ..errors import SpecError
 from ..models import moe as moe_model
-from ..models import routing
+from ..models import eplb, routing
 from ..models.moe import MoEDeployment
 from . import tidy
 
@@ -195,7 +195,7 @@ def max_load_check(md: MoEDeployment, *, skew: float = 2.6, tokens=(64, 256, 102
     """Expected maximum routed pairs per rank: the analytic approximation vs Monte Carlo of top-k routing."""
     lp = routing.layer_probs(routing.skew_probs(skew, md.model.routed_experts, md.model.experts_per_token), 1, seed)
     k = md.model.experts_per_token
-    p2l = routing.eplb_placement(lp, ranks=md.ep, redundant=md.redundant) if md.balance == "eplb" else None
+    p2l = eplb.eplb_placement(lp, ranks=md.ep, redundant=md.redundant) if md.balance == "eplb" else None
     rows = []
     for n in tokens:
         a = routing.rank_load(lp, k, int(n), ranks=md.ep, phy2log=p2l)

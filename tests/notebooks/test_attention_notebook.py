@@ -34,12 +34,12 @@ def test_best_layout_and_step_times_match_the_package(executed):
 
 def test_mla_replication_makes_tp_the_most_memory_hungry(executed):
     # MLA: TP replicates the 70,272 B/token latent on every rank, the other layouts hold 1/T of it
-    # (MODELS.md §3.2), so TP needs the most memory at batch 64 x 8192 tokens.
+    # (docs/models.md §3.2), so TP needs the most memory at batch 64 x 8192 tokens.
     assert max(executed["total_GB"], key=executed["total_GB"].get) == "TP"
 
 
 def test_closed_form_crossover_is_the_published_config_value(executed):
-    # MODELS.md §3.5: DeepSeek-V3 W_shard = 171,966,464 params x 1 B (FP8) / 1152 B (BF16 latent, 576 x 2)
+    # docs/models.md §3.5: DeepSeek-V3 W_shard = 171,966,464 params x 1 B (FP8) / 1152 B (BF16 latent, 576 x 2)
     assert executed["mla_closed_form_tokens"] == pytest.approx(171_966_464 / 1152, rel=1e-12)
 
 

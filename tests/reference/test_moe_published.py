@@ -33,7 +33,7 @@ H800_NVLINK = Link(name="nvlink-h800", kind="scale-up", line_rate_GBps=200, achi
 
 def test_dsv3_expert_params():
     # deepseek-ai/DeepSeek-V3 config.json: hidden 7168, moe_intermediate_size 2048 (SwiGLU: gate, up, down)
-    assert DSV3.expert_params == 3 * 7168 * 2048 == 44_040_192  # MODELS.md §4.8
+    assert DSV3.expert_params == 3 * 7168 * 2048 == 44_040_192  # docs/models.md §4.8
     assert (DSV3.routed_experts, DSV3.experts_per_token, DSV3.moe_layers) == (256, 8, 58)
 
 
@@ -81,7 +81,7 @@ def test_deepep_low_latency_intranode_model_is_optimistic():
 
 
 def test_deepep_decode_range_at_128_tokens():
-    """MODELS.md §4.8: decode low-latency kernels take 77-194 us (dispatch) and 114-369 us (combine) at 128
+    """docs/models.md §4.8: decode low-latency kernels take 77-194 us (dispatch) and 114-369 us (combine) at 128
     tokens. The model's per-expert dispatch for EP8-EP256 lands in a comparable band."""
     model = [_ll_model(ep) for ep in sorted(DEEPEP_LL)]
     assert 40 < min(d for d, _ in model) and max(d for d, _ in model) < 1.2 * 194

@@ -19,7 +19,7 @@ GiB, MiB = 2**30, 2**20
 
 
 def dense_gqa_params(L, H, hq, hkv, d, I, V, tied, qk_norm=False, norms=True):
-    """Decoder-only SwiGLU GQA model (MODELS.md §2): per layer H h_q d + 2 H h_kv d + h_q d H + 3 H I,
+    """Decoder-only SwiGLU GQA model (docs/models.md §2): per layer H h_q d + 2 H h_kv d + h_q d H + 3 H I,
     embedding V H (x2 if untied), RMSNorms 2H per layer (+2d with Qwen3 q/k norms) + final H."""
     layer = H * hq * d + 2 * H * hkv * d + hq * d * H + 3 * H * I
     norm = (2 * H + (2 * d if qk_norm else 0)) * L + H if norms else 0
@@ -38,7 +38,7 @@ def test_llama3_8b_params():
     n = dense_gqa_params(32, 4096, 32, 8, 128, 14336, 128256, tied=False)
     assert n == 8_030_261_248
     assert presets.model("llama-3-8b").params_total == n
-    # MODELS.md §2 "derived" count excludes the norms: 8,029,995,008
+    # docs/models.md §2 "derived" count excludes the norms: 8,029,995,008
     assert dense_gqa_params(32, 4096, 32, 8, 128, 14336, 128256, tied=False, norms=False) == 8_029_995_008
 
 
@@ -54,7 +54,7 @@ def test_llama32_3b_params_tied():
 
 def test_llama3_70b_params():
     # meta-llama/Meta-Llama-3-70B config.json: L 80, H 8192, 64/8 heads, d 128, I 28672, V 128256, untied.
-    # HF safetensors total 70,553,706,496 params; MODELS.md §2 excl. norms 70,552,387,584.
+    # HF safetensors total 70,553,706,496 params; docs/models.md §2 excl. norms 70,552,387,584.
     n = dense_gqa_params(80, 8192, 64, 8, 128, 28672, 128256, tied=False)
     assert n == 70_553_706_496
     assert presets.model("llama-3-70b").params_total == n
@@ -63,7 +63,7 @@ def test_llama3_70b_params():
 
 def test_qwen3_4b_params():
     # Qwen/Qwen3-4B config.json: L 36, H 2560, 32/8 heads, explicit head_dim 128, I 9728, V 151936, tied.
-    # MODELS.md §2 (norms excluded): total 4,022,272,000, non-embedding 3,633,315,840.
+    # docs/models.md §2 (norms excluded): total 4,022,272,000, non-embedding 3,633,315,840.
     total = dense_gqa_params(36, 2560, 32, 8, 128, 9728, 151936, tied=True, norms=False)
     assert total == 4_022_272_000
     assert total - 151936 * 2560 == 3_633_315_840
@@ -75,7 +75,7 @@ def test_qwen3_4b_params():
 
 def test_qwen3_32b_params():
     # Qwen/Qwen3-32B config.json: L 64, H 5120, 64/8 heads, head_dim 128, I 25600, V 151936, untied.
-    # MODELS.md §2 (norms excluded): 32,761,446,400
+    # docs/models.md §2 (norms excluded): 32,761,446,400
     n = dense_gqa_params(64, 5120, 64, 8, 128, 25600, 151936, tied=False, norms=False)
     assert n == 32_761_446_400
     m = presets.model("qwen3-32b")
@@ -83,7 +83,7 @@ def test_qwen3_32b_params():
 
 
 def test_deepseek_v3_params():
-    # deepseek-ai/DeepSeek-V3 config.json; MODELS.md §2: 671,025,397,760 total and 36,624,596,992 activated
+    # deepseek-ai/DeepSeek-V3 config.json; docs/models.md §2: 671,025,397,760 total and 36,624,596,992 activated
     # (norms and router bias excluded; activated excludes the input embedding and 248 unselected experts per
     # MoE layer). tenstorrent README_WEIGHTS: 671B total, 36.6B active incl. the 0.9B output head.
     H, V = 7168, 129280
@@ -135,7 +135,7 @@ def test_deepseek_v3_kv_bytes_per_token():
 
 
 def test_llama32_3b_lmcache_block():
-    # MODELS.md §6.5: a 256-token block (LMCache chunk size) of Llama-3.2-3B in BF16 is 29,360,128 B = 28 MiB
+    # docs/models.md §2: a 256-token block (LMCache chunk size) of Llama-3.2-3B in BF16 is 29,360,128 B = 28 MiB
     m = presets.model("llama-3.2-3b")
     block = 256 * 2 * 28 * 8 * 128 * 2
     assert block == 29_360_128 == 28 * MiB
@@ -165,7 +165,7 @@ def test_llama70_tp8_kv_per_sequence_aiconfigurator():
 # ---- hardware ----------------------------------------------------------------------------------------------
 
 def test_h100_ridge_point():
-    # MODELS.md §1.1 and §7.1: H100 SXM 989.4 TFLOPS dense BF16 / 3.35 TB/s = 295 FLOP/B
+    # docs/models.md §1.1 and §7.1: H100 SXM 989.4 TFLOPS dense BF16 / 3.35 TB/s = 295 FLOP/B
     assert round(presets.hardware("h100-sxm").ridge_flops_per_byte("bf16")) == 295
 
 
@@ -180,7 +180,7 @@ def test_h100_ridge_point():
     ("mi300x", 8 * 25_767_706_624 / 2**30, 5.3, 1307.4, 2614.9),
 ])
 def test_accelerator_constants(name, hbm, bw, bf16, fp8):
-    # MODELS.md §7.1 table (dense peaks)
+    # docs/models.md §7.1 table (dense peaks)
     hw = presets.hardware(name)
     assert hw.hbm_GiB == pytest.approx(hbm, abs=0.01)  # the preset is rounded to 0.01 GiB
     assert (hw.hbm_bw_TBps, hw.bf16_TFLOPS, hw.fp8_TFLOPS) == (bw, bf16, fp8)
@@ -188,7 +188,7 @@ def test_accelerator_constants(name, hbm, bw, bf16, fp8):
 
 
 def test_nvlink4_constants():
-    # MODELS.md §7.2: NVLink4 450 GB/s/dir line rate, ~370 GB/s NCCL ring busbw (nccl-tests#212)
+    # docs/models.md §7.2: NVLink4 450 GB/s/dir line rate, ~370 GB/s NCCL ring busbw (nccl-tests#212)
     lk = presets.link("nvlink4")
     assert (lk.line_rate_GBps, lk.achievable_GBps) == (450, 370)
     assert math.isclose(lk.efficiency, 370 / 450)

@@ -1,6 +1,6 @@
 """Attention layouts TP, CP, DPA, DOP: memory per rank, attention-core FLOPs/bytes, communication, validation
-and capacity boundaries (MODELS.md §3.1-3.3, §3.7). Expected values are computed by hand from the config
-numbers (MODELS.md §2 table) and the formulas of MODELS.md §3.2/§3.3, not read back from the code."""
+and capacity boundaries (docs/models.md §3.1-3.3, §3.7). Expected values are computed by hand from the config
+numbers (docs/models.md §2 table) and the formulas of docs/models.md §3.2/§3.3, not read back from the code."""
 
 import math
 
@@ -20,7 +20,7 @@ PAGE = 16  # data/runtime.yaml default page_tokens (vLLM block_size 16)
 L70, H70, HQ70, HKV70, D70, I70, V70 = 80, 8192, 64, 8, 128, 28672, 128256
 # DeepSeek-V3 config.json
 L_DS, H_DS, HQ_DS, RQ, RKV, DN, DR, DV = 61, 7168, 128, 1536, 512, 128, 64, 128
-W_REP = H_DS * RQ + H_DS * (RKV + DR)  # 15,138,816 (MODELS.md §2)
+W_REP = H_DS * RQ + H_DS * (RKV + DR)  # 15,138,816 (docs/models.md §2)
 W_SHARD = RQ * HQ_DS * (DN + DR) + RKV * HQ_DS * (DN + DV) + HQ_DS * DV * H_DS  # 171,966,464
 
 
@@ -42,7 +42,7 @@ def kv_B(dep, batch, context, layout):
     return float(att.memory_per_rank(dep, batch, context, layout)["kv_B"])
 
 
-# ---- weights per rank (MODELS.md §3.2) ---------------------------------------------------------------------
+# ---- weights per rank (docs/models.md §3.2) ---------------------------------------------------------------------
 
 def test_llama70_tp8_weights_by_hand(llama70_tp8):
     # TP8: q, o split 8 ways; K/V: max(1, 8 // 8) = 1 of 8 heads; FFN /8; vocab-parallel embedding + LM head;
@@ -73,7 +73,7 @@ def test_gqa_tp_weights_with_more_ranks_than_kv_heads():
 
 @pytest.mark.parametrize("T", [2, 4, 8])
 def test_mla_tp_weights_keep_down_projections_replicated(T):
-    # MODELS.md §3.2: TP MLA weights = L b_w (W_rep + W_shard / T), not W / T
+    # docs/models.md §3.2: TP MLA weights = L b_w (W_rep + W_shard / T), not W / T
     dep = Deployment.build("deepseek-v3", "h200", T, weight_dtype="fp8")
     assert dep.weight_bytes("TP")["attention"] == pytest.approx(L_DS * 1 * (W_REP + W_SHARD / T), rel=1e-15)
     assert dep.weight_bytes("CP")["attention"] == L_DS * 1 * (W_REP + W_SHARD)
@@ -90,7 +90,7 @@ def test_dsv3_ffn_and_other_weights(dsv3_fp8):
     assert w["norms"] == (L_DS * (2 * H_DS + RQ + RKV) + H_DS) * 2
 
 
-# ---- KV per rank (MODELS.md §3.2 KV table) -----------------------------------------------------------------
+# ---- KV per rank (docs/models.md §3.2 KV table) -----------------------------------------------------------------
 
 def test_llama70_tp8_kv_per_sequence_and_page_rounding(llama70_tp8):
     per_tok = 2 * L70 * D70 * 2 * max(1, HKV70 // 8)  # 40,960 B per token per rank (PEERS.md §3.1)
@@ -129,7 +129,7 @@ def test_dpa_dop_worst_rank_holds_ceil_B_over_T_sequences(llama70_tp8, layout, B
 
 
 def test_dpa_context_imbalance_adds_z_sqrt_n(dsv3_fp8):
-    # MODELS.md §3.3: E[max_j X_j] ~ m mu + sigma sqrt(m) z_T; here m = ceil(B/T) = 4, cv = 0.5,
+    # docs/models.md §3.3: E[max_j X_j] ~ m mu + sigma sqrt(m) z_T; here m = ceil(B/T) = 4, cv = 0.5,
     # z_8 = 1.4236
     dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8", context_cv=0.5)
     n = 4
@@ -154,7 +154,7 @@ def test_memory_total_is_sum_of_parts_and_feasibility(llama70_tp8):
     assert bool(att.memory_per_rank(llama70_tp8, 1, 1, "TP")["feasible"])
 
 
-# ---- attention core (MODELS.md §1.1 and §3.3 attention-core table) -----------------------------------------
+# ---- attention core (docs/models.md §1.1 and §3.3 attention-core table) -----------------------------------------
 
 @pytest.mark.parametrize("T", [2, 4, 8])
 def test_tp_mla_core_bytes_independent_of_T(T):
@@ -175,7 +175,7 @@ def test_tp_gqa_core_bytes_shrink_by_T(T):
     co = att.core_coefficients(dep, B, "TP")
     assert float(co["f1"]) == B * 4 * (HQ70 / T) * D70
     assert float(co["m1"]) == B * 2 * D70 * 2 * (HKV70 / T)
-    # intensity 2 (h_q / h_kv) q / b_kv = 8 FLOP/B for Llama-3-70B (MODELS.md §1.1), whatever T
+    # intensity 2 (h_q / h_kv) q / b_kv = 8 FLOP/B for Llama-3-70B (docs/models.md §1.1), whatever T
     assert float(co["f1"] / co["m1"]) == pytest.approx(8.0)
 
 
@@ -196,7 +196,7 @@ def test_dpa_core_owned_sequences_all_heads(dsv3_fp8, B, n):
 
 
 def test_dop_core_flops_and_kv_bytes_like_dpa(dsv3_fp8):
-    # DOP's attention core is batch-sharded like DPA (MODELS.md §3.3: "DPA, DOP" share one row)
+    # DOP's attention core is batch-sharded like DPA (docs/models.md §3.3: "DPA, DOP" share one row)
     dpa = att.core_coefficients(dsv3_fp8, 64, "DPA")
     dop = att.core_coefficients(dsv3_fp8, 64, "DOP")
     assert float(dop["f1"]) == float(dpa["f1"])
@@ -204,7 +204,7 @@ def test_dop_core_flops_and_kv_bytes_like_dpa(dsv3_fp8):
 
 
 def test_mla_tp_core_time_independent_of_T_when_memory_bound():
-    # MODELS.md §1.1: splitting heads divides FLOPs, not latent bytes, so TP MLA attention time does not
+    # docs/models.md §1.1: splitting heads divides FLOPs, not latent bytes, so TP MLA attention time does not
     # shrink with T. At T >= 2, h_q/T <= 64 heads: 2*64*1088/1152 = 121 FLOP/B < effective ridge
     # (0.67 * 989.4e12) / (0.85 * 4.8e12) = 162 FLOP/B on H200, so the core is memory-bound.
     B, s = 8, 32768
@@ -220,7 +220,7 @@ def test_mla_tp_core_time_independent_of_T_when_memory_bound():
     assert t[8] == pytest.approx(t[2], rel=0.005)  # only the small query/output term changes
 
 
-# ---- communication (MODELS.md §3.3 communication, §3.7 items 2-5) ------------------------------------------
+# ---- communication (docs/models.md §3.3 communication, §3.7 items 2-5) ------------------------------------------
 
 def _head_comm(dep, n):
     """Vocab-parallel embedding AllReduce + FP32 logits AllGather (same in every layout)."""
@@ -308,7 +308,7 @@ def test_step_time_is_sum_of_parts(dsv3_fp8, layout):
 
 
 def test_cp_and_dpa_replicate_projection_weights(llama70_tp8):
-    # MODELS.md §3.3 projections table: at batch 1 the projections are weight-read bound; CP and DPA stream
+    # docs/models.md §3.3 projections table: at batch 1 the projections are weight-read bound; CP and DPA stream
     # the full attention weights W_attn, TP streams W_attn / 8, so they differ by
     # L (1 - 1/T) W_attn b_w / (eta BW)
     # (up to activation bytes of one token, < 1e-3 of the weights)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmexplore import cli, report, sweeps
+from llmexplore.errors import SpecError
 
 LAYOUT_ARGS = ["layouts", "--model", "deepseek-v3", "--gpu", "h200", "--ranks", "8", "--batch", "64",
                "--context", "8192", "--weight-dtype", "fp8"]
@@ -286,7 +287,7 @@ def test_report_notebooks_timeout_quiet(capsys, fake_build):
 
 def test_report_unknown_parameter_is_bad_input(capsys, monkeypatch):
     def build_reports(**kwargs):
-        raise ValueError("parameter(s) ['BATCHH'] are not defined in the parameters cell of any of [...]")
+        raise SpecError("parameter(s) ['BATCHH'] are not defined in the parameters cell of any of [...]")
 
     monkeypatch.setattr(report, "build_reports", build_reports)
     code, out, err = run(capsys, ["report", "-p", "BATCHH", "8"])

@@ -1,5 +1,5 @@
 """Exact crossovers (models/crossover.py) against a dense numeric sweep and against the MLA closed form of
-MODELS.md §3.5."""
+docs/models.md §3.5."""
 
 import dataclasses
 
@@ -100,16 +100,16 @@ def test_some_crossovers_exist():
     assert all(b.before == "TP" for b in bounds if b.kind == "crossover")
 
 
-# ---- MLA closed form (MODELS.md §3.5) ----------------------------------------------------------------------
+# ---- MLA closed form (docs/models.md §3.5) ----------------------------------------------------------------------
 
 # deepseek-ai/DeepSeek-V3 config.json
 H, HQ, RQ, RKV, DN, DR, DV, L = 7168, 128, 1536, 512, 128, 64, 128, 61
-W_SHARD = RQ * HQ * (DN + DR) + RKV * HQ * (DN + DV) + HQ * DV * H  # 171,966,464 (MODELS.md §2)
+W_SHARD = RQ * HQ * (DN + DR) + RKV * HQ * (DN + DV) + HQ * DV * H  # 171,966,464 (docs/models.md §2)
 KV_L = (RKV + DR) * 2  # BF16 latent, 1152 B per token per layer
 
 
 def test_closed_form_numbers():
-    # MODELS.md §3.5: B s* = W_shard b_w / kv_l = 171,966,464 / 1152 = 149,276 (FP8 weights)
+    # docs/models.md §3.5: B s* = W_shard b_w / kv_l = 171,966,464 / 1152 = 149,276 (FP8 weights)
     assert W_SHARD == 171_966_464
     assert round(W_SHARD * 1 / KV_L) == 149_276  # 149,276.44
     # BF16 weights: 298,553 context tokens per step (298,552.89)
@@ -147,7 +147,7 @@ def test_mla_tp_vs_dpa_closed_form_independent_of_T(T, weight_dtype, b_w):
     R = 4 * H + 2 * RQ + RKV + DR
     bs_model = (W_SHARD * b_w - B * 2 * R) / KV_L
     assert B * bd.context == pytest.approx(bs_model, rel=1e-9)
-    # the closed form of MODELS.md §3.5 is this without the activation residual (2.4 % / 1.2 % here)
+    # the closed form of docs/models.md §3.5 is this without the activation residual (2.4 % / 1.2 % here)
     assert B * bd.context + B * 2 * R / KV_L == pytest.approx(W_SHARD * b_w / KV_L, rel=1e-9)
     # the conditions really hold: both layouts' attention cores are on the memory side of the roofline
     for lay in ("TP", "DPA"):

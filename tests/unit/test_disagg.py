@@ -1,4 +1,4 @@
-"""Prefill/decode disaggregation: latency, sizing, goodput, colocated serving (MODELS.md §4.5-4.7)."""
+"""Prefill/decode disaggregation: latency, sizing, goodput, colocated serving (docs/models.md §4.5-4.7)."""
 
 import json
 
@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from llmexplore import cli, presets, sweeps
 from llmexplore.errors import SpecError
 from llmexplore.models import disagg as dg
+from llmexplore.models import mg1
 from llmexplore.models import queueing as qz
 from llmexplore.models import simulate as sim
 from llmexplore.models.attention import step_time
@@ -18,7 +19,7 @@ from llmexplore.models.prefill import prefill_time
 
 @pytest.fixture(scope="module")
 def s70():
-    # the issue's scenario: Llama-3-70B, 4,096-token prompts, 256 output tokens, 36 requests/s
+    # the reference scenario: Llama-3-70B, 4,096-token prompts, 256 output tokens, 36 requests/s
     return sweeps.disagg.setup("llama-3-70b", "h100-sxm", prompt_tokens=4096, output_tokens=256, rate_per_s=36,
                            ttft_slo_ms=1000, tpot_slo_ms=40)
 
@@ -124,7 +125,7 @@ def test_colocated_chunked_prefill(s70):
 
 
 def test_scenario_llama70_36rps(s70):
-    """Issue #3's scenario: RDMA disaggregation beats colocation; 100 GbE TCP with one NIC per 8-GPU node
+    """The reference scenario: RDMA disaggregation beats colocation; 100 GbE TCP with one NIC per 8-GPU node
     does not; the break-even link bandwidth lies between them and pipelining lowers it (it hides latency,
     not the link's occupancy: 36 req/s x 1.34 GB = 48 GB/s must cross the links either way)."""
     comp = sweeps.disagg.link_comparison(s70).set_index(["mode", "link"])["gpus"]
@@ -208,7 +209,7 @@ def test_variable_prompts_ttft_matches_simulation():
 def test_mg1_fft_reduces_to_md1():
     D, lam = 0.2, 3.5
     exact = float(qz.md1_wait_quantile(0.99, lam, D)) + D
-    assert qz.mg1_sojourn_quantile_fft(0.99, lam, [D]) == pytest.approx(exact, abs=2 * D / 256)
+    assert mg1.mg1_sojourn_quantile_fft(0.99, lam, [D]) == pytest.approx(exact, abs=2 * D / 256)
 
 
 def test_cli_pd_prompt_sigma(capsys):

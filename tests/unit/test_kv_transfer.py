@@ -1,4 +1,4 @@
-"""KV bytes per request and transfer time (MODELS.md §4.1-4.2)."""
+"""KV bytes per request and transfer time (docs/models.md §4.1-4.2)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""MoE routing skew, per-rank load, dispatch/combine and decode step time (models.moe, MODELS §4.8).
+"""MoE routing skew, per-rank load, dispatch/combine and decode step time (models.moe, docs/models.md §4.8).
 
 Formulas are recomputed by hand here; the analytic expected maximum is checked against Monte Carlo with the
 tolerances measured while building the model (see each test); monotonicity is tested where it holds and the
@@ -18,7 +18,7 @@ from llmexplore import presets, sweeps
 from llmexplore.errors import SpecError
 from llmexplore.models import attention as att
 from llmexplore.models import engine
-from llmexplore.models import moe, routing
+from llmexplore.models import eplb, moe, routing
 from llmexplore.models import stats as lstats
 from llmexplore.models.collectives import allreduce_s, alltoall_s
 from llmexplore.models.stats import expected_max_std_normal
@@ -145,14 +145,14 @@ def test_rank_load_uniform_by_hand():
     assert r["sd_pairs"] == pytest.approx(np.full(R, sd))
     assert float(r["max_pairs"]) == pytest.approx(mean + sd * expected_max_std_normal(R), rel=1e-7)
     assert float(r["straggler"]) == pytest.approx(1 + sd * expected_max_std_normal(R) / mean, rel=1e-7)
-    assert r["active_slots"] == pytest.approx(np.full(R, E / R * (1 - (1 - K / E) ** N)))  # MODELS §4.4
+    assert r["active_slots"] == pytest.approx(np.full(R, E / R * (1 - (1 - K / E) ** N)))  # docs/models.md §4.4
 
 
 def test_two_ranks_exact_and_why_the_independent_variance():
     """R = 2: max = Nk/2 + |X_1 - Nk/2|, computed exactly by convolving per-token hypergeometric counts.
 
     The analytic model uses the variance of independent sampling (sd_ind^2 = N (k/2)(1 - k/E)) with z_2; the
-    marginal sd of MODELS §4.8 (sqrt(N k (1/R)(1 - 1/R))) with z_R would understate the excess over the mean
+    marginal sd of docs/models.md §4.8 (sqrt(N k (1/R)(1 - 1/R))) with z_R would understate the excess over the mean
     by a factor sqrt(1/(2 (1 - k/E))) = 0.72.
     """
     N, R = 256, 2
@@ -230,7 +230,7 @@ def test_analytic_matches_monte_carlo(skew, R, redundant):
     """
     N = 128
     lp = routing.layer_probs(routing.skew_probs(skew, E, K), 2, seed=3)
-    phy = None if not redundant else routing.eplb_placement(lp, ranks=R, redundant=redundant, groups=8, nodes=2)
+    phy = None if not redundant else eplb.eplb_placement(lp, ranks=R, redundant=redundant, groups=8, nodes=2)
     an = routing.rank_load(lp, K, N, ranks=R, phy2log=phy)
     mc = routing.rank_load_mc(lp, K, N, ranks=R, phy2log=phy, trials=400, seed=7)
     assert an["max_pairs"] == pytest.approx(mc["max_pairs"], rel=0.015)
@@ -262,12 +262,12 @@ def test_monte_carlo_is_reproducible():
 def test_eplb_placement_reduces_expected_imbalance():
     lp = routing.layer_probs(routing.skew_probs(2.6, E, K), 8, seed=0)
     static = routing.rank_load(lp, K, 512, ranks=8)["expected_imbalance"]
-    phy = routing.eplb_placement(lp, ranks=8, redundant=32, groups=8, nodes=2)
+    phy = eplb.eplb_placement(lp, ranks=8, redundant=32, groups=8, nodes=2)
     assert phy.shape == (8, 288)
     after = routing.rank_load(lp, K, 512, ranks=8, phy2log=phy)["expected_imbalance"]
     assert np.all(after < static) and np.all(after < 1.01) and np.all(static > 1.02)
     with pytest.raises(SpecError, match=r"ep ranks \(7\) must divide routed experts \+ redundant"):
-        routing.eplb_placement(lp, ranks=7, redundant=32)
+        eplb.eplb_placement(lp, ranks=7, redundant=32)
 
 
 @SETTINGS
@@ -278,7 +278,7 @@ def test_eplb_never_more_imbalanced_than_static(skew, ep_nodes, red_mult, seed):
     redundant = red_mult * ep
     lp = routing.layer_probs(routing.skew_probs(skew, E, K), 3, seed=seed)
     static = routing.rank_load(lp, K, 100, ranks=ep)["expected_imbalance"]
-    phy = routing.eplb_placement(lp, ranks=ep, redundant=redundant, groups=8, nodes=nodes)
+    phy = eplb.eplb_placement(lp, ranks=ep, redundant=redundant, groups=8, nodes=nodes)
     after = routing.rank_load(lp, K, 100, ranks=ep, phy2log=phy)["expected_imbalance"]
     assert np.all(after <= static + 1e-12)
 
@@ -524,7 +524,7 @@ def test_expected_rank_shares_before_after():
 def test_monte_carlo_broadcasts_one_histogram_over_layer_placements():
     p = routing.skew_probs(2.6, E, K)
     lp = routing.layer_probs(p, 3, seed=1)
-    phy = routing.eplb_placement(lp, ranks=8, redundant=16, groups=8, nodes=2)
+    phy = eplb.eplb_placement(lp, ranks=8, redundant=16, groups=8, nodes=2)
     mc = routing.rank_load_mc(lp[0], K, 64, ranks=8, phy2log=phy, trials=50, seed=0)
     assert mc["pairs"].shape == (3, 50, 8) and mc["active"].max() <= (256 + 16) // 8
 

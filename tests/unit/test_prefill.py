@@ -1,4 +1,4 @@
-"""Prefill time: FLOPs against the closed form of MODELS.md §2, structure shared with decode."""
+"""Prefill time: FLOPs against the closed form of docs/models.md §2, structure shared with decode."""
 
 import numpy as np
 import pytest
@@ -15,14 +15,14 @@ def llama70():
 
 
 def test_flops_closed_form_llama70(llama70):
-    # MODELS.md §2: F = 2 N_body (S-P) + L h_q (d_qk + d_v)(S^2 - P^2) + 2 V H. Llama-3-70B config:
+    # docs/models.md §2: F = 2 N_body (S-P) + L h_q (d_qk + d_v)(S^2 - P^2) + 2 V H. Llama-3-70B config:
     # N_body = 80 layers x (2*8192*8192 + 2*8192*1024 + 3*8192*28672) = 68,451,041,280
     n_body = 80 * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
     assert pf.body_params_active(llama70.model) == n_body
     S = 4096
     expected = 2 * n_body * S + 80 * 64 * 256 * S * S + 2 * 128256 * 8192
     assert float(pf.prefill_flops(llama70.model, S)) == expected
-    # attention share 3.8% at 4096 tokens and ~24% at 32k (MODELS.md §4.3)
+    # attention share 3.8% at 4096 tokens and ~24% at 32k (docs/models.md §4.3)
     for s, share in ((4096, 0.038), (32768, 0.24)):
         attn = 80 * 64 * 256 * s * s
         assert attn / float(pf.prefill_flops(llama70.model, s)) == pytest.approx(share, abs=0.002)

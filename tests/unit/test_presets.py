@@ -64,7 +64,7 @@ links:
 
 
 def test_builtin_tables_are_not_empty():
-    # the presets the design reference relies on (MODELS.md §2 and §7.1-7.2)
+    # the presets the design reference relies on (docs/models.md §2 and §7.1-7.2)
     assert {"llama-3-8b", "llama-3-70b", "llama-3.2-3b", "qwen3-4b", "qwen3-32b", "deepseek-v3"} <= set(
         presets.names("models"))
     assert {"h100-sxm", "h200", "b200", "mi300x"} <= set(presets.names("hardware"))

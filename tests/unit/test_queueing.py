@@ -1,4 +1,4 @@
-"""Queueing layer (MODELS.md §4.5): exact M/D/1 against high-precision and independent computations, quantiles,
+"""Queueing layer (docs/models.md §4.5): exact M/D/1 against high-precision and independent computations, quantiles,
 Pollaczek–Khinchine, Erlang C, Allen–Cunneen and the tails against discrete-event simulation, monotonicity
 properties, unstable queues and bad input.
 
@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from scipy import optimize, special, stats
 
 from llmexplore.errors import SpecError
+from llmexplore.models import mg1
 from llmexplore.models import queueing as q
 from llmexplore.models import simulate as sim
 
@@ -70,14 +71,14 @@ COEF = dict(a_s=0.02, b_s_per_token=1e-4, c_s_per_token2=1e-9)   # ~0.12 s at 1k
 
 
 def prompt_service(n, rng):
-    return q.prefill_service_s(sim.lognormal_prompt_tokens(n, seed=rng, **PROMPT), **COEF)
+    return mg1.prefill_service_s(sim.lognormal_prompt_tokens(n, seed=rng, **PROMPT), **COEF)
 
 
 @pytest.fixture(scope="module")
 def prompt_dist():
     """Exact service-time distribution of `prompt_service`: values [s], probabilities, E[S], E[S^2], cs2."""
-    tokens, prob = q.lognormal_prompt_pmf(**PROMPT)
-    vals = q.prefill_service_s(tokens, **COEF)
+    tokens, prob = mg1.lognormal_prompt_pmf(**PROMPT)
+    vals = mg1.prefill_service_s(tokens, **COEF)
     m1, m2 = float(prob @ vals), float(prob @ vals**2)
     return vals, prob, m1, m2, m2 / m1**2 - 1
 
@@ -137,7 +138,7 @@ def test_md1_tail_matches_lambert_w(rho):
     assert theta * D == pytest.approx(y, rel=1e-12)
     assert C == pytest.approx((1 - rho) / (rho * math.exp(y) - 1), rel=1e-10)
     # the same numbers from the general M/G/1 Lundberg solver with a one-point service law
-    th2, c2 = q.mg1_lundberg(rho / D, [D])
+    th2, c2 = mg1.mg1_lundberg(rho / D, [D])
     assert th2 == pytest.approx(theta, rel=1e-12) and c2 == pytest.approx(C, rel=1e-10)
 
 
@@ -187,7 +188,7 @@ def test_md1_mean_is_pk_and_integral_of_sf():
     rho = lam * D
     mean = q.md1_mean_wait(lam, D)
     assert mean == pytest.approx(lam * D**2 / (2 * (1 - rho)), rel=1e-15)
-    assert mean == pytest.approx(q.mg1_mean_wait(lam, D, D * D), rel=1e-15)
+    assert mean == pytest.approx(mg1.mg1_mean_wait(lam, D, D * D), rel=1e-15)
     assert mean == pytest.approx(q.mgc_mean_wait(lam, D, 1, cs2=0.0), rel=1e-15)
     t = np.linspace(0, 60 * D, 600_001)
     sf = q.md1_wait_sf(t, lam, D)
@@ -285,25 +286,25 @@ def test_allen_cunneen_mg_c_lognormal_prompts_vs_simulation(prompt_dist, servers
 
 
 # M/G/1, same prompt mix. Pollaczek–Khinchine mean is exact; the Lundberg tail is within sampling error at
-# p99 (measured +0.1 % / +0.6 %), the two-moment exponential tail of MODELS.md §4.5 is 9-18 % too low.
+# p99 (measured +0.1 % / +0.6 %), the two-moment exponential tail of docs/models.md §4.5 is 9-18 % too low.
 @pytest.mark.parametrize("rho,reps", [(0.7, 1), (0.85, 2)])
 def test_mg1_lognormal_prompts_pk_lundberg_and_exponential_tail(prompt_dist, rho, reps):
     vals, prob, m1, m2, _ = prompt_dist
     lam = rho / m1
     w = sim_waits(lam, prompt_service, 4_000_000, reps, seed=16)
     sim99 = np.quantile(w, 0.99)
-    assert w.mean() == pytest.approx(q.mg1_mean_wait(lam, m1, m2), rel=0.03)
-    assert q.mg1_wait_quantile_lundberg(0.99, lam, vals, prob) == pytest.approx(sim99, rel=0.04)
-    exp99 = q.mg1_wait_quantile(0.99, lam, m1, m2)
+    assert w.mean() == pytest.approx(mg1.mg1_mean_wait(lam, m1, m2), rel=0.03)
+    assert mg1.mg1_wait_quantile_lundberg(0.99, lam, vals, prob) == pytest.approx(sim99, rel=0.04)
+    exp99 = mg1.mg1_wait_quantile(0.99, lam, m1, m2)
     assert -0.25 < exp99 / sim99 - 1 < -0.04                       # underestimates: do not size SLOs with it
     # Lundberg tail also fits P(W > t) deeper in the tail
     t = np.quantile(w, 0.999)
-    assert q.mg1_wait_sf_lundberg(t, lam, vals, prob) == pytest.approx(1e-3, rel=0.15)
+    assert mg1.mg1_wait_sf_lundberg(t, lam, vals, prob) == pytest.approx(1e-3, rel=0.15)
 
 
 def test_mg1_lundberg_two_point_law_vs_brentq():
     vals, wts, lam = np.array([0.1, 1.0]), np.array([0.7, 0.3]), 1.5
-    theta, C = q.mg1_lundberg(lam, vals, wts)
+    theta, C = mg1.mg1_lundberg(lam, vals, wts)
     root = optimize.brentq(lambda th: lam * (wts @ np.exp(th * vals) - 1) - th, 1e-6, 50)
     assert theta == pytest.approx(root, rel=1e-12)
     rho = lam * (wts @ vals)
@@ -313,12 +314,12 @@ def test_mg1_lundberg_two_point_law_vs_brentq():
 def test_mg1_lundberg_exponential_limit():
     """A fine discretisation of Exp(1) service gives the M/M/1 tail: theta -> mu - lam, C -> rho."""
     x = np.linspace(0.0005, 40, 40_000)
-    theta, C = q.mg1_lundberg(0.6, x, np.exp(-x))
+    theta, C = mg1.mg1_lundberg(0.6, x, np.exp(-x))
     assert theta == pytest.approx(0.4, rel=1e-3) and C == pytest.approx(0.6, rel=1e-3)
 
 
 def test_lognormal_prompt_pmf_matches_sampler():
-    tokens, prob = q.lognormal_prompt_pmf(**PROMPT)
+    tokens, prob = mg1.lognormal_prompt_pmf(**PROMPT)
     s = sim.lognormal_prompt_tokens(2_000_000, seed=3, **PROMPT)
     assert prob.sum() == pytest.approx(1.0)
     assert np.mean(s) == pytest.approx(prob @ tokens, rel=3e-3)
@@ -452,11 +453,11 @@ def test_unstable_queues_are_infinite_not_errors():
     assert q.md1_mean_wait(1.0, 1.0) == np.inf
     assert q.md1_wait_quantile(0.5, 2.0, 1.0) == np.inf
     assert q.md1_wait_cdf(1e6, 1.0, 1.0) == 0.0 and q.md1_wait_sf(1e6, 1.5, 1.0) == 1.0
-    assert q.mg1_mean_wait(2.0, 0.5, 0.5) == np.inf
-    assert q.mg1_wait_quantile(0.99, 2.0, 0.5, 0.5) == np.inf
+    assert mg1.mg1_mean_wait(2.0, 0.5, 0.5) == np.inf
+    assert mg1.mg1_wait_quantile(0.99, 2.0, 0.5, 0.5) == np.inf
     assert q.mgc_mean_wait(8.0, 1.0, 8) == np.inf and q.mgc_wait_quantile(0.9, 9.0, 1.0, 8) == np.inf
     assert q.mgc_wait_sf(3.0, 9.0, 1.0, 8) == 1.0
-    assert q.mg1_wait_quantile_lundberg(0.99, 2.0, [0.5]) == np.inf
+    assert mg1.mg1_wait_quantile_lundberg(0.99, 2.0, [0.5]) == np.inf
     th, C = q.md1_tail(1.2, 1.0)
     assert np.isnan(th) and np.isnan(C)
     # mixed grid: stable entries finite, unstable inf, no exception
@@ -476,21 +477,21 @@ def test_zero_load():
     (lambda: q.md1_wait_cdf(np.nan, 0.5, 1.0), "t_s must be a number"),
     (lambda: q.md1_wait_quantile(1.5, 0.5, 1.0), "p must be a probability in \\[0, 1\\], got 1.5"),
     (lambda: q.md1_mean_wait(np.array([0.1, -2.0]), 1.0), "lam_per_s must be a number >= 0 \\[1/s\\], got -2.0"),
-    (lambda: q.mg1_mean_wait(0.5, 1.0, 0.5), "service_second_moment_s2 must be >= mean_service_s"),
+    (lambda: mg1.mg1_mean_wait(0.5, 1.0, 0.5), "service_second_moment_s2 must be >= mean_service_s"),
     (lambda: q.erlang_c(0, 1.0), "servers must be an integer in \\[1, 1,048,576\\], got 0"),
     (lambda: q.erlang_c(2.5, 1.0), "servers must be an integer in \\[1, 1,048,576\\], got 2.5"),
     (lambda: q.mgc_mean_wait(1.0, -1.0, 2), "mean_service_s must be a finite number > 0"),
     (lambda: q.mgc_mean_wait(1.0, 1.0, 2, cs2=-0.1), "cs2 must be a finite number >= 0"),
     (lambda: q.distserve_mean_ttft(1.0, 0.1, speedup=0), "speedup must be a finite number > 0"),
-    (lambda: q.mg1_lundberg(0.5, [1.0, 2.0], [1.0]), "weights must have one entry per service value"),
+    (lambda: mg1.mg1_lundberg(0.5, [1.0, 2.0], [1.0]), "weights must have one entry per service value"),
     (lambda: sim.simulate_fcfs([0.0, 2.0, 1.0], 1.0), "arrival_times_s must be non-decreasing"),
     (lambda: sim.simulate_fcfs([0.0, 1.0], [1.0, -1.0]), "service_s must be a finite number >= 0"),
     (lambda: sim.simulate_fcfs([0.0, 1.0], 1.0, servers=0), "servers must be an integer in \\[1, 1,048,576\\], got 0"),
     (lambda: sim.poisson_arrivals(-1.0, 10, 0), "rate_per_s must be a finite number > 0"),
     (lambda: sim.poisson_arrivals(1.0, 2.5, 0), "n must be an integer in \\[0, 50,000,000\\], got 2.5"),
     (lambda: sim.sim_percentiles([0.0, 1.0], 1.0, warmup=1.0), "warmup must be a fraction in \\[0, 1\\)"),
-    (lambda: q.prefill_service_s([10.0], a_s=-1, b_s_per_token=0.1), "a_s must be a finite number >= 0"),
-    (lambda: q.lognormal_prompt_pmf(median_tokens=100, sigma=1, max_tokens=0), "max_tokens"),
+    (lambda: mg1.prefill_service_s([10.0], a_s=-1, b_s_per_token=0.1), "a_s must be a finite number >= 0"),
+    (lambda: mg1.lognormal_prompt_pmf(median_tokens=100, sigma=1, max_tokens=0), "max_tokens"),
 ])
 def test_bad_input_raises_spec_error_naming_field(call, field):
     with pytest.raises(SpecError, match=field):

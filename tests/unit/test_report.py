@@ -4,6 +4,7 @@ import nbformat
 import pytest
 
 from llmexplore import report
+from llmexplore.errors import SpecError
 from llmexplore.nbtools import WIDGET_VIEW_MIME, note_html
 from llmexplore.report import parse_param_value, remote_resources
 
@@ -106,7 +107,7 @@ def test_write_index_lists_reports_offline(tmp_path):
 
 def test_build_reports_rejects_unknown_parameter_before_running(tmp_path):
     fixture = report.REPO_ROOT / "tests" / "fixtures" / "explorer_fixture.ipynb"
-    with pytest.raises(ValueError, match=r"\['BATCHX'\] are not defined"):
+    with pytest.raises(SpecError, match=r"\[.BATCHX.\] are not defined"):
         report.build_reports(tmp_path, parameters={"BATCHX": 1}, notebooks=[fixture], progress=False)
     assert not (tmp_path / "index.html").exists()
 
@@ -114,10 +115,10 @@ def test_build_reports_rejects_unknown_parameter_before_running(tmp_path):
 def test_build_reports_refuses_to_write_into_notebook_dir(tmp_path):
     src = tmp_path / "nb.ipynb"
     nbformat.write(_nb(nbformat.v4.new_markdown_cell("# x")), src)
-    with pytest.raises(report.ReportError, match="overwrite the source notebooks"):
+    with pytest.raises(SpecError, match="overwrite the source notebooks"):
         report.build_reports(tmp_path, notebooks=[src], progress=False)
 
 
 def test_build_reports_missing_notebook(tmp_path):
-    with pytest.raises(report.ReportError, match="notebook not found: nope.ipynb"):
+    with pytest.raises(SpecError, match="notebook not found: nope.ipynb"):
         report.build_reports(tmp_path, notebooks=["nope.ipynb"], progress=False)

@@ -14,7 +14,7 @@ HQ_DS, RKV, DR = 128, 512, 64
 # ---- suspect 1: DOP attention core reads the queries of the whole batch ---------------------------------------
 @pytest.mark.parametrize("B", [8, 64, 256])
 def test_dop_core_query_output_bytes_like_dpa(B):
-    # MODELS.md §3.3 attention-core table has one row "DPA, DOP"; attention.py's own docstring: DOP runs a
+    # docs/models.md §3.3 attention-core table has one row "DPA, DOP"; attention.py's own docstring: DOP runs a
     # "batch-sharded attention core (all heads of the owned sequences)" after the heads->batch AllToAll.
     # The worst rank therefore reads the absorbed queries and writes the latent outputs of ceil(B/T) sequences
     # for all 128 heads: m0 = q ceil(B/T) h_q (576 + 512) b_a. DPA gets exactly this; DOP gets T times more.

@@ -1,5 +1,5 @@
 """Roofline kernels, alpha-beta collectives and the expected maximum of normals
-(MODELS.md §1.1, §1.2, §3.3)."""
+(docs/models.md §1.1, §1.2, §3.3)."""
 
 import numpy as np
 import pytest
@@ -40,14 +40,14 @@ def test_kernel_time_broadcasts():
 
 
 def test_gemm_flops_bytes():
-    # F = 2 m k n; M = k n b_w + m (k + n) b_a  (MODELS.md §1.1)
+    # F = 2 m k n; M = k n b_w + m (k + n) b_a  (docs/models.md §1.1)
     f, m = gemm_flops_bytes(16, 8192, 1024, b_w=1.0, b_a=2.0)
     assert f == 2 * 16 * 8192 * 1024
     assert m == 8192 * 1024 * 1 + 16 * (8192 + 1024) * 2
 
 
 def test_h100_bf16_ridge_and_memory_bound_tokens():
-    # MODELS.md §1.1: H100 BF16 989.4e12 / 3.35e12 = 295 FLOP/B -> decode GEMM memory-bound below ~295 tokens
+    # docs/models.md §1.1: H100 BF16 989.4e12 / 3.35e12 = 295 FLOP/B -> decode GEMM memory-bound below ~295 tokens
     h100 = presets.hardware("h100-sxm")
     ridge = h100.ridge_flops_per_byte("bf16")
     assert ridge == pytest.approx(295.3, abs=0.05)
@@ -86,7 +86,7 @@ N = 64 * 8192 * 2.0  # bytes: 64 tokens x H=8192 x BF16
 
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_flat_collective_formulas(p):
-    # NVIDIA/nccl-tests doc/PERFORMANCE.md bus-bandwidth conventions (MODELS.md §1.2 table)
+    # NVIDIA/nccl-tests doc/PERFORMANCE.md bus-bandwidth conventions (docs/models.md §1.2 table)
     fab, B, a = one_node(), 370e9, (8 + 0.5 * (p - 1)) * 1e-6
     assert allreduce_s(N, p, fab) == pytest.approx(a + 2 * (p - 1) / p * N / B, rel=1e-12)
     assert reducescatter_s(N, p, fab) == pytest.approx(a + (p - 1) / p * N / B, rel=1e-12)
@@ -113,7 +113,7 @@ def test_collectives_broadcast_over_bytes():
 
 
 def test_hierarchical_allreduce_is_rs_intra_plus_ar_inter_plus_ag_intra():
-    # MODELS.md §1.2: AllReduce ~ RS_intra + AR_inter(n/G) + AG_intra
+    # docs/models.md §1.2: AllReduce ~ RS_intra + AR_inter(n/G) + AG_intra
     #   = 2(G-1)/G n/B_nvl + 2(N-1)/N (n/G)/B_nic + 3 alphas     (G = 8 per node, N = 4 nodes)
     G, Nn, p = 8, 4, 32
     fab = Fabric(scale_up=NVL, scale_out=IB, gpus_per_node=G)
@@ -134,7 +134,7 @@ def test_hierarchical_allgather_legs():
 
 
 def test_hierarchical_alltoall_is_slower_leg_when_pipelined():
-    # MODELS.md §1.2: max((G-1)/(GN) n/B_nvl, (N-1)/N n/B_nic) when the legs are pipelined (DeepEP-style);
+    # docs/models.md §1.2: max((G-1)/(GN) n/B_nvl, (N-1)/N n/B_nic) when the legs are pipelined (DeepEP-style);
     # latency terms removed here so the bandwidth term is checked exactly
     fast = Link(name="nvl0", kind="scale-up", line_rate_GBps=450, achievable_GBps=370, latency_us=0,
                 sources={"*": "test"})
@@ -170,14 +170,14 @@ def test_more_bandwidth_less_time():
 
 @pytest.mark.parametrize("n, z", [(2, 0.5642), (4, 1.0294), (8, 1.4236), (16, 1.7660), (32, 2.0697)])
 def test_expected_max_std_normal_table(n, z):
-    # MODELS.md §3.3 (z_2 = 1/sqrt(pi) exactly)
+    # docs/models.md §3.3 (z_2 = 1/sqrt(pi) exactly)
     assert expected_max_std_normal(n) == pytest.approx(z, abs=5e-5)
 
 
 def test_expected_max_limits():
     assert expected_max_std_normal(1) == 0.0
     assert expected_max_std_normal(2) == pytest.approx(1 / np.sqrt(np.pi), abs=1e-9)
-    # sqrt(2 ln T) overestimates at small T: 2.04 vs 1.42 for T = 8 (MODELS.md §3.3)
+    # sqrt(2 ln T) overestimates at small T: 2.04 vs 1.42 for T = 8 (docs/models.md §3.3)
     assert np.sqrt(2 * np.log(8)) == pytest.approx(2.04, abs=0.005)
     assert expected_max_std_normal(8) < np.sqrt(2 * np.log(8))
     zs = [expected_max_std_normal(n) for n in (1, 2, 3, 4, 8, 16, 32, 64)]

@@ -1,6 +1,6 @@
 """Specs: validation rules (SpecError names field and value) and derived quantities from config numbers.
 
-Derived quantities are recomputed here by hand from the published config.json numbers (MODELS.md §2 table),
+Derived quantities are recomputed here by hand from the published config.json numbers (docs/models.md §2 table),
 never read back from the code, so a formula error in ``llmexplore/specs.py`` makes these fail.
 """
 
@@ -127,7 +127,7 @@ def test_specs_are_frozen():
 # ---- parameters per projection, from config.json numbers ---------------------------------------------------
 
 # deepseek-ai/DeepSeek-V3 config.json: hidden 7168, heads 128, q_lora_rank 1536, kv_lora_rank 512,
-# qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128 (MODELS.md §2 table)
+# qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128 (docs/models.md §2 table)
 H, HQ, RQ, RKV, DN, DR, DV = 7168, 128, 1536, 512, 128, 64, 128
 
 
@@ -143,7 +143,7 @@ def test_deepseek_v3_mla_projection_shapes():
 
 
 def test_deepseek_v3_replicated_and_sharded_mla_weights():
-    # MODELS.md §2: W_rep = q_a + kv_a = 15,138,816; W_shard = q_b + kv_b + o = 171,966,464
+    # docs/models.md §2: W_rep = q_a + kv_a = 15,138,816; W_shard = q_b + kv_b + o = 171,966,464
     m = presets.model("deepseek-v3")
     assert H * RQ + H * (RKV + DR) == 15_138_816
     assert RQ * HQ * (DN + DR) + RKV * HQ * (DN + DV) + HQ * DV * H == 171_966_464
@@ -207,7 +207,7 @@ def test_ridge_point_and_peak_selection():
     h100 = presets.hardware("h100-sxm")
     assert h100.peak_TFLOPS("fp8") == 1978.9
     assert h100.peak_TFLOPS("bf16") == h100.peak_TFLOPS("fp16") == 989.4
-    # MODELS.md §1.1: 989.4e12 / 3.35e12 = 295.3 FLOP/B
+    # docs/models.md §1.1: 989.4e12 / 3.35e12 = 295.3 FLOP/B
     assert h100.ridge_flops_per_byte("bf16") == pytest.approx(989.4 / 3.35, rel=1e-12)
     assert h100.ridge_flops_per_byte("fp8") == pytest.approx(1978.9 / 3.35, rel=1e-12)
     with pytest.raises(SpecError):

@@ -1,4 +1,4 @@
-"""Layout transitions (models/transitions.py) against the 4x4 oracle tables of MODELS.md §3.4, the per-rank
+"""Layout transitions (models/transitions.py) against the 4x4 oracle tables of docs/models.md §3.4, the per-rank
 volumes stated there, the DeepSeek-V3 handoff example, and a brute-force set computation on small cases."""
 
 import itertools
@@ -15,7 +15,7 @@ from llmexplore.models.collectives import alpha_s
 PAGE = 16
 NONE, DISC, AG, A2A = "none", "discard", "all-gather", "all-to-all"
 
-# MODELS.md §3.4, rows = from, columns = to (TP, CP, DPA, DOP)
+# docs/models.md §3.4, rows = from, columns = to (TP, CP, DPA, DOP)
 WEIGHT_TABLE = {
     "TP": [NONE, AG, AG, NONE],
     "CP": [DISC, NONE, NONE, DISC],
@@ -57,7 +57,7 @@ def test_gqa_kv_table(T, src, dst):
     assert t.primitive == table_entry(GQA_KV_TABLE, src, dst)
     K = K_bytes(dep, B, s)
     if t.primitive == A2A:
-        # MODELS.md §3.4: per-rank volume (T-1)/T * K/T for every all-to-all, in and out
+        # docs/models.md §3.4: per-rank volume (T-1)/T * K/T for every all-to-all, in and out
         assert t.recv_B == pytest.approx((T - 1) / T * K / T, rel=1e-12)
         assert t.send_B == pytest.approx((T - 1) / T * K / T, rel=1e-12)
         assert t.freed_B == pytest.approx((T - 1) / T * K / T, rel=1e-12)
@@ -112,12 +112,12 @@ def test_weight_table(model, gpu, T, dtype, src, dst):
 
 
 def test_dsv3_weight_volume_by_hand():
-    # MODELS.md §2: W_shard = 171,966,464; TP8 -> CP all-gathers 7/8 of it per layer, FP8, 61 layers
+    # docs/models.md §2: W_shard = 171,966,464; TP8 -> CP all-gathers 7/8 of it per layer, FP8, 61 layers
     dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8")
     assert tr.weight_transition(dep, "TP", "CP").recv_B == pytest.approx(7 / 8 * 171_966_464 * 61, rel=1e-12)
 
 
-# ---- GQA with more ranks than KV heads (MODELS.md §3.4 last paragraph) -------------------------------------
+# ---- GQA with more ranks than KV heads (docs/models.md §3.4 last paragraph) -------------------------------------
 
 def _kv_cells(dep, B, s):
     """Cell bytes [B, T page residues, h_kv heads] computed independently: pages dealt round-robin."""
@@ -139,7 +139,7 @@ def test_gqa_more_ranks_than_kv_heads():
     v = tr.transfer_volumes(own["TP"], own["DPA"], cells)
     np.testing.assert_allclose(v["recv_B"], (h - 1) / h * n_j / B * K, rtol=1e-12)
     assert v["primitive"] == A2A
-    # with B a multiple of T this is MODELS.md's (h_kv-1)/h_kv * K/T
+    # with B a multiple of T this is docs/models.md's (h_kv-1)/h_kv * K/T
     t = tr.kv_transition(dep, "TP", "DPA", 32, s)
     assert t.recv_B == pytest.approx((h - 1) / h * K_bytes(dep, 32, s) / T, rel=1e-12)
     # DPA -> TP: V_in(j) = (B - n_j)/B * K/h_kv
@@ -164,7 +164,7 @@ def test_gqa_weights_more_ranks_than_kv_heads():
 
 def test_allgather_time_matches_nccl_formula():
     # X -> TP in the MLA regime is an all-gather producing K/L bytes per layer on each of T ranks:
-    # per layer alpha(T) + (T-1)/T * (K/L) / B_bus (MODELS.md §1.2)
+    # per layer alpha(T) + (T-1)/T * (K/L) / B_bus (docs/models.md §1.2)
     dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8")
     B, s = 16, 4096
     K = K_bytes(dep, B, s)
@@ -174,7 +174,7 @@ def test_allgather_time_matches_nccl_formula():
 
 
 def test_dsv3_dpa_to_tp_example():
-    # MODELS.md §3.4: DSV3, T = 8, DPA -> TP with B*s = 64*8192 needs 32.24 GB per rank, 1.43 ms/layer at
+    # docs/models.md §3.4: DSV3, T = 8, DPA -> TP with B*s = 64*8192 needs 32.24 GB per rank, 1.43 ms/layer at
     # 370 GB/s (NVLink4 NCCL busbw, nccl-tests#212)
     dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8")
     t = tr.kv_transition(dep, "DPA", "TP", 64, 8192)
@@ -191,7 +191,7 @@ def test_dsv3_dpa_to_tp_example():
 
 
 def test_handoff_overlap_formula():
-    # MODELS.md §3.4: exposed = t_xfer,first + sum_{l >= 2} max(0, t_xfer,l - t_slack,l)
+    # docs/models.md §3.4: exposed = t_xfer,first + sum_{l >= 2} max(0, t_xfer,l - t_slack,l)
     dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8")
     h = tr.handoff_time(dep, "DPA", "TP", 64, 8192)
     L = 61
@@ -234,7 +234,7 @@ def test_unknown_layout():
 # ---- brute force on explicit ownership sets ----------------------------------------------------------------
 
 def owner_sets(layout, T, B, heads, mla):
-    """C(j) written from the layout definitions of MODELS.md §3.1, as Python sets of (seq, residue, head)."""
+    """C(j) written from the layout definitions of docs/models.md §3.1, as Python sets of (seq, residue, head)."""
     cells = list(itertools.product(range(B), range(T), range(heads)))
     out = []
     for j in range(T):
@@ -255,7 +255,7 @@ def owner_sets(layout, T, B, heads, mla):
 
 
 def brute_force(cx, cy, cells, nbytes):
-    """recv, send, freed per rank and the primitive from the set rule of MODELS.md §3.4."""
+    """recv, send, freed per rank and the primitive from the set rule of docs/models.md §3.4."""
     T = len(cx)
     need = [cy[j] - cx[j] for j in range(T)]
     drop = [cx[j] - cy[j] for j in range(T)]

@@ -1,0 +1,99 @@
+"""The package's layer rule, read from the imports (ast): specs/presets -> models -> sweeps -> plots -> widgets -> cli.
+
+A module may import from its own layer and the layers below it, never above; models and sweeps never import
+plotting or widget libraries. Imports inside functions count too (they are how the CLI stays fast to start).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "llmexplore"
+
+#: layer of each top-level part of the package (a sub-package or a module), lowest first
+LAYERS = {
+    "errors": 0, "units": 0, "_check": 0, "specs": 0, "presets": 0, "catalog": 0,
+    "models": 1,
+    "calibrate": 2, "sweeps": 2,
+    "plots": 3,
+    "widgets": 4, "nbtools": 4,
+    "report": 5,
+    "cli": 6, "__main__": 6, "__init__": 6,
+}
+#: third-party packages a layer may not import (numbers only below plotting)
+FORBIDDEN = {1: ("plotly", "ipywidgets", "anywidget", "IPython", "pandas"), 2: ("plotly", "ipywidgets", "anywidget")}
+# pandas is allowed from the sweeps up: models are numpy in, numpy out.
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PKG.rglob("*.py") if "templates" not in p.parts)
+
+
+def _part(rel: Path) -> str:
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(source: str, rel: Path) -> list[tuple[int, str]]:
+    """(line, absolute dotted name) of every import in the module at ``rel`` (relative to the package),
+    relative imports resolved."""
+    tree = ast.parse(source)
+    package = ["llmexplore", *rel.with_suffix("").parts][:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if node.module is None or node.level:  # `from . import x`: each name may be a submodule
+                out += [(node.lineno, f"{mod}.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, mod))
+    return out
+
+
+def _target_part(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[0] != "llmexplore" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def _violations(source: str, rel: Path) -> list[str]:
+    own = LAYERS[_part(rel)]
+    bad = []
+    for line, name in _imports(source, rel):
+        target = _target_part(name)
+        if target is not None and target in LAYERS and LAYERS[target] > own:
+            bad.append(f"line {line}: {name} (layer {LAYERS[target]} > {own})")
+        top = name.split(".")[0]
+        if top in FORBIDDEN.get(own, ()):
+            bad.append(f"line {line}: {name} (not allowed in layer {own})")
+    return bad
+
+
+def test_every_part_has_a_layer():
+    missing = sorted({_part(p.relative_to(PKG)) for p in _modules()} - set(LAYERS))
+    assert not missing, f"add these to LAYERS in {__file__}: {missing}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_flow_one_way(path):
+    bad = _violations(path.read_text(encoding="utf-8"), path.relative_to(PKG))
+    assert not bad, f"{path.relative_to(PKG)} imports upwards: {bad}"
+
+
+def test_the_rule_catches_an_upward_import():
+    """The checker itself: a model importing a sweep (relative or absolute), or plotly, is reported."""
+    source = ("from ..sweeps import layouts\nimport plotly.graph_objects as go\n"
+              "def f():\n    from llmexplore.widgets import moe\n")
+    bad = _violations(source, Path("models") / "probe.py")
+    assert [b.split(" (")[0] for b in bad] == ["line 1: llmexplore.sweeps.layouts", "line 2: plotly.graph_objects",
+                                               "line 4: llmexplore.widgets"]
+    assert _violations("from . import engine\nfrom .. import _check\n", Path("models") / "probe.py") == []
