@@ -52,6 +52,22 @@ def test_llama32_3b_params_tied():
     assert m.params_active == n  # tied table counts once, as the LM head
 
 
+def test_qwen3_30b_a3b_moe_params():
+    # Qwen/Qwen3-30B-A3B config.json: L 48 (all MoE), H 2048, 32/4 heads, d 128, q/k norms, 128 experts of
+    # I_e 768, top-8, V 151936, untied. HF safetensors index total: 30,532,122,624 params (the model card's
+    # "30.5B"); 3,353,032,704 touched per token counting both embedding tables (the card's "3.3B activated";
+    # llmexplore's params_active counts the LM head but not the input table, since a lookup reads one row).
+    L, H, hq, hkv, d, E, k, Ie, V = 48, 2048, 32, 4, 128, 128, 8, 768, 151936
+    attn = H * hq * d + 2 * H * hkv * d + hq * d * H
+    norms = 2 * H + 2 * d
+    per_layer = attn + norms + E * 3 * H * Ie + H * E  # + router
+    total = L * per_layer + 2 * V * H + H  # + final norm
+    assert total == 30_532_122_624
+    m = presets.model("qwen3-30b-a3b")
+    assert m.params_total == total
+    assert m.params_active + V * H == 3_353_032_704 == total - L * (E - k) * 3 * H * Ie
+
+
 def test_llama3_70b_params():
     # meta-llama/Meta-Llama-3-70B config.json: L 80, H 8192, 64/8 heads, d 128, I 28672, V 128256, untied.
     # HF safetensors total 70,553,706,496 params; docs/models.md §2 excl. norms 70,552,387,584.
