@@ -18,13 +18,19 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import Any, Iterable
 
 import numpy as np
 
 from .errors import SpecError
 
-__all__ = ["integer", "number", "probability", "choice", "real_array", "shown", "rule_text"]
+__all__ = ["integer", "number", "probability", "choice", "boolean", "text", "real_array", "grid_size", "shown",
+           "rule_text", "MAX_GRID_POINTS"]
+
+#: most points one vectorised model call may evaluate (broadcast of all its array arguments): every
+#: intermediate array of the call has this many elements at most (32 MB per float array)
+MAX_GRID_POINTS = 1 << 22
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -40,7 +46,9 @@ def rule_text(kind: str, lo=None, hi=None, *, lo_open: bool = False, hi_open: bo
     ``kind`` is "integer" or "number"."""
     head = {"integer": "an integer", "number": "a finite number"}[kind]
     def fmt(v):
-        return f"{v:,}" if isinstance(v, int) and abs(v) >= 10000 else f"{v:g}" if isinstance(v, float) else str(v)
+        if isinstance(v, float):  # 1e+12 -> 1e12, 1e-09 -> 1e-9
+            return re.sub(r"e([+-])0*(\d)", lambda m: f"e{'-' if m[1] == '-' else ''}{m[2]}", f"{v:g}")
+        return f"{v:,}" if isinstance(v, int) and abs(v) >= 10000 else str(v)
     if lo is not None and hi is not None:
         rng = f"{'(' if lo_open else '['}{fmt(lo)}, {fmt(hi)}{')' if hi_open else ']'}"
         text = f"{head} in {rng}"
@@ -117,11 +125,44 @@ def choice(name: str, value: Any, options: Iterable[Any]) -> Any:
     try:
         ok = any(type(value) is type(o) and value == o for o in opts) or (
             not isinstance(value, str) and value in [o for o in opts if not isinstance(o, str)])
-    except TypeError:  # unhashable or incomparable
+    except (TypeError, ValueError):  # unhashable, incomparable, or an array (ambiguous truth value)
         ok = False
     if not ok:
         raise SpecError(f"{name} must be one of {opts!r}, got {shown(value)}")
     return value
+
+
+def boolean(name: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False`` (numpy booleans too); never ``"yes"``, ``1`` or ``None``."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise SpecError(f"{name} must be true or false, got {shown(value)}")
+
+
+def text(name: str, value: Any, *, max_len: int = 200, allow_empty: bool = False) -> str:
+    """``value`` if it is a string of at most ``max_len`` printable characters (non-empty unless
+    ``allow_empty``): preset names, labels, links."""
+    if isinstance(value, str) and len(value) <= max_len and value.isprintable() and (allow_empty or value.strip()):
+        return value
+    rule = f"{'a' if allow_empty else 'a non-empty'} text of at most {max_len} printable characters"
+    raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+
+
+def grid_size(names: str, *shapes: tuple[int, ...], limit: int = MAX_GRID_POINTS, factor: int = 1
+              ) -> tuple[int, ...]:
+    """The broadcast shape of ``shapes``; SpecError if they do not broadcast or if the grid, times ``factor``
+    (e.g. the layers x experts of each point), would exceed ``limit`` points. Checked before allocating."""
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise SpecError(f"{names} must broadcast against each other, got shapes "
+                        f"{', '.join(str(tuple(s)) for s in shapes)}") from None
+    points = math.prod(shape) * max(int(factor), 1)
+    if points > limit:
+        per = f" x {factor:,} per point" if factor > 1 else ""
+        raise SpecError(f"{names} must span at most {limit:,} points per call, got shape {tuple(shape)}{per} = "
+                        f"{points:,}; split the grid")
+    return shape
 
 
 def real_array(name: str, value: Any, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,

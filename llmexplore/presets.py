@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from ._check import shown
 from .errors import SpecError, UnknownPresetError
 from .specs import Hardware, Link, ModelSpec, Runtime
 
@@ -56,6 +57,7 @@ def add_file(path: str | os.PathLike) -> None:
 def clear_cache() -> None:
     """Forget loaded tables (after editing a YAML file or registering a new one)."""
     _load_kind.cache_clear()
+    _parsed.cache_clear()
 
 
 def _env_files() -> list[Path]:
@@ -67,15 +69,97 @@ def _env_files() -> list[Path]:
     return files
 
 
+#: largest preset file read [B]: a preset file holds a few dozen entries (the built-in ones are < 40 kB)
+MAX_PRESET_BYTES = 1 << 20
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader (libyaml) where available
+
+
+class _PresetLoader(_BaseLoader):
+    """Safe YAML loader that rejects a key given twice in one mapping (PyYAML would keep the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the base constructor reports it
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first given on line {first}); give each key once",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line: what is wrong and where (line, column) in a YAML error."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        return f"{exc.problem or exc.context}{where}"
+    return " ".join(str(exc).split())
+
+
 def _read_yaml(path: Path) -> dict:
+    """The mapping at the top of a preset file: UTF-8 (a BOM is accepted), at most MAX_PRESET_BYTES, no key
+    given twice; SpecError naming the file otherwise."""
+    where = f"preset file {str(path)!r}"
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
+        size = path.stat().st_size
+        if size > MAX_PRESET_BYTES:
+            raise SpecError(f"{where} must be at most {MAX_PRESET_BYTES:,} bytes (1 MiB), got {size:,} bytes")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_PRESET_BYTES:  # grew since stat (or a special file)
+        raise SpecError(f"{where} must be at most {MAX_PRESET_BYTES:,} bytes (1 MiB), got more")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(f"{where} must be UTF-8 text, got byte 0x{raw[exc.start]:02x} on line {line} "
+                        f"(offset {exc.start}); save it as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=_PresetLoader)
     except yaml.YAMLError as exc:
-        raise SpecError(f"preset file {str(path)!r} is not valid YAML: {exc}") from None
+        raise SpecError(f"{where} is not valid YAML: {_yaml_problem(exc)}") from None
+    except RecursionError:  # the pure-Python loader on deeply nested input (libyaml stops at depth 1000)
+        raise SpecError(f"{where} is not valid YAML: nested too deeply") from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
-        raise SpecError(f"preset file {str(path)!r} must hold a mapping at top level")
+        raise SpecError(f"{where} must hold a mapping at top level, got {type(data).__name__}")
     return data
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(path: Path, stamp: tuple[int, int]) -> dict:
+    """:func:`_read_yaml`, once per file version (``stamp``: modification time and size) for all four kinds."""
+    return _read_yaml(path)
+
+
+def _read_cached(path: Path) -> dict:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise SpecError(f"preset file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    return _parsed(path, (st.st_mtime_ns, st.st_size))
+
+
+def _section(data: dict, key: str, where: str) -> dict:
+    """``data[key]`` (an empty mapping if absent or empty); SpecError unless it is a mapping name -> entry."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: section {key!r} must be a mapping of preset name -> fields, got {shown(value)}")
+    return value
 
 
 @functools.cache
@@ -83,25 +167,23 @@ def _load_kind(kind: str, env: str) -> dict[str, Any]:
     stem, cls = KINDS[kind]
     entries: dict[str, tuple[dict, str]] = {}
     builtin = DATA_DIR / f"{stem}.yaml"
-    for name, row in _read_yaml(builtin).items():
+    for name, row in _read_cached(builtin).items():
         entries[str(name)] = (row, str(builtin))
     for path in [*_env_files(), *_user_files]:
-        data = _read_yaml(path)
-        unknown = sorted(set(data) - set(KINDS))
+        data = _read_cached(path)
+        unknown = sorted(map(str, set(data) - set(KINDS)))
         if unknown:
             raise SpecError(f"preset file {str(path)!r}: unknown sections {unknown}; allowed: {sorted(KINDS)}")
-        for name, row in (data.get(kind) or {}).items():
+        for name, row in _section(data, kind, str(path)).items():
             entries[str(name)] = (row, str(path))
     specs = {}
     for name, (row, origin) in entries.items():
         if not isinstance(row, dict):
-            raise SpecError(f"{origin}: {kind} entry {name!r} must be a mapping")
+            raise SpecError(f"{origin}: {kind} entry {name!r} must be a mapping of field -> value")
         try:
-            specs[name] = cls.from_dict({"name": name, **row})
+            specs[name] = cls.from_dict({**row, "name": name})
         except SpecError as exc:
             raise SpecError(f"{origin}: {exc}") from None
-        except TypeError as exc:  # wrong value types that dataclasses reject
-            raise SpecError(f"{origin}: {kind} entry {name!r}: {exc}") from None
     return specs
 
 
@@ -118,10 +200,13 @@ def names(kind: str) -> list[str]:
 
 
 def _get(kind: str, name: str, field: str):
+    if not isinstance(name, str):
+        raise SpecError(f"{field} must be a {kind} preset name (text) or a {KINDS[kind][1].__name__}, "
+                        f"got {shown(name)}")
     tab = table(kind)
     try:
         return tab[name]
-    except (KeyError, TypeError):
+    except KeyError:
         raise UnknownPresetError(f"{field}: no {kind} preset {name!r}; known: {', '.join(tab)}") from None
 
 

@@ -11,11 +11,11 @@ d_r qk_rope_head_dim, d_v v_head_dim; MoE: E routed experts, k experts per token
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from . import _check
 from .errors import SpecError
 from .units import dtype_bytes
 
@@ -25,9 +25,24 @@ ATTENTION_KINDS = ("gqa", "mla")
 LINK_KINDS = ("scale-up", "scale-out", "host")
 
 
-def _meta(unit: str = "", help: str = "", *, min: float | None = None, integer: bool = False,
-          optional: bool = False) -> dict:
-    return {"unit": unit, "help": help, "min": min, "integer": integer, "optional": optional}
+def _meta(unit: str = "", help: str = "", *, min: float | None = None, max: float | None = None,
+          integer: bool = False, optional: bool = False, open_min: bool = False) -> dict:
+    """Field metadata: unit, help, and the rule [min, max] (``open_min``: (min, max]), integral or not."""
+    return {"unit": unit, "help": help, "min": min, "max": max, "integer": integer, "optional": optional,
+            "open_min": open_min}
+
+
+#: upper bounds of the size fields: far beyond any real model or accelerator, small enough that nothing derived
+#: from them allocates or overflows (an MoE step holds arrays of layers x experts)
+MAX_LAYERS = 1024
+MAX_WIDTH = 1 << 20  # hidden size, heads, head dims, latent ranks
+MAX_FFN = 1 << 22  # FFN and expert intermediate sizes
+MAX_VOCAB = 1 << 24
+MAX_EXPERTS = 16384
+#: bounds of the device and link numbers: generous, so that what-if studies ("a free link", "unlimited memory")
+#: can still be expressed, but finite
+MAX_GIB = 1e9  # memory [GiB]
+MAX_RATE = 1e12  # bandwidths [TB/s, GB/s], peak compute [TFLOP/s], latencies and overheads [us, ms]
 
 
 def _numeric_fields(cls) -> list[dataclasses.Field]:
@@ -35,27 +50,33 @@ def _numeric_fields(cls) -> list[dataclasses.Field]:
 
 
 def _check_numbers(obj) -> None:
-    """Validate every numeric field against its metadata: type, integrality and lower bound."""
+    """Validate every numeric field against its metadata (type, integrality, bounds) with :mod:`._check`,
+    every boolean field (``true``/``false`` only) and every text field; store the checked values."""
     kind = type(obj).__name__
-    for f in _numeric_fields(obj):
+    where = f"{kind} {_check.shown(obj.name)}"
+    _check.text(f"{kind} name", obj.name)
+    for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        m = f.metadata
-        where = f"{kind} {obj.name!r}: {f.name}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f"{where} must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise SpecError(f"{where} must be finite, got {value!r}")
-        if m["integer"] and value != int(value):
-            raise SpecError(f"{where} must be an integer, got {value!r}")
-        if m["min"] is not None and value < m["min"]:
-            rule = "> 0" if 0 < m["min"] < 1e-6 else f">= {m['min']:g}"
-            raise SpecError(f"{where} must be {rule}, got {value!r}")
+        if "unit" in f.metadata:
+            m = f.metadata
+            if m["integer"]:
+                value = _check.integer(f"{where}: {f.name}", value, lo=m["min"], hi=m["max"], unit=m["unit"])
+            else:
+                checked = _check.number(f"{where}: {f.name}", value, lo=m["min"], hi=m["max"],
+                                        lo_open=m["open_min"], unit=m["unit"])
+                value = value if type(value) in (int, float) else checked  # numpy scalars become floats
+            object.__setattr__(obj, f.name, value)
+        elif f.type in ("bool", bool):
+            object.__setattr__(obj, f.name, _check.boolean(f"{where}: {f.name}", value))
+        elif f.type in ("str", str) and f.name != "name":
+            _check.text(f"{where}: {f.name}", value, allow_empty=True)
 
 
 def _freeze_sources(obj) -> None:
     src = obj.sources
-    if not isinstance(src, Mapping):
-        raise SpecError(f"{type(obj).__name__} {obj.name!r}: sources must be a mapping field -> text, got {src!r}")
+    where = f"{type(obj).__name__} {_check.shown(obj.name)}: sources"
+    if not isinstance(src, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in src.items()):
+        raise SpecError(f"{where} must be a mapping field -> text, got {_check.shown(src)}")
     object.__setattr__(obj, "sources", MappingProxyType(dict(src)))
 
 
@@ -75,7 +96,7 @@ class _Spec:
         if not isinstance(d, Mapping):
             raise SpecError(f"a {cls.__name__} preset must be a mapping, got {type(d).__name__}")
         allowed = set(cls.field_names())
-        unknown = sorted(set(d) - allowed)
+        unknown = sorted(map(str, set(d) - allowed))
         if unknown:
             raise SpecError(f"{cls.__name__} {d.get('name', '?')!r}: unknown keys {unknown}; "
                             f"allowed keys are {sorted(allowed)}")
@@ -116,33 +137,39 @@ class ModelSpec(_Spec):
 
     name: str
     attention: str = field(metadata={"help": "'gqa' (grouped-query, incl. MHA/MQA) or 'mla' (DeepSeek latent)"})
-    layers: int = field(metadata=_meta("", "decoder layers L", min=1, integer=True))
-    hidden: int = field(metadata=_meta("", "hidden size H", min=1, integer=True))
-    heads: int = field(metadata=_meta("", "query heads h_q", min=1, integer=True))
-    intermediate: int = field(metadata=_meta("", "dense FFN intermediate size I (SwiGLU)", min=1, integer=True))
-    vocab: int = field(metadata=_meta("", "vocabulary size V", min=1, integer=True))
+    layers: int = field(metadata=_meta("", "decoder layers L", min=1, max=MAX_LAYERS, integer=True))
+    hidden: int = field(metadata=_meta("", "hidden size H", min=1, max=MAX_WIDTH, integer=True))
+    heads: int = field(metadata=_meta("", "query heads h_q", min=1, max=MAX_WIDTH, integer=True))
+    intermediate: int = field(metadata=_meta("", "dense FFN intermediate size I (SwiGLU)", min=1, max=MAX_FFN,
+                                             integer=True))
+    vocab: int = field(metadata=_meta("", "vocabulary size V", min=1, max=MAX_VOCAB, integer=True))
     tie_embeddings: bool = False
-    kv_heads: int = field(default=0, metadata=_meta("", "KV heads h_kv (GQA)", min=0, integer=True, optional=True))
-    head_dim: int = field(default=0, metadata=_meta("", "head dim d (GQA)", min=0, integer=True, optional=True))
+    kv_heads: int = field(default=0, metadata=_meta("", "KV heads h_kv (GQA)", min=0, max=MAX_WIDTH, integer=True,
+                                                    optional=True))
+    head_dim: int = field(default=0, metadata=_meta("", "head dim d (GQA)", min=0, max=MAX_WIDTH, integer=True,
+                                                    optional=True))
     qk_norm: bool = False
-    q_lora_rank: int = field(default=0, metadata=_meta("", "MLA r_q (0: no query compression)", min=0,
+    q_lora_rank: int = field(default=0, metadata=_meta("", "MLA r_q (0: no query compression)", min=0, max=MAX_WIDTH,
                                                        integer=True, optional=True))
-    kv_lora_rank: int = field(default=0, metadata=_meta("", "MLA r_kv", min=0, integer=True, optional=True))
-    qk_nope_head_dim: int = field(default=0, metadata=_meta("", "MLA d_n", min=0, integer=True, optional=True))
-    qk_rope_head_dim: int = field(default=0, metadata=_meta("", "MLA d_r", min=0, integer=True, optional=True))
-    v_head_dim: int = field(default=0, metadata=_meta("", "MLA d_v", min=0, integer=True, optional=True))
-    moe_layers: int = field(default=0, metadata=_meta("", "number of MoE layers (the last ones)", min=0,
+    kv_lora_rank: int = field(default=0, metadata=_meta("", "MLA r_kv", min=0, max=MAX_WIDTH, integer=True,
+                                                        optional=True))
+    qk_nope_head_dim: int = field(default=0, metadata=_meta("", "MLA d_n", min=0, max=MAX_WIDTH, integer=True,
+                                                            optional=True))
+    qk_rope_head_dim: int = field(default=0, metadata=_meta("", "MLA d_r", min=0, max=MAX_WIDTH, integer=True,
+                                                            optional=True))
+    v_head_dim: int = field(default=0, metadata=_meta("", "MLA d_v", min=0, max=MAX_WIDTH, integer=True, optional=True))
+    moe_layers: int = field(default=0, metadata=_meta("", "number of MoE layers (the last ones)", min=0, max=MAX_LAYERS,
                                                       integer=True, optional=True))
-    routed_experts: int = field(default=0, metadata=_meta("", "routed experts E", min=0, integer=True,
+    routed_experts: int = field(default=0, metadata=_meta("", "routed experts E", min=0, max=MAX_EXPERTS, integer=True,
                                                           optional=True))
-    shared_experts: int = field(default=0, metadata=_meta("", "shared experts", min=0, integer=True,
+    shared_experts: int = field(default=0, metadata=_meta("", "shared experts", min=0, max=MAX_EXPERTS, integer=True,
                                                           optional=True))
     experts_per_token: int = field(default=0, metadata=_meta("", "top-k routed experts per token", min=0,
-                                                             integer=True, optional=True))
-    moe_intermediate: int = field(default=0, metadata=_meta("", "expert intermediate size I_e", min=0,
+                                                             max=MAX_EXPERTS, integer=True, optional=True))
+    moe_intermediate: int = field(default=0, metadata=_meta("", "expert intermediate size I_e", min=0, max=MAX_FFN,
                                                             integer=True, optional=True))
     expert_groups: int = field(default=1, metadata=_meta("", "expert groups (group-limited routing)", min=1,
-                                                         integer=True, optional=True))
+                                                         max=MAX_EXPERTS, integer=True, optional=True))
     router_bias: bool = False
     weight_dtype: str = field(default="bf16", metadata={"help": "dtype the weights are released in (the "
                                                                 "default weight dtype wherever none is chosen)"})
@@ -331,13 +358,15 @@ class Hardware(_Spec):
     """One accelerator SKU: memory, bandwidth, dense peak compute, and the links it uses."""
 
     name: str
-    hbm_GiB: float = field(metadata=_meta("GiB", "device memory as the driver reports it (nvidia-smi)", min=1e-9))
-    hbm_bw_TBps: float = field(metadata=_meta("TB/s", "HBM bandwidth (datasheet)", min=1e-9))
-    bf16_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense BF16 tensor peak", min=1e-9))
-    fp8_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense FP8 tensor peak", min=1e-9))
+    hbm_GiB: float = field(metadata=_meta("GiB", "device memory as the driver reports it (nvidia-smi)", min=0,
+                                          max=MAX_GIB, open_min=True))
+    hbm_bw_TBps: float = field(metadata=_meta("TB/s", "HBM bandwidth (datasheet)", min=0, max=MAX_RATE, open_min=True))
+    bf16_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense BF16 tensor peak", min=0, max=MAX_RATE,
+                                              open_min=True))
+    fp8_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense FP8 tensor peak", min=0, max=MAX_RATE, open_min=True))
     scale_up_link: str = ""
     scale_up_size: int = field(default=8, metadata=_meta("GPUs", "GPUs in one scale-up (NVLink/xGMI) domain",
-                                                         min=1, integer=True))
+                                                         min=1, max=65536, integer=True))
     scale_out_link: str = ""
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -372,12 +401,13 @@ class Link(_Spec):
 
     name: str
     kind: str = field(metadata={"help": "'scale-up', 'scale-out' or 'host'"})
-    line_rate_GBps: float = field(metadata=_meta("GB/s", "signalling rate per direction", min=1e-9))
+    line_rate_GBps: float = field(metadata=_meta("GB/s", "signalling rate per direction", min=0, max=MAX_RATE,
+                                                 open_min=True))
     achievable_GBps: float = field(metadata=_meta("GB/s", "achievable bandwidth per direction (bus bandwidth "
-                                                   "for collectives)", min=1e-9))
-    latency_us: float = field(metadata=_meta("us", "base latency alpha0 of one operation", min=0))
+                                                   "for collectives)", min=0, max=MAX_RATE, open_min=True))
+    latency_us: float = field(metadata=_meta("us", "base latency alpha0 of one operation", min=0, max=MAX_RATE))
     latency_per_rank_us: float = field(default=0.0, metadata=_meta("us", "extra latency per additional rank",
-                                                                   min=0, optional=True))
+                                                                   min=0, max=MAX_RATE, optional=True))
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -408,25 +438,24 @@ class Runtime(_Spec):
     """
 
     name: str
-    eta_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth", min=1e-9))
-    eta_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of GEMMs", min=1e-9))
+    eta_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth", min=0, max=1, open_min=True))
+    eta_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of GEMMs", min=0, max=1, open_min=True))
     eta_attn_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of the attention kernel",
-                                                   min=1e-9))
+                                                   min=0, max=1, open_min=True))
     eta_attn_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth of the attention kernel "
-                                               "(paged KV reads)", min=1e-9))
-    kernel_overhead_us: float = field(metadata=_meta("us", "fixed time per kernel (launch gap, tail)", min=0))
+                                               "(paged KV reads)", min=0, max=1, open_min=True))
+    kernel_overhead_us: float = field(metadata=_meta("us", "fixed time per kernel (launch gap, tail)", min=0,
+                                                     max=MAX_RATE))
     step_overhead_ms: float = field(metadata=_meta("ms", "fixed time per decode step (scheduling, sampling)",
-                                                   min=0))
-    usable_hbm_fraction: float = field(metadata=_meta("", "fraction of HBM the runtime may use", min=1e-9))
+                                                   min=0, max=MAX_RATE))
+    usable_hbm_fraction: float = field(metadata=_meta("", "fraction of HBM the runtime may use", min=0, max=1,
+                                                      open_min=True))
     reserve_GiB: float = field(metadata=_meta("GiB", "CUDA context, NCCL buffers, graphs, fragmentation",
-                                              min=0))
-    page_tokens: int = field(metadata=_meta("tokens", "KV page (block) size", min=1, integer=True))
+                                              min=0, max=MAX_GIB))
+    page_tokens: int = field(metadata=_meta("tokens", "KV page (block) size", min=1, max=65536, integer=True))
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _freeze_sources(self)
-        _check_numbers(self)
-        for f in ("eta_mem", "eta_compute", "eta_attn_compute", "eta_attn_mem", "usable_hbm_fraction"):
-            if getattr(self, f) > 1:
-                raise SpecError(f"Runtime {self.name!r}: {f} must be <= 1, got {getattr(self, f)}")
+        _check_numbers(self)  # efficiencies and the usable fraction in (0, 1]

@@ -215,7 +215,8 @@ def test_user_file_invalid_value_names_field_and_value(isolated_presets, tmp_pat
             fp8_TFLOPS: 1
             scale_up_link: nvlink4
         """))
-    with pytest.raises(SpecError, match=r"user.yaml: Hardware 'broken-gpu': hbm_GiB must be > 0, got 0"):
+    with pytest.raises(SpecError, match=r"user.yaml: Hardware 'broken-gpu': hbm_GiB must be a finite number in "
+                                        r"\(0, 1e9\] \[GiB\], got 0"):
         presets.hardware("broken-gpu")
 
 
@@ -223,3 +224,114 @@ def test_user_file_not_yaml(isolated_presets, tmp_path):
     presets.add_file(_write(tmp_path, "models: [unclosed\n"))
     with pytest.raises(SpecError, match="is not valid YAML"):
         presets.model("llama-3-8b")
+
+
+# ---- hostile preset files: one SpecError naming the file, the entry, the field, the value and the rule ------
+_GPU = """
+    hardware:
+      lab-gpu:
+        hbm_GiB: {hbm}
+        hbm_bw_TBps: 1
+        bf16_TFLOPS: 1
+        fp8_TFLOPS: 1
+        scale_up_link: nvlink4
+    """
+
+
+def test_user_file_with_a_byte_order_mark_loads(isolated_presets, tmp_path):
+    path = tmp_path / "bom.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + textwrap.dedent(_GPU.format(hbm=40)).encode())
+    presets.add_file(path)
+    assert presets.hardware("lab-gpu").hbm_GiB == 40
+
+
+def test_user_file_not_utf8_is_one_clear_error(isolated_presets, tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(textwrap.dedent(_GPU.format(hbm=40)).replace("lab-gpu", "caf\xe9").encode("latin-1"))
+    presets.add_file(path)
+    with pytest.raises(SpecError, match=r"latin1.yaml' must be UTF-8 text, got byte 0xe9 on line 3") as exc:
+        presets.hardware("h100-sxm")
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("hardware:\n  a: {hbm_GiB: 1}\n  a: {hbm_GiB: 2}\n", ["duplicate key 'a'", "first given on line 2", "line 3"]),
+    (_GPU.format(hbm=40).replace("hbm_bw_TBps", "hbm_GiB: 80\n        hbm_bw_TBps"),
+     ["duplicate key 'hbm_GiB'", "first given on line 4", "line 5"]),
+])
+def test_duplicate_keys_are_rejected_not_merged(isolated_presets, tmp_path, text, needles):
+    presets.add_file(_write(tmp_path, text))
+    with pytest.raises(SpecError) as exc:
+        presets.hardware("h100-sxm")
+    for needle in ["user.yaml", *needles]:
+        assert needle in str(exc.value)
+
+
+def test_a_section_that_is_not_a_mapping(isolated_presets, tmp_path):
+    presets.add_file(_write(tmp_path, "hardware: h100\n"))
+    with pytest.raises(SpecError, match=r"user.yaml: section 'hardware' must be a mapping of preset name -> "
+                                        r"fields, got 'h100'"):
+        presets.hardware("h100-sxm")
+    presets.clear_cache()
+    assert presets.model("llama-3-8b").layers == 32  # other sections of the file are still readable
+
+
+@pytest.mark.parametrize("hbm, rule", [
+    ("9" * 400, r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got 9999"),
+    ("1.0e+400", r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got inf"),
+    ('"80"', r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got '80'"),
+    ("true", r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got True"),
+    ("[1, 2]", r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got \[1, 2\]"),
+])
+def test_hostile_numbers_name_entry_field_value_and_rule(isolated_presets, tmp_path, hbm, rule):
+    presets.add_file(_write(tmp_path, _GPU.format(hbm=hbm)))
+    with pytest.raises(SpecError, match=r"user.yaml: Hardware 'lab-gpu': " + rule) as exc:
+        presets.hardware("lab-gpu")
+    assert len(str(exc.value)) < 400
+
+
+def test_spec_booleans_must_be_real_booleans(isolated_presets, tmp_path):
+    presets.add_file(_write(tmp_path, """
+        models:
+          tiny:
+            attention: gqa
+            layers: 2
+            hidden: 256
+            heads: 4
+            kv_heads: 2
+            head_dim: 64
+            intermediate: 512
+            vocab: 1000
+            tie_embeddings: "yes"
+        """))
+    with pytest.raises(SpecError, match=r"ModelSpec 'tiny': tie_embeddings must be true or false, got 'yes'"):
+        presets.model("tiny")
+
+
+def test_files_over_the_size_limit_are_rejected_before_parsing(isolated_presets, tmp_path, monkeypatch):
+    path = tmp_path / "big.yaml"
+    path.write_text("# padding\n" * (presets.MAX_PRESET_BYTES // 10 + 1))
+    presets.add_file(path)
+
+    real_load = presets.yaml.load
+
+    def load(text, **kw):
+        assert len(text) <= presets.MAX_PRESET_BYTES, "a file over the limit must not be parsed"
+        return real_load(text, **kw)
+
+    monkeypatch.setattr(presets.yaml, "load", load)
+    with pytest.raises(SpecError, match=r"big.yaml' must be at most 1,048,576 bytes \(1 MiB\), got 1,048,58"):
+        presets.model("llama-3-8b")
+
+
+def test_c_loader_is_used_where_available():
+    import yaml
+
+    if hasattr(yaml, "CSafeLoader"):
+        assert issubclass(presets._PresetLoader, yaml.CSafeLoader)
+
+
+@pytest.mark.parametrize("value", [8, None, ["h100-sxm"], {"name": "h100-sxm"}])
+def test_a_preset_name_that_is_not_text_is_a_spec_error(value):
+    with pytest.raises(SpecError, match=r"gpu must be a hardware preset name \(text\) or a Hardware, got"):
+        presets.resolve("hardware", value)

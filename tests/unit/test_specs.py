@@ -63,7 +63,7 @@ def test_missing_required_key_named():
 
 @pytest.mark.parametrize("value", [0, -1.0])
 def test_hbm_zero_or_negative_rejected(value):
-    with pytest.raises(SpecError, match=rf"hbm_GiB must be > 0, got {value!r}"):
+    with pytest.raises(SpecError, match=rf"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got {value!r}"):
         Hardware.from_dict(_hw_row(hbm_GiB=value))
 
 
@@ -84,10 +84,16 @@ def test_moe_top_k_above_experts_rejected():
 
 
 @pytest.mark.parametrize("field, value, pattern", [
-    ("layers", 0, r"layers must be >= 1, got 0"),
-    ("layers", 2.5, r"layers must be an integer, got 2.5"),
-    ("hidden", "4096", r"hidden must be a number, got '4096'"),
-    ("vocab", float("inf"), r"vocab must be finite, got inf"),
+    ("layers", 0, r"layers must be an integer in \[1, 1024\], got 0"),
+    ("layers", 2.5, r"layers must be an integer in \[1, 1024\], got 2.5"),
+    ("layers", 10**400, r"layers must be an integer in \[1, 1024\], got 1000"),
+    ("hidden", "4096", r"hidden must be an integer in \[1, 1,048,576\], got '4096'"),
+    ("hidden", True, r"hidden must be an integer in \[1, 1,048,576\], got True"),
+    ("vocab", float("inf"), r"vocab must be an integer in \[1, 16,777,216\], got inf"),
+    ("tie_embeddings", "yes", r"tie_embeddings must be true or false, got 'yes'"),
+    ("qk_norm", 1, r"qk_norm must be true or false, got 1"),
+    ("display_name", 7, r"display_name must be a text of at most 200 printable characters, got 7"),
+    ("sources", {"*": 3}, r"sources must be a mapping field -> text, got \{'\*': 3\}"),
     ("attention", "mha", r"attention must be one of \['gqa', 'mla'\], got 'mha'"),
 ])
 def test_model_field_rules_name_field_and_value(field, value, pattern):
@@ -99,9 +105,9 @@ def test_link_kind_and_runtime_fraction_rules():
     with pytest.raises(SpecError, match=r"kind must be one of .*got 'wifi'"):
         Link.from_dict(_link_row(kind="wifi"))
     rt = presets.runtime("default")
-    with pytest.raises(SpecError, match=r"eta_mem must be <= 1, got 1.2"):
+    with pytest.raises(SpecError, match=r"eta_mem must be a finite number in \(0, 1\], got 1.2"):
         dataclasses.replace(rt, eta_mem=1.2)
-    with pytest.raises(SpecError, match=r"page_tokens must be >= 1, got 0"):
+    with pytest.raises(SpecError, match=r"page_tokens must be an integer in \[1, 65,536\] \[tokens\], got 0"):
         dataclasses.replace(rt, page_tokens=0)
 
 
