@@ -36,8 +36,9 @@ import numpy as np
 from .. import _check
 from ..errors import SpecError
 from .collectives import allgather_s, allreduce_s, alltoall_s, reducescatter_s
-from .engine import (EMB_BYTES, LAYOUT_INFO, LAYOUTS, LOGIT_BYTES, Deployment, check_batch_context,  # noqa: F401
-                     check_layout, elementwise_s, gemm_s, kernel_s, step_overhead_s)
+from .engine import (EMB_BYTES, LAYOUT_INFO, LAYOUTS, LOGIT_BYTES, MAX_BATCH, MAX_CONTEXT,  # noqa: F401
+                     Deployment, check_batch_context, check_layout, elementwise_s, gemm_s, kernel_s,
+                     step_overhead_s)
 
 __all__ = ["LAYOUTS", "LAYOUT_INFO", "Deployment", "memory_per_rank", "step_time", "evaluate", "evaluate_all",
            "max_batch", "max_context", "core_coefficients"]
@@ -343,6 +344,8 @@ def max_batch(dep: Deployment, context, layout: str, *, limit: int = 1 << 20) ->
 
     Exact: memory is non-decreasing in the batch, so a vectorised integer bisection finds the boundary.
     """
+    check_layout(layout)
+    limit = _check.integer("limit", limit, lo=1, hi=MAX_BATCH)
     _, s = check_batch_context(1, context)
     lo = np.zeros(s.shape)  # feasible (0 means none)
     hi = np.full(s.shape, float(limit) + 1)  # infeasible or beyond limit
@@ -355,11 +358,18 @@ def max_batch(dep: Deployment, context, layout: str, *, limit: int = 1 << 20) ->
 
 
 def max_context(dep: Deployment, batch, layout: str, *, limit: float = 1 << 24) -> np.ndarray:
-    """Largest context (tokens, a multiple of the page size) that fits at each batch (0 if none)."""
+    """Largest context that fits at each batch, capped at ``limit`` (0 if none) [tokens].
+
+    Memory is page-exact: a context of s tokens holds ceil(s / P) pages, so every context up to the end of the
+    last page that fits costs the same memory. The answer is therefore a multiple of the page size P, or
+    ``limit`` itself when the page holding ``limit`` fits (``limit`` need not be a multiple of P).
+    """
+    check_layout(layout)
+    limit = _check.number("limit", limit, lo=1, hi=MAX_CONTEXT, unit="tokens")
     b, _ = check_batch_context(batch, 1)
     P = dep.runtime.page_tokens
-    lo = np.zeros(b.shape)  # pages
-    hi = np.full(b.shape, math.floor(limit / P) + 1.0)
+    lo = np.zeros(b.shape)  # pages that fit
+    hi = np.full(b.shape, math.ceil(limit / P) + 1.0)  # pages beyond the one holding `limit`: never tested
     while np.any(hi - lo > 1):
         mid = np.floor((lo + hi) / 2)
         ok = memory_per_rank(dep, b, np.maximum(mid, 1) * P, layout)["feasible"]

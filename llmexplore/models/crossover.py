@@ -18,10 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _check
+from ..errors import SpecError
 from .attention import core_coefficients, max_context, step_time
-from .engine import LAYOUTS, Deployment, check_batch_context, kernel_rates
+from .engine import LAYOUTS, MAX_CONTEXT, Deployment, check_batch_context, check_layout, kernel_rates
 
 __all__ = ["Boundary", "context_boundaries", "layout_time_coefficients", "mla_tp_dpa_closed_form_tokens"]
+
+MAX_BATCH_VALUES = 4096  # batch values per call (each is solved exactly, one after the other)
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,26 @@ def context_boundaries(dep: Deployment, batch_values, *, s_lo: float = 1.0, s_hi
     """Exact context lengths where the best feasible layout changes, for each batch.
 
     Returns ``(boundaries, intervals)``: a flat list of :class:`Boundary` and, per batch, the list of
-    ``(s_start, s_end, best)`` intervals covering [s_lo, s_hi] (``best`` None where nothing fits).
+    ``(s_start, s_end, best)`` intervals covering [s_lo, s_hi] (``best`` None where nothing fits). Memory
+    limits are page-exact (:func:`.attention.max_context`): a layout fits up to the end of its last page.
+    SpecError if 1 <= s_lo < s_hi <= 2**30 tokens does not hold, for an unknown or repeated layout, or for
+    more than 4096 batch values.
     """
+    s_lo = _check.number("s_lo", s_lo, lo=1, hi=MAX_CONTEXT, unit="tokens")
+    s_hi = _check.number("s_hi", s_hi, lo=1, hi=MAX_CONTEXT, unit="tokens")
+    if not s_lo < s_hi:
+        raise SpecError(f"s_hi must be > s_lo ({s_lo:g}) [tokens], got {s_hi:g}")
+    if isinstance(layouts, str) or not isinstance(layouts, (list, tuple)) or not layouts:
+        raise SpecError(f"layouts must be a non-empty list of {list(LAYOUTS)}, got {_check.shown(layouts)}")
+    for lay in layouts:
+        check_layout(lay)
+    if len(set(layouts)) != len(layouts):
+        raise SpecError(f"layouts must not repeat a layout, got {list(layouts)}")
+    layouts = tuple(layouts)
     b, _ = check_batch_context(np.atleast_1d(batch_values), 1)
     b = b.ravel()
+    if b.size > MAX_BATCH_VALUES:
+        raise SpecError(f"batch_values must hold at most {MAX_BATCH_VALUES:,} values, got {b.size:,}")
     coeffs = {lay: layout_time_coefficients(dep, b, lay) for lay in layouts}
     smax = {lay: max_context(dep, b, lay, limit=s_hi) for lay in layouts}
     boundaries: list[Boundary] = []
@@ -130,7 +150,6 @@ def mla_tp_dpa_closed_form_tokens(dep: Deployment) -> float:
     """
     m = dep.model
     if not m.is_mla:
-        from ..errors import SpecError
         raise SpecError(f"the TP/DPA closed form needs an MLA model, got {m.name} ({m.attention})")
     w_shard = sum(m.attn_params_per_layer.values()) - m.mla_replicated_params_per_layer
     return w_shard * dep.b_w / m.kv_bytes_per_token_per_layer(dep.kv_dtype)

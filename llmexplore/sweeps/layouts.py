@@ -158,7 +158,12 @@ def policy_summary(results: dict[str, dict]) -> pd.DataFrame:
 
 
 def boundaries_at(dep: Deployment, batch: int, s_lo: float, s_hi: float, layouts=LAYOUTS) -> pd.DataFrame:
-    """Exact context lengths where the best layout changes at one batch, with the step times either side."""
+    """Exact context lengths in [s_lo, s_hi] where the best layout changes at one batch (columns ``batch``,
+    ``context``, ``before``, ``after`` (None: nothing fits beyond), ``kind``); memory limits are page-exact.
+    SpecError unless ``batch`` is one integer in [1, 2**24] and 1 <= s_lo < s_hi <= 2**30."""
+    from .. import _check  # (imported here: this function's own check)
+
+    batch = _check.integer("batch", batch, lo=1, hi=att.MAX_BATCH)
     bounds, intervals = crossover.context_boundaries(dep, [batch], s_lo=s_lo, s_hi=s_hi, layouts=layouts)
     rows = [{"batch": b.batch, "context": b.context, "before": b.before, "after": b.after, "kind": b.kind}
             for b in bounds]

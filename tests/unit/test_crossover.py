@@ -5,8 +5,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from llmexplore import presets, sweeps
+from llmexplore.errors import SpecError
 from llmexplore.models import attention as att
 from llmexplore.models import crossover as cx
 from llmexplore.models.engine import LAYOUTS, Deployment
@@ -162,3 +165,79 @@ def test_closed_form_crossover_agrees_with_sweep():
     s = np.array([bd.context * 0.999, bd.context * 1.001])
     g = sweeps.layouts.best_layout_grid(dep, B, s, layouts=("TP", "DPA"))
     assert g["best"].tolist() == [0, 1]  # TP below s*, DPA above
+
+
+# ---- the last partial KV page, and the range checks ----------------------------------------------------------
+def test_last_partial_page_is_not_reported_as_nothing_fits():
+    # regression: DeepSeek-V3 FP8 on 8x H200 at batch 64 reported [(1, 96, TP), (96, 100, None)] for s_hi = 100
+    # (16-token pages): contexts 97..100 sit in the 7th page, which fits
+    d = Deployment.build(**DEPLOYMENTS["dsv3-h200-fp8"])
+    assert d.runtime.page_tokens == 16
+    bounds, intervals = cx.context_boundaries(d, [64], s_hi=100)
+    assert bounds == [] and intervals[64] == [(1.0, 100.0, "TP")]
+    assert sweeps.layouts.boundaries_at(d, 64, 1, 100).empty
+    for s_hi in (100.5, 1000.0, 4095.0, 4097.0):
+        _, iv = cx.context_boundaries(d, [64], s_hi=s_hi)
+        assert iv[64][-1][1] == s_hi and iv[64][-1][2] is not None, (s_hi, iv[64])
+    assert float(att.max_context(d, 64, "TP", limit=100)) == 100.0  # capped at the limit, not rounded down
+
+
+def _deps_for_property():
+    return [Deployment.build(**DEPLOYMENTS[k]) for k in ("dsv3-h200-fp8", "dsv3-h200-fp8-cv", "llama70-h100-tp8",
+                                                          "llama8-h100-tp2")]
+
+
+_PROPERTY_DEPS = _deps_for_property()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(i=st.integers(0, len(_PROPERTY_DEPS) - 1), batch=st.integers(1, 2048), pages=st.integers(1, 1 << 14),
+       extra=st.floats(0.0, 15.99), s_lo=st.floats(1.0, 64.0))
+def test_property_no_none_segment_where_a_layout_fits(i, batch, pages, extra, s_lo):
+    """Every segment's label is right at its midpoint: None only where no layout fits in memory there, and
+    a named layout fits there. s_hi is a page count plus a partial page."""
+    d = _PROPERTY_DEPS[i]
+    s_hi = pages * d.runtime.page_tokens + extra
+    if s_hi <= s_lo:
+        s_hi = s_lo + 1.0
+    _, intervals = cx.context_boundaries(d, [batch], s_lo=s_lo, s_hi=s_hi)
+    iv = intervals[batch]
+    assert iv[0][0] == s_lo and iv[-1][1] == s_hi
+    for s0, s1, best in iv:
+        mid = 0.5 * (s0 + s1)
+        fits = {lay: bool(att.memory_per_rank(d, batch, mid, lay)["feasible"]) for lay in LAYOUTS}
+        if best is None:
+            assert not any(fits.values()), (batch, s0, s1, fits)
+        else:
+            assert fits[best], (batch, s0, s1, best)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(s_lo=0.0), r"s_lo must be a finite number in \[1, 1,073,741,824\] \[tokens\], got 0.0"),
+    (dict(s_lo=-5), r"s_lo must be a finite number in \[1, 1,073,741,824\] \[tokens\], got -5"),
+    (dict(s_lo=float("nan")), r"s_lo must be .*, got nan"),
+    (dict(s_hi=float("inf")), r"s_hi must be .*, got inf"),
+    (dict(s_hi=10**400), r"s_hi must be .*, got 1000"),
+    (dict(s_lo="8"), r"s_lo must be .*, got '8'"),
+    (dict(s_lo=1000.0, s_hi=100.0), r"s_hi must be > s_lo \(1000\) \[tokens\], got 100"),
+    (dict(s_lo=100.0, s_hi=100.0), r"s_hi must be > s_lo \(100\) \[tokens\], got 100"),
+    (dict(layouts=()), r"layouts must be a non-empty list"),
+    (dict(layouts="TP"), r"layouts must be a non-empty list"),
+    (dict(layouts=("TP", "XP")), r"layout must be one of \['TP', 'CP', 'DPA', 'DOP'\], got 'XP'"),
+    (dict(layouts=("TP", "TP")), r"layouts must not repeat a layout"),
+])
+def test_context_boundaries_rejects_bad_ranges(kw, message):
+    d = Deployment.build(**DEPLOYMENTS["llama8-h100-tp2"])
+    with pytest.raises(SpecError, match=message):
+        cx.context_boundaries(d, [8], **kw)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((8, 0, 100), r"s_lo must be"), ((8, 100, 10), r"s_hi must be > s_lo"),
+    (([8, 16], 1, 100), r"batch must be an integer in \[1, 16,777,216\], got \[8, 16\]"),
+    (("8", 1, 100), r"batch must be an integer .*, got '8'"), ((True, 1, 100), r"batch must be .*, got True"),
+])
+def test_boundaries_at_rejects_bad_input(args, message):
+    d = Deployment.build(**DEPLOYMENTS["llama8-h100-tp2"])
+    with pytest.raises(SpecError, match=message):
+        sweeps.layouts.boundaries_at(d, *args)
