@@ -284,9 +284,11 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
         q = _check.real_array("q_tokens", q_tokens, lo=1, hi=1 << 30, integer=True, unit="tokens")
         lt = logits_tokens
     if lt is not None:
-        lt = _check.real_array("logits_tokens", lt, lo=1, integer=True, unit="tokens")
-        if np.any(lt > q):
-            raise SpecError("logits_tokens must be <= q_tokens (logits are taken for some of the query tokens)")
+        lt = _check.real_array("logits_tokens", lt, lo=1, hi=1 << 30, integer=True, unit="tokens")
+    _check.grid_size("batch, context, q_tokens and logits_tokens", b.shape, s.shape, np.shape(q),
+                     np.shape(lt) if lt is not None else ())
+    if lt is not None and np.any(lt > q):
+        raise SpecError("logits_tokens must be <= q_tokens (logits are taken for some of the query tokens)")
     m, T, ba, fab = dep.model, dep.ranks, dep.b_a, dep.fabric
     L, H = m.layers, m.hidden
     n_attn, n_ffn = _tokens(dep, b, layout, q)

@@ -26,11 +26,11 @@ AIConfigurator's rate match leaves out).
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _check
 from ..errors import SpecError
 from ..specs import Link
 from . import mg1
@@ -45,6 +45,8 @@ __all__ = ["Workload", "PrefillSide", "DecodeSide", "prefill_side", "decode_side
            "poisson_quantile_mean", "md1_quantile_fast", "CHUNK_OPTIONS"]
 
 _Z = {0.5: 0.0, 0.9: 1.2816, 0.95: 1.6449, 0.99: 2.3263, 0.999: 3.0902}
+MAX_WORKLOAD_TOKENS = 1 << 20  # longest prompt or output of a workload [tokens] (1,048,576)
+MAX_RATE_OR_MS = 1e9  # largest arrival rate [1/s] and SLO [ms] of a workload
 
 
 @dataclass(frozen=True)
@@ -65,24 +67,27 @@ class Workload:
     max_prompt_tokens: int | None = None  # truncation of the lognormal (default 32 x median, <= 131072)
 
     def __post_init__(self) -> None:
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
         for f in ("prompt_tokens", "output_tokens"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or int(v) != v or v < 1:
-                raise SpecError(f"{f} must be an integer >= 1, got {v!r}")
-        if int(self.prefix_tokens) != self.prefix_tokens or not 0 <= self.prefix_tokens < self.prompt_tokens:
-            raise SpecError(f"prefix_tokens must be an integer in [0, prompt_tokens), got {self.prefix_tokens!r}")
-        for f in ("rate_per_s", "ttft_slo_ms", "tpot_slo_ms"):
-            v = getattr(self, f)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise SpecError(f"{f} must be a finite number > 0, got {v!r}")
-        if self.percentile not in _Z:
-            raise SpecError(f"percentile must be one of {sorted(_Z)}, got {self.percentile!r}")
-        if not (isinstance(self.prompt_sigma, (int, float)) and 0 <= self.prompt_sigma <= 3):
-            raise SpecError(f"prompt_sigma must be a number in [0, 3], got {self.prompt_sigma!r}")
-        if self.max_prompt_tokens is not None and (int(self.max_prompt_tokens) != self.max_prompt_tokens
-                                                   or self.max_prompt_tokens < self.prompt_tokens):
-            raise SpecError(f"max_prompt_tokens must be an integer >= prompt_tokens ({self.prompt_tokens}), "
-                            f"got {self.max_prompt_tokens!r}")
+            put(f, _check.integer(f, getattr(self, f), lo=1, hi=MAX_WORKLOAD_TOKENS, unit="tokens"))
+        prefix = _check.integer("prefix_tokens", self.prefix_tokens, lo=0, hi=MAX_WORKLOAD_TOKENS, unit="tokens")
+        if prefix >= self.prompt_tokens:
+            raise SpecError(f"prefix_tokens must be < prompt_tokens ({self.prompt_tokens}) [tokens]: at least one "
+                            f"new token to prefill, got {prefix}")
+        put("prefix_tokens", prefix)
+        for f, unit in (("rate_per_s", "1/s"), ("ttft_slo_ms", "ms"), ("tpot_slo_ms", "ms")):
+            put(f, _check.number(f, getattr(self, f), lo=0, lo_open=True, hi=MAX_RATE_OR_MS, unit=unit))
+        put("percentile", float(_check.choice("percentile", self.percentile, sorted(_Z))))
+        put("prompt_sigma", _check.number("prompt_sigma", self.prompt_sigma, lo=0, hi=3))
+        if self.max_prompt_tokens is not None:
+            cap = _check.integer("max_prompt_tokens", self.max_prompt_tokens, lo=1, hi=mg1.MAX_PMF_TOKENS,
+                                 unit="tokens")
+            if cap < self.prompt_tokens:
+                raise SpecError(f"max_prompt_tokens must be >= prompt_tokens ({self.prompt_tokens}) [tokens], "
+                                f"got {cap}")
+            put("max_prompt_tokens", cap)
 
     @property
     def prompt_cap(self) -> int:

@@ -186,8 +186,11 @@ def resolve_deployment(model, gpu, runtime="default", scale_up_link=None, scale_
     m = presets.resolve("models", model)
     hw = presets.resolve("hardware", gpu)
     rt = presets.resolve("runtime", runtime)
-    up = presets.resolve("links", scale_up_link or hw.scale_up_link)
-    out_name = scale_out_link or hw.scale_out_link
+    def given(link) -> bool:  # None and "" mean the GPU's own link
+        return not (link is None or (isinstance(link, str) and not link))
+
+    up = presets.resolve("links", scale_up_link if given(scale_up_link) else hw.scale_up_link)
+    out_name = scale_out_link if given(scale_out_link) else hw.scale_out_link
     out = presets.resolve("links", out_name) if out_name else None
     return m, hw, rt, Fabric(scale_up=up, scale_out=out, gpus_per_node=hw.scale_up_size)
 
@@ -198,9 +201,11 @@ def check_layout(layout: str) -> None:
 
 
 def check_batch_context(batch, context) -> tuple[np.ndarray, np.ndarray]:
-    """Validate and convert: batch integers in [1, 2**24], context in [1, 2**30] tokens (SpecError otherwise)."""
+    """Validate and convert: batch integers in [1, 2**24], context in [1, 2**30] tokens, broadcasting to at most
+    :data:`~llmexplore._check.MAX_GRID_POINTS` points (SpecError otherwise, before anything is allocated)."""
     b = _check.real_array("batch", batch, lo=1, hi=MAX_BATCH, integer=True)
     s = _check.real_array("context", context, lo=1, hi=MAX_CONTEXT)
+    _check.grid_size("batch and context", b.shape, s.shape)
     return b, s
 
 

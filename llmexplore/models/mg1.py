@@ -23,9 +23,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..errors import SpecError
-from .queueing import MAX_PROMPT_TOKENS, _count, _first, _nonneg_finite, _positive, _prob, _rate, _time, pk_mean_wait
+from .queueing import _count, _first, _nonneg_finite, _positive, _prob, _rate, _time, pk_mean_wait
 
-__all__ = ["mg1_mean_wait", "mg1_wait_sf", "mg1_wait_quantile", "mg1_lundberg", "mg1_wait_sf_lundberg",
+#: longest prompt of a prompt-length distribution [tokens]: the pmf holds one probability per length, so this
+#: bounds its arrays (32 MB each) before anything is allocated
+MAX_PMF_TOKENS = 1 << 22
+
+__all__ = ["MAX_PMF_TOKENS", "mg1_mean_wait", "mg1_wait_sf", "mg1_wait_quantile", "mg1_lundberg",
+           "mg1_wait_sf_lundberg",
            "mg1_wait_quantile_lundberg", "mg1_sojourn_quantile_fft", "lognormal_prompt_pmf", "prefill_service_s"]
 
 
@@ -229,8 +234,8 @@ def lognormal_prompt_pmf(*, median_tokens: float, sigma: float, max_tokens: int,
     """
     med = float(_positive("median_tokens", median_tokens, unit="tokens"))
     sg = float(_nonneg_finite("sigma", sigma, unit="-"))
-    lo = _count("min_tokens", min_tokens, MAX_PROMPT_TOKENS)
-    hi = _count("max_tokens", max_tokens, MAX_PROMPT_TOKENS)
+    lo = _count("min_tokens", min_tokens, MAX_PMF_TOKENS)
+    hi = _count("max_tokens", max_tokens, MAX_PMF_TOKENS)
     if lo < 1 or hi < lo:
         raise SpecError(f"need 1 <= min_tokens <= max_tokens, got min_tokens={lo}, max_tokens={hi}")
     k = np.arange(lo, hi + 1, dtype=float)

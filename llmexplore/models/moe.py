@@ -115,6 +115,7 @@ def combine_bytes_per_token(hidden: int) -> int:
 # ---- deployments ---------------------------------------------------------------------------------------
 MAX_GPUS = 4096  # largest deployment accepted
 MAX_REDUNDANT = 4096  # largest number of redundant expert slots accepted
+MAX_MOE_POINTS = 1 << 24  # grid points x sampled layers x expert slots of one step_time call (its largest arrays)
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,23 @@ class MoEDeployment:
                                       nodes=nodes)
 
 
+def _check_routing(md: MoEDeployment, skew, probs, *shapes) -> tuple:
+    """(skew, probs) validated: skew an array of real numbers >= 1 (unless a histogram ``probs`` is given),
+    probs one of real numbers >= 0; the grid with ``shapes`` small enough (SpecError before allocating)."""
+    if probs is None:
+        skew = _check.real_array("skew (max/mean expert load)", skew, lo=1.0)
+        shapes = (*shapes, skew.shape)
+    else:
+        probs = _check.real_array("probs", probs, lo=0.0)
+        E = md.model.routed_experts
+        if probs.ndim not in (1, 2) or probs.shape[-1] != E:
+            raise SpecError(f"probs must have shape [E] or [layers, E] with E = {E} for {md.model.name}, got "
+                            f"shape {probs.shape}")
+    _check.grid_size("batch, context and skew" if probs is None else "batch and context", *shapes,
+                     limit=MAX_MOE_POINTS, factor=md.layers * md.slots)
+    return skew, probs
+
+
 def _layer_probs_for(md: MoEDeployment, skew, probs) -> tuple[np.ndarray, np.ndarray]:
     """(layer shares [..., L, E], skew array) from a skew axis or a measured histogram."""
     m = md.model
@@ -357,6 +375,7 @@ def step_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None) -> dic
     m = md.model
     E, k, H = m.routed_experts, m.experts_per_token, m.hidden
     q, tp, ep = md.q_tokens, md.tp, md.ep
+    skew, probs = _check_routing(md, skew, probs, b.shape, s.shape)
     lp, sk = _layer_probs_for(md, skew, probs)
     out_shape = np.broadcast_shapes(b.shape, s.shape, sk.shape)
     nd = len(out_shape)
@@ -453,6 +472,7 @@ def expected_rank_shares(md: MoEDeployment, *, skew=1.0, probs=None) -> dict[str
     """
     if md.ep == 1:
         raise SpecError("expected_rank_shares needs expert parallelism (ep > 1)")
+    skew, probs = _check_routing(md, skew, probs)
     lp, _ = _layer_probs_for(md, skew, probs)
     k = md.model.experts_per_token
     before = _stats_for(md, lp, skew, probs, balanced=False)["share"] / k

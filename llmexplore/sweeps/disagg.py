@@ -19,10 +19,10 @@ from ..errors import SpecError
 from ..models import disagg as dg
 from ..models import simulate
 from ..models.attention import step_time
-from ..models.engine import Deployment
+from ..models.engine import MAX_RANKS, Deployment, resolve_deployment
 from ..models.kv_transfer import pipelined_exposed_s, transfer_time
 from ..specs import Link
-from ..units import from_si
+from ..units import dtype_bytes, from_si
 from . import tidy
 
 __all__ = ["PDSetup", "setup", "custom_link", "MODES", "mode_rows", "fewest_gpus", "link_comparison",
@@ -52,22 +52,30 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp
           prefix_tokens=0, weight_dtype=None, kv_dtype="bf16", runtime="default", nics=None,
           batched_ops=True, prompt_sigma=0.0) -> PDSetup:
     """Build a :class:`PDSetup` from preset names (validated). ``prompt_sigma`` > 0 makes prompt lengths
-    lognormal with median ``prompt_tokens``; ``weight_dtype`` defaults to the model's released dtype."""
+    lognormal with median ``prompt_tokens``; ``weight_dtype`` defaults to the model's released dtype.
+
+    Every error is a SpecError naming the argument: presets and dtypes first, then the workload, then each
+    side's ranks (``prefill_tp (3) must divide the query heads of ...``)."""
+    m, hw, rt, _ = resolve_deployment(model, gpu, runtime)
+    weight_dtype = m.weight_dtype if weight_dtype is None else weight_dtype
+    dtype_bytes(weight_dtype, "weight_dtype")
+    dtype_bytes(kv_dtype, "kv_dtype")
     wl = dg.Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate_per_s=rate_per_s,
                      ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms, percentile=percentile,
                      prefix_tokens=prefix_tokens, prompt_sigma=prompt_sigma)
-    kw = dict(runtime=runtime, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-    try:
-        pre = Deployment.build(model, gpu, prefill_tp, **kw)
-    except SpecError as exc:
-        raise SpecError(f"prefill_tp: {exc}") from None
-    try:
-        dec = Deployment.build(model, gpu, decode_tp, **kw)
-    except SpecError as exc:
-        raise SpecError(f"decode_tp: {exc}") from None
     if nics is not None:
         nics = _check.integer("nics", nics, lo=1, hi=1024)
-    return PDSetup(pre, dec, wl, nics, bool(batched_ops))
+    batched_ops = _check.boolean("batched_ops", batched_ops)
+
+    def side(name: str, ranks) -> Deployment:
+        ranks = _check.integer(name, ranks, lo=1, hi=MAX_RANKS)
+        try:
+            return Deployment.build(m, hw, ranks, runtime=rt, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+        except SpecError as exc:  # the rank rules of Deployment, said of this side
+            text = str(exc)
+            raise SpecError(name + text[len("ranks"):] if text.startswith("ranks ") else f"{name}: {text}") from None
+
+    return PDSetup(side("prefill_tp", prefill_tp), side("decode_tp", decode_tp), wl, nics, batched_ops)
 
 
 def custom_link(achievable_GBps: float, *, like="roce-400g") -> Link:
@@ -322,3 +330,195 @@ def prompt_spread_table(s: PDSetup, sigmas=(0.0, 0.5, 1.0), *, link="roce-400g")
 def max_abs_error_by_model(check: pd.DataFrame) -> dict[str, float]:
     """Largest |formula / simulation - 1| [%] per queue model of a :func:`queue_check` table."""
     return check.groupby("model", sort=False)["error_pct"].agg(lambda e: float(e.abs().max())).to_dict()
+
+
+# ---- findings in words and notebook parameters ------------------------------------------------------------
+# The sentences each section of notebooks/20_pd_disaggregation.ipynb ends with, and the figure titles built
+# from them (``short=True``), computed from the same tables the figures show.
+
+
+def _n(x: float, digits: int = 3) -> str:
+    from .layouts import _n as n
+
+    return n(x, digits)
+
+
+def request_sentence(point: dict, s: PDSetup) -> str:
+    """Section 1: one prefill, one decode step and the KV bytes of one request."""
+    wl = s.workload
+    return (f"One {wl.prompt_tokens:,}-token prompt takes {_n(point['prefill_ms'])} ms to prefill on "
+            f"TP{s.prefill.ranks} {s.prefill.hardware.label}; a decode step at batch {point['decode_batch']:,} "
+            f"takes {_n(point['decode_step_ms'])} ms on TP{s.decode.ranks}, and each request's KV cache is "
+            f"{point['kv_transfer_GB']:.2f} GB.")
+
+
+def transfer_sentence(point: dict, link="roce-400g", *, short: bool = False) -> str:
+    """Section 2: the KV transfer of one request over the chosen link, serial vs layer-wise pipelined."""
+    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    serial, exposed = point["transfer_serial_ms"], point["transfer_exposed_ms"]
+    if short:
+        return f"Pipelining hides the KV transfer: {_n(exposed)} ms exposed instead of {_n(serial)} ms over {lk.name}"
+    return (f"Over {lk.name} ({lk.achievable_GBps:g} GB/s per GPU), one request's KV transfer adds "
+            f"{_n(serial)} ms to TTFT when sent after the prefill, and only {_n(exposed)} ms when streamed "
+            f"layer by layer.")
+
+
+def _gpus(v) -> str:
+    return f"{v:,.0f} GPUs" if np.isfinite(v) else "no pool that meets the SLOs"
+
+
+def comparison_sentence(comparison: pd.DataFrame, s: PDSetup, *, short: bool = False) -> str:
+    """Section 3: the fewest GPUs that meet both SLOs at the target rate, by serving mode and link."""
+    wl = s.workload
+    best = fewest_gpus(comparison)
+    co = comparison[comparison["mode"] == "colocated"].iloc[0]
+    disagg = comparison[comparison["mode"] != "colocated"]
+    worst = disagg.loc[disagg["gpus"].idxmax()] if len(disagg) else None
+    if best is None:
+        return f"Nothing meets TTFT p99 ≤ {wl.ttft_slo_ms:g} ms and TPOT p99 ≤ {wl.tpot_slo_ms:g} ms at {wl.rate_per_s:g} req/s."
+    where = "colocated" if best["mode"] == "colocated" else f"{best['mode']} over {best['link']}"
+    if short:
+        return f"{where}: {_gpus(best['gpus'])} for {wl.rate_per_s:g} req/s (colocated {_gpus(co['gpus'])})"
+    text = (f"At {wl.rate_per_s:g} req/s with TTFT p99 ≤ {wl.ttft_slo_ms:g} ms and TPOT p99 ≤ {wl.tpot_slo_ms:g} ms, "
+            f"the fewest GPUs are {best['gpus']:,.0f} ({where})")
+    if best["mode"] != "colocated":
+        text += f", against {_gpus(co['gpus'])} colocated"
+    if worst is not None and worst["gpus"] > best["gpus"]:
+        text += f"; {worst['mode']} over {worst['link']} needs {_gpus(worst['gpus'])}"
+    return text + "."
+
+
+def latency_sentence(latency: pd.DataFrame, s: PDSetup, *, short: bool = False) -> str:
+    """Section 4: up to which arrival rate each pool meets both p99 targets."""
+    wl = s.workload
+    parts = []
+    for mode, g in latency.groupby("mode", sort=False):
+        g = g.sort_values("rate_per_s")
+        ok = ((g["ttft_ms"] <= wl.ttft_slo_ms) & (g["tpot_ms"] <= wl.tpot_slo_ms)).to_numpy()
+        rates = g["rate_per_s"].to_numpy()
+        if not ok[0]:
+            parts.append(f"{mode} misses a target already at {rates[0]:.3g} req/s")
+        elif ok.all():
+            parts.append(f"{mode} meets both up to {rates[-1]:.3g} req/s and beyond")
+        else:
+            parts.append(f"{mode} meets both up to {rates[np.argmin(ok)- 1]:.3g} req/s")
+    if short:
+        return "Both p99 targets met: " + "; ".join(p.replace(" meets both up to", " to") for p in parts)
+    return f"With equal GPU budgets, {parts[0]}" + (f", {'; '.join(parts[1:])}" if len(parts) > 1 else "") + "."
+
+
+def breakeven_sentence(one_nic: dict, per_gpu: dict | None = None, *, slow_link: str = "tcp-100g",
+                       short: bool = False) -> str:
+    """Section 5: the link bandwidth below which disaggregation needs more GPUs than colocation."""
+    serial, piped = one_nic.get("disaggregated, serial", np.nan), one_nic.get("disaggregated, pipelined", np.nan)
+    lk = presets.resolve("links", slow_link)
+    if not np.isfinite(serial) and not np.isfinite(piped):
+        return "On this bandwidth axis disaggregation never needs fewer GPUs than colocation."
+    ref = np.nanmax([serial, piped])
+    side = "below" if lk.achievable_GBps < ref else "above"
+    if short:
+        return f"With one NIC per instance, disaggregation pays from {_n(serial)} GB/s ({_n(piped)} GB/s pipelined)"
+    text = (f"With one NIC per instance, disaggregation stops paying below {_n(serial)} GB/s "
+            f"({_n(piped)} GB/s pipelined), and {lk.label} ({lk.achievable_GBps:g} GB/s achievable) is {side} it")
+    if per_gpu:
+        lo = np.nanmin(list(per_gpu.values()))
+        text += f"; with a NIC per GPU it pays from {_n(lo)} GB/s"
+    return text + "."
+
+
+def ratio_sentence(by_prompt: pd.DataFrame, by_output: pd.DataFrame, *, short: bool = False) -> str:
+    """Section 6: how the prefill:decode GPU ratio moves with prompt and output length (first link)."""
+    mode = next(m for m in by_prompt["mode"] if m != "colocated")
+
+    def ends(df, col):
+        g = df[(df["mode"] == mode) & np.isfinite(df["pd_gpu_ratio"])].sort_values(col)
+        return None if g.empty else (g.iloc[0][col], g.iloc[0]["pd_gpu_ratio"], g.iloc[-1][col], g.iloc[-1]["pd_gpu_ratio"])
+
+    p, o = ends(by_prompt, "prompt_tokens"), ends(by_output, "output_tokens")
+    parts = []
+    if p:
+        parts.append(f"the P:D GPU ratio goes from {p[1]:.2g} at {p[0]:,.0f}-token prompts to {p[3]:.2g} at {p[2]:,.0f}")
+    if o:
+        parts.append(f"from {o[1]:.2g} at {o[0]:,.0f}-token outputs to {o[3]:.2g} at {o[2]:,.0f}")
+    if not parts:
+        return f"No pool {mode} meets the SLOs at these lengths."
+    if short:
+        return f"P:D GPU ratio vs length, {mode}"
+    return f"{mode[0].upper() + mode[1:]}, " + "; ".join(parts) + "."
+
+
+def goodput_sentence(grid: dict, s: PDSetup, *, short: bool = False) -> str:
+    """Section 7: the most efficient (prefill, decode) pool sizes and their goodput per GPU."""
+    rpg = np.asarray(grid["rate_per_gpu"])
+    if not np.isfinite(rpg).any() or np.nanmax(rpg) <= 0:
+        return "No pool size on this grid meets both SLOs."
+    i, j = np.unravel_index(int(np.nanargmax(rpg)), rpg.shape)
+    n = np.asarray(grid["n"])
+    rate = float(np.asarray(grid["rate"])[i, j])
+    best = float(rpg[i, j])
+    text = (f"{int(n[i])} prefill + {int(n[j])} decode instances serve the most per GPU: "
+            f"{best:.3g} req/s per GPU ({rate:.3g} req/s on {int(np.asarray(grid['gpus'])[i, j]):,} GPUs)")
+    if short:
+        return text
+    return text + f", against {s.workload.rate_per_s:g} req/s targeted."
+
+
+def spread_sentence(spread: pd.DataFrame) -> str:
+    """Section 8: GPUs needed as prompt lengths spread around the same median."""
+    parts = [f"{_gpus(r.gpus)} at σ = {r.prompt_sigma:g}" for r in spread.itertuples()]
+    return "Spread-out prompts need more GPUs for the same TTFT target: " + ", ".join(parts) + "."
+
+
+def queue_sentence(check: pd.DataFrame) -> str:
+    """Section 9: how close each queue formula is to the simulation (largest |error| over loads)."""
+    err = max_abs_error_by_model(check)
+    exact = {k: v for k, v in err.items() if "exact" in k}
+    approx = {k: v for k, v in err.items() if "exact" not in k}
+    parts = []
+    if exact:
+        parts.append(f"the exact {' and '.join(k.split()[0] for k in exact)} formulas stay within "
+                     f"{max(exact.values()):.1f}% of the simulation")
+    if approx:
+        parts.append(f"the Allen-Cunneen pool approximation within {max(approx.values()):.1f}%")
+    return f"Over {check['requests'].iloc[0]:,.0f} simulated requests per point, " + ", and ".join(parts) + "."
+
+
+def check_notebook_parameters(p) -> dict[str, str]:
+    """Validate the parameters of ``notebooks/20_pd_disaggregation.ipynb`` (``{NAME: value}``).
+
+    Raises SpecError naming the parameter, the value and the rule; returns ``{}`` (every valid value applies).
+    Bounds keep a report run to minutes (grids of at most 1,000 points, 20 million simulated requests).
+    """
+    from .layouts import _built, _int_param, _preset_param
+
+    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("LINK", "links")):
+        _preset_param(name, kind, p[name])
+    _int_param("PREFILL_TP", p["PREFILL_TP"], 1, MAX_RANKS)
+    _int_param("DECODE_TP", p["DECODE_TP"], 1, MAX_RANKS)
+    _int_param("PROMPT", p["PROMPT"], 1, 1 << 24)
+    _int_param("OUTPUT", p["OUTPUT"], 1, 1 << 24)
+    _check.number("RATE", p["RATE"], lo=0, lo_open=True, hi=1e6)
+    _check.number("TTFT_SLO_MS", p["TTFT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
+    _check.number("TPOT_SLO_MS", p["TPOT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
+    _int_param("N_RATES", p["N_RATES"], 2, 1000)
+    _int_param("N_BANDWIDTHS", p["N_BANDWIDTHS"], 2, 1000)
+    for name in ("PROMPTS", "OUTPUTS"):
+        if not isinstance(p[name], (list, tuple)) or not 1 <= len(p[name]) <= 100:
+            raise SpecError(f"{name} must be a list of 1 to 100 token counts, e.g. [512, 1024], got {p[name]!r}")
+        for i, v in enumerate(p[name]):
+            _int_param(f"{name}[{i}]", v, 1, 1 << 24)
+    _int_param("GRID_MAX", p["GRID_MAX"], 1, 256)
+    _int_param("SIM_REQUESTS", p["SIM_REQUESTS"], 1000, 20_000_000)
+    sig = p["PROMPT_SIGMAS"]
+    if not isinstance(sig, (list, tuple)) or not 1 <= len(sig) <= 20:
+        raise SpecError(f"PROMPT_SIGMAS must be a list of 1 to 20 log-sds, e.g. [0.0, 0.5], got {sig!r}")
+    for i, v in enumerate(sig):
+        _check.number(f"PROMPT_SIGMAS[{i}]", v, lo=0.0, hi=3.0)
+    names = {"prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "prompt_tokens": "PROMPT",
+             "output_tokens": "OUTPUT", "rate_per_s": "RATE", "ttft_slo_ms": "TTFT_SLO_MS",
+             "tpot_slo_ms": "TPOT_SLO_MS", "model": "MODEL", "gpu": "GPU"}
+    _built("MODEL, GPU, PREFILL_TP, DECODE_TP", lambda: setup(
+        p["MODEL"], p["GPU"], prefill_tp=p["PREFILL_TP"], decode_tp=p["DECODE_TP"], prompt_tokens=p["PROMPT"],
+        output_tokens=p["OUTPUT"], rate_per_s=p["RATE"], ttft_slo_ms=p["TTFT_SLO_MS"],
+        tpot_slo_ms=p["TPOT_SLO_MS"]), names)
+    return {}

@@ -439,3 +439,55 @@ def test_max_context_is_exact_page_boundary(dsv3_fp8, layout):
             assert _feasible(dsv3_fp8, b, s, layout)
         assert not _feasible(dsv3_fp8, b, s + 1, layout)  # one more token opens one more page
         assert not _feasible(dsv3_fp8, b, s + PAGE, layout)
+
+
+# ---- hostile API input: always a SpecError (never ValueError/TypeError/OverflowError), '8' is not 8 ----------
+HOSTILE = ["8", {"a": 1}, 1 + 2j, 10**400, True, None, [1, "a"], np.array(["x"]), float("nan"), -1, 1e300, b"8",
+           [], [[1], [1, 2]], np.bool_(True)]
+
+
+@pytest.mark.parametrize("where", ["batch", "context", "layout", "q_tokens", "logits_tokens"])
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+@pytest.mark.parametrize("fn", ["step_time", "memory_per_rank"])
+def test_hostile_inputs_raise_spec_error(llama70_tp8, fn, where, value):
+    if fn == "memory_per_rank" and where in ("q_tokens", "logits_tokens"):
+        return
+    if value is None and where in ("q_tokens", "logits_tokens"):
+        return  # None: the deployment's own
+    args = {"batch": 4, "context": 1024, "layout": "TP"}
+    kw = {}
+    if where in args:
+        args[where] = value
+    else:
+        kw = {"q_tokens": 4, where: value} if where == "logits_tokens" else {where: value}
+    with pytest.raises(SpecError) as exc:
+        getattr(att, fn)(llama70_tp8, args["batch"], args["context"], args["layout"], **kw)
+    assert type(exc.value) is SpecError
+    assert where.split("_")[0] in str(exc.value)
+
+
+def test_same_integer_rule_everywhere(llama70_tp8):
+    ok = [att.step_time(llama70_tp8, b, 1024, "TP")["step_s"] for b in (4, np.int64(4), 4.0, np.float32(4))]
+    assert all(x == ok[0] for x in ok)
+    for bad in (4.5, True, "4"):
+        with pytest.raises(SpecError, match=r"batch must be an integer in \[1, 16,777,216\]"):
+            att.step_time(llama70_tp8, bad, 1024, "TP")
+        with pytest.raises(SpecError, match=r"ranks must be an integer in \[1, 1024\]"):
+            Deployment.build("llama-3-8b", "h100-sxm", bad)
+
+
+def test_grids_are_bounded_before_allocating(llama70_tp8):
+    b = np.arange(1, 4001)[:, None]
+    s = np.arange(1, 4001)[None, :] * 16.0
+    with pytest.raises(SpecError, match=r"batch and context must span at most 4,194,304 points per call, got "
+                                        r"shape \(4000, 4000\) = 16,000,000"):
+        att.memory_per_rank(llama70_tp8, b, s, "TP")
+    with pytest.raises(SpecError, match=r"must span at most 4,194,304 points"):
+        att.step_time(llama70_tp8, b, s, "TP")
+    with pytest.raises(SpecError, match=r"batch and context must broadcast against each other, got shapes "
+                                        r"\(2,\), \(3,\)"):
+        att.step_time(llama70_tp8, [1, 2], [1, 2, 3], "TP")
+    with pytest.raises(SpecError, match=r"limit must be an integer in \[1, 16,777,216\], got 1e\+300"):
+        att.max_batch(llama70_tp8, 1024, "TP", limit=1e300)
+    with pytest.raises(SpecError, match=r"limit must be a finite number in \[1, 1,073,741,824\] \[tokens\]"):
+        att.max_context(llama70_tp8, 8, "TP", limit=float("inf"))

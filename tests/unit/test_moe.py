@@ -554,11 +554,11 @@ def test_dense_model_and_bad_sweep_inputs():
     with pytest.raises(SpecError, match="has no MoE layers"):
         moe.MoEDeployment.build("llama-3-70b", "h200", 8, tp=8, ep=1)
     md = build(2, 8, layers=2)
-    with pytest.raises(SpecError, match=r"skew \(max/mean expert load\) must be >= 1, got 0.9"):
+    with pytest.raises(SpecError, match=r"skew \(max/mean expert load\) must be a finite number >= 1, got 0.9"):
         moe.step_time(md, 64, 1024, skew=[1.0, 0.9])
     with pytest.raises(SpecError, match=r"batch must be an integer in \[1, 16,777,216\], got 0"):
         moe.step_time(md, 0, 1024)
-    with pytest.raises(SpecError, match="probs must have E = 256 columns"):
+    with pytest.raises(SpecError, match=r"probs must have shape \[E\] or \[layers, E\] with E = 256"):
         moe.step_time(md, 64, 1024, probs=np.ones(128))
     with pytest.raises(SpecError, match=r"ranks \(3\) must divide the expert slots \(256\)"):
         routing.rank_load(np.full(E, 1 / E), K, 10, ranks=3)
@@ -592,3 +592,30 @@ def test_few_placements_change_step_time_by_under_one_percent():
         full = moe.step_time(build(tp, ep, red, "none" if not red else None), 512, 2048, skew=skew)
         few = moe.step_time(build(tp, ep, red, "none" if not red else None, layers=8), 512, 2048, skew=skew)
         assert few["step_s"] == pytest.approx(full["step_s"], rel=0.01)
+
+
+# ---- hostile API input -----------------------------------------------------------------------------------------
+HOSTILE = ["8", {"a": 1}, 1 + 2j, 10**400, True, None, [1, "a"], np.array(["x"]), float("nan"), 0.5, 1e300, b"8",
+           [], [[1], [1, 2]]]
+
+
+@pytest.mark.parametrize("where", ["batch", "context", "skew", "probs"])
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+def test_moe_step_time_hostile_inputs_raise_spec_error(where, value):
+    if value is None and where == "probs":
+        return  # None: use the skew
+    md = build(2, 8, layers=2)
+    kw = {"batch": 64, "context": 1024, where: value}
+    with pytest.raises(SpecError) as exc:
+        moe.step_time(md, kw.pop("batch"), kw.pop("context"), **kw)
+    assert type(exc.value) is SpecError
+    assert where in str(exc.value) or (where == "probs" and "histogram" in str(exc.value))
+
+
+def test_moe_grid_is_bounded_before_allocating():
+    md = build(2, 8, layers=8)
+    with pytest.raises(SpecError, match=r"batch, context and skew must span at most 16,777,216 points per call, "
+                                        r"got shape \(512, 1, 64\) x 2,048 per point"):
+        moe.step_time(md, np.arange(1, 513)[:, None, None], 1024, skew=np.linspace(1, 4, 64))
+    with pytest.raises(SpecError, match=r"skew \(max/mean expert load\) must be a finite number >= 1, got '8'"):
+        moe.expected_rank_shares(md, skew="8")
