@@ -19,20 +19,23 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import math
 from pathlib import Path
 
 import numpy as np
 
-from . import presets
+from . import _check, presets
 from .errors import SpecError, UnknownPresetError
 from .models.attention import memory_per_rank, step_time
-from .models.engine import Deployment
+from .models.disagg import MAX_WORKLOAD_TOKENS
+from .models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment
 from .models.prefill import prefill_time
 from .specs import Runtime
 from .units import GiB
 
-__all__ = ["FIT_FIELDS", "BOUNDS", "CalibrationPoint", "load_points", "predict", "fit", "overlay_yaml"]
+__all__ = ["FIT_FIELDS", "BOUNDS", "MEASURED_RANGE", "CalibrationPoint", "load_points", "predict", "fit",
+           "overlay_yaml"]
 
 FIT_FIELDS = ("eta_mem", "eta_compute", "eta_attn_mem", "kernel_overhead_us", "step_overhead_ms")
 #: physical range of each fitted parameter
@@ -78,60 +81,112 @@ class CalibrationPoint:
         return "weights/GPU"
 
 
-def _num(row: dict, key: str, where: str, *, integer: bool = False, default=None):
+#: range of a measured value in each unit: 1 us to ~2.8 h per step, 1 KiB to 1 PiB of memory
+MEASURED_RANGE = {"ms": (1e-3, 1e7), "GiB": (1e-6, 1e6)}
+MAX_CSV_BYTES = 1 << 20  # a calibration set is a few dozen points
+MAX_POINTS = 1000  # every point is priced several hundred times by the fit
+
+
+def _num(row: dict, key: str, where: str, *, integer: bool = False, default=None, lo=0, hi=None, unit=""):
+    """The number in column ``key`` of a CSV row, checked with the shared rules; SpecError naming the row."""
     raw = (row.get(key) or "").strip()
     if raw == "":
         if default is None:
             raise SpecError(f"{where}: column {key!r} is required for kind {row.get('kind')!r}")
         return default
     try:
-        v = float(raw)
-    except ValueError:
-        raise SpecError(f"{where}: {key} must be a number, got {raw!r}") from None
-    if not math.isfinite(v) or v < 0 or (integer and v != int(v)):
-        raise SpecError(f"{where}: {key} must be a finite {'integer' if integer else 'number'} >= 0, got {raw!r}")
-    return int(v) if integer else v
+        v = float(raw) if not integer or not raw.lstrip("+-").isdigit() else int(raw)
+    except (ValueError, OverflowError):
+        v = raw  # not a number: the rule below says so, with the text as written
+    name = f"{where}: {key}"
+    if integer:
+        return _check.integer(name, v, lo=lo, hi=hi, unit=unit)
+    return _check.number(name, v, lo=lo, hi=hi, unit=unit)
+
+
+def _read_rows(p: Path) -> tuple[list[str], list[tuple[int, dict]]]:
+    """(header, [(line, row)]) of a calibration CSV: UTF-8 (a BOM is accepted), at most MAX_CSV_BYTES, every
+    quote closed on its own line and no row with more fields than the header (SpecError naming the line)."""
+    where = f"calibration CSV {p.name!r}"
+    try:
+        if p.stat().st_size > MAX_CSV_BYTES:
+            raise SpecError(f"{where} must be at most {MAX_CSV_BYTES:,} bytes (1 MiB), got {p.stat().st_size:,}")
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(f"{where} must be UTF-8 text, got byte 0x{raw[exc.start]:02x} on line {line}; save it "
+                        f"as UTF-8") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    header: list[str] | None = None
+    rows: list[tuple[int, dict]] = []
+    start = 1
+    try:
+        for fields in reader:
+            line, start = start, reader.line_num + 1
+            if any("\n" in f or "\r" in f for f in fields):
+                raise SpecError(f"{p.name}:{line}: a quoted field runs over several lines (lines {line}-"
+                                f"{reader.line_num}); close each quote on its own line")
+            if header is None:
+                header = [h.strip() for h in fields]
+                continue
+            if not any(f.strip() for f in fields):
+                continue  # a blank line
+            if len(fields) > len(header):
+                raise SpecError(f"{p.name}:{line}: the row has {len(fields)} fields, the header "
+                                f"{len(header)}; quote fields that contain commas")
+            if len(rows) >= MAX_POINTS:
+                raise SpecError(f"{where} must hold at most {MAX_POINTS:,} rows")
+            rows.append((line, dict(zip(header, fields))))
+    except csv.Error as exc:
+        raise SpecError(f"{p.name}:{start}: not valid CSV ({exc}); is a quote left open?") from None
+    return header or [], rows
 
 
 def load_points(path: str | Path) -> list[CalibrationPoint]:
-    """Read a calibration CSV; every row is validated and errors name the line and column."""
+    """Read a calibration CSV; every row is validated, and errors name the line and column."""
     p = Path(path)
     if not p.is_file():
-        raise SpecError(f"--data: no file {str(p)!r}")
-    with open(p, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in ("kind", "model", "gpu", "ranks", "measured", "unit") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise SpecError(f"{p.name}: missing columns {missing}; expected {list(COLUMNS)}")
-        out = []
-        for i, row in enumerate(reader, start=2):
-            where = f"{p.name}:{i}"
-            kind = (row.get("kind") or "").strip()
-            if kind not in KINDS:
-                raise SpecError(f"{where}: kind must be one of {list(KINDS)}, got {kind!r}")
-            unit = (row.get("unit") or "").strip()
-            want = "ms" if kind in ("decode", "prefill") else "GiB"
-            if unit != want:
-                raise SpecError(f"{where}: unit for kind {kind!r} must be {want!r}, got {unit!r}")
-            measured = _num(row, "measured", where)
-            if measured <= 0:
-                raise SpecError(f"{where}: measured must be > 0, got {measured!r}")
-            pt = CalibrationPoint(
-                kind=kind, model=row["model"].strip(), gpu=row["gpu"].strip(),
-                ranks=_num(row, "ranks", where, integer=True),
-                weight_dtype=(row.get("weight_dtype") or "bf16").strip(),
-                kv_dtype=(row.get("kv_dtype") or "bf16").strip(), measured=measured, unit=unit,
-                batch=_num(row, "batch", where, integer=True, default=1),
-                context=_num(row, "context", where, default=0.0 if kind in ("prefill", "weights") else None),
-                prompt_tokens=_num(row, "prompt_tokens", where, integer=True,
-                                   default=0 if kind != "prefill" else None),
-                prefix_tokens=_num(row, "prefix_tokens", where, integer=True, default=0),
-                source=(row.get("source") or "").strip(), line=i)
-            try:  # unknown presets fail here, naming the line
-                presets.model(pt.model), presets.hardware(pt.gpu)
-            except UnknownPresetError as exc:
-                raise SpecError(f"{where}: {exc}") from None
-            out.append(pt)
+        raise SpecError(f"calibration CSV {str(p)!r} does not exist")
+    header, rows = _read_rows(p)
+    missing = [c for c in ("kind", "model", "gpu", "ranks", "measured", "unit") if c not in header]
+    if missing:
+        raise SpecError(f"{p.name}: missing columns {missing}; expected {list(COLUMNS)}")
+    out = []
+    for i, row in rows:
+        where = f"{p.name}:{i}"
+        kind = (row.get("kind") or "").strip()
+        if kind not in KINDS:
+            raise SpecError(f"{where}: kind must be one of {list(KINDS)}, got {kind!r}")
+        unit = (row.get("unit") or "").strip()
+        want = "ms" if kind in ("decode", "prefill") else "GiB"
+        if unit != want:
+            raise SpecError(f"{where}: unit for kind {kind!r} must be {want!r}, got {unit!r}")
+        lo, hi = MEASURED_RANGE[unit]
+        measured = _num(row, "measured", where, lo=lo, hi=hi, unit=unit)
+        needs_context = kind in ("decode", "kv_per_sequence")
+        prompt = _num(row, "prompt_tokens", where, integer=True, default=0 if kind != "prefill" else None,
+                      lo=1 if kind == "prefill" else 0, hi=MAX_WORKLOAD_TOKENS, unit="tokens")
+        pt = CalibrationPoint(
+            kind=kind, model=(row.get("model") or "").strip(), gpu=(row.get("gpu") or "").strip(),
+            ranks=_num(row, "ranks", where, integer=True, lo=1, hi=MAX_RANKS),
+            weight_dtype=(row.get("weight_dtype") or "bf16").strip(),
+            kv_dtype=(row.get("kv_dtype") or "bf16").strip(), measured=measured, unit=unit,
+            batch=_num(row, "batch", where, integer=True, default=1, lo=1, hi=MAX_BATCH),
+            context=_num(row, "context", where, default=None if needs_context else 0.0,
+                         lo=1 if needs_context else 0, hi=MAX_CONTEXT, unit="tokens"),
+            prompt_tokens=prompt,
+            prefix_tokens=_num(row, "prefix_tokens", where, integer=True, default=0, lo=0,
+                               hi=max(prompt - 1, 0), unit="tokens"),
+            source=(row.get("source") or "").strip(), line=i)
+        try:  # unknown presets, dtypes and ranks the model does not split over fail here, naming the line
+            _deployment(pt, presets.runtime("default"))
+        except (SpecError, UnknownPresetError) as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        out.append(pt)
     if not any(pt.fitted for pt in out):
         raise SpecError(f"{p.name}: no decode or prefill rows to fit")
     return out
@@ -167,7 +222,8 @@ def _to_u(field: str, v: float) -> float:
 
 def _from_u(field: str, u: float) -> float:
     lo, hi = BOUNDS[field]
-    return lo + (hi - lo) / (1.0 + math.exp(-u))
+    z = math.exp(-abs(u))  # a logistic that cannot overflow, however far a step goes
+    return lo + (hi - lo) * (1.0 / (1.0 + z) if u >= 0 else z / (1.0 + z))
 
 
 def _runtime_at(base: Runtime, u: np.ndarray, name: str) -> Runtime:

@@ -18,15 +18,19 @@ options, and ``run(args)``, which runs it and returns the exit status; then list
 
 * ``--json`` writes one JSON document to stdout, strictly valid (no NaN/Infinity: such numbers become
   ``null`` and the record's ``reason`` says why); without it, aligned plain-text tables.
-* Bad input (unknown preset, a size that is not a positive integer, ranks that do not divide the model, an
-  unknown option, a missing one) prints exactly one line ``llmexplore: error: <field> ... got <value>`` on
-  stderr and exits with status 2. No traceback: argparse's own errors are one line too.
+* Bad input (unknown preset, a size that is not an integer within its stated bounds, ranks that do not divide
+  the model, an unknown option, a missing one, one given twice, an unreadable file) prints exactly one line
+  ``llmexplore: error: <flag> ... got <value>`` on stderr and exits with status 2. No traceback: argparse's own
+  errors are one line too. Errors from the API name its fields; each command maps them to its flags
+  (``FLAGS``, passed to :func:`~._framework.flag_message`), so ``--prefill-tp 3`` is blamed on
+  ``--prefill-tp``. Values may start with ``-`` (``--rate -inf`` is a bad value, not a missing one).
 * A question without an answer is a result, not an error: ``layouts`` prints the table with ``best: none
   fits`` and what would fit, ``pd`` reports an infeasible mode with its reason (status 0). Status 1 means
   some notebooks of ``report`` failed (the others' reports are written).
 * Any other exception is a bug and propagates with its traceback.
 
-Only the standard library is imported at start-up; each command imports what it needs.
+Only the standard library and numpy (for the shared rules of :mod:`llmexplore._check`) are imported at
+start-up; each command imports what it needs.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Sequence
 
 from ..errors import LlmexploreError
 from . import calibrate, disagg, layouts, moe, presets, report
-from ._framework import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, Parser, UsageError, fail
+from ._framework import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, Parser, UsageError, fail, flag_message
 
 __all__ = ["main", "build_parser", "PROG", "COMMANDS"]
 
@@ -67,16 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return the exit status (0 ok, 1 some reports failed, 2 bad input)."""
     parser = build_parser()
+    args = None
     try:
         try:
-            args = parser.parse_args(argv)
+            args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
         except SystemExit as exc:  # --help / --version
             return exc.code if isinstance(exc.code, int) else EXIT_OK
         return args.func(args)
     except UsageError as exc:
         return fail(str(exc))
-    except LlmexploreError as exc:  # SpecError, UnknownPresetError: bad input
-        return fail(str(exc), EXIT_USAGE)
+    except LlmexploreError as exc:  # SpecError, UnknownPresetError: bad input, said with the command's flags
+        return fail(flag_message(str(exc), getattr(args, "flags", {})), EXIT_USAGE)
     except BrokenPipeError:  # e.g. `llmexplore presets models | head -1`
         # Python docs recipe: point stdout at devnull so the flush at exit does not fail again.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -1,7 +1,11 @@
 """Shared machinery of the command line: typed options, one-line usage errors, JSON and text tables.
 
-Every command module declares its options with :class:`Rule` checks (``int_at_least``, ``float_at_least``,
-``one_of``) so a bad value exits with status 2 and one line naming the flag, the value and the rule.
+Every command module declares its options with :class:`Rule` checks (``int_in``, ``number_in``, ``one_of``,
+``preset_name``), which apply the same rules as the API (:mod:`llmexplore._check`), bounds included, so a bad
+value exits with status 2 and one line naming the flag, the value and the rule. A flag given twice is an error,
+not "the last one wins"; a value may start with ``-`` (``--rate -inf``, ``--model -x``). Errors the API raises
+name its own fields (``prefill_tp``); each command maps them back to the flags the user typed
+(:func:`flag_message`, the command's ``FLAGS``).
 """
 
 from __future__ import annotations
@@ -9,13 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from .. import _check
+
 __all__ = ["PROG", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "UsageError", "Parser", "fail", "shown", "Rule",
-           "int_at_least", "float_at_least", "one_of", "Checked", "ParamPairs", "jsonable", "print_json", "Col",
-           "format_table", "billions", "model_gpu_options", "dtype_runtime_options"]
+           "int_in", "number_in", "int_at_least", "float_at_least", "one_of", "preset_name", "text_value",
+           "Checked", "ParamPairs", "flag_message", "jsonable", "print_json", "Col", "format_table", "billions",
+           "COMMON_FLAGS", "model_gpu_options", "dtype_runtime_options"]
 
 PROG = "llmexplore"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -27,10 +35,54 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are exceptions with a one-line message (no usage dump, no exit)."""
+    """ArgumentParser whose errors are exceptions with a one-line message (no usage dump, no exit), and whose
+    options take values that start with ``-`` (argparse would read ``--rate -inf`` as two options)."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
         raise UsageError(message)
+
+    def parse_known_args(self, args=None, namespace=None):
+        if args is not None:
+            args = self._glue_values(list(args))
+        return super().parse_known_args(args, namespace)
+
+    def _value_option(self, token: str):
+        """The action of ``token`` if it is this parser's option taking one value (exact or abbreviated)."""
+        if not token.startswith("--") and token not in self._option_string_actions:
+            return None
+        action = self._option_string_actions.get(token)
+        if action is None and self.allow_abbrev:
+            hits = {a for o, a in self._option_string_actions.items() if o.startswith(token) and len(token) > 2}
+            action = hits.pop() if len(hits) == 1 else None
+        return action if action is not None and action.nargs is None else None
+
+    def _is_option(self, token: str) -> bool:
+        if not token.startswith("-") or token == "-":
+            return False
+        head = token.split("=", 1)[0]
+        if head in self._option_string_actions:
+            return True
+        return self.allow_abbrev and head.startswith("--") and len(head) > 2 and any(
+            o.startswith(head) for o in self._option_string_actions)
+
+    def _glue_values(self, args: list[str]) -> list[str]:
+        """``["--rate", "-inf"]`` -> ``["--rate=-inf"]`` for this parser's one-value options, unless the next
+        token is itself one of the options (then the value is missing, and argparse says so)."""
+        out, i = [], 0
+        while i < len(args):
+            tok = args[i]
+            if tok == "--":
+                out.extend(args[i:])
+                break
+            if (isinstance(tok, str) and i + 1 < len(args) and isinstance(args[i + 1], str)
+                    and args[i + 1].startswith("-") and self._value_option(tok) is not None
+                    and not self._is_option(args[i + 1])):
+                out.append(f"{tok}={args[i + 1]}")
+                i += 2
+                continue
+            out.append(tok)
+            i += 1
+        return out
 
 
 def _one_line(text: str) -> str:
@@ -42,9 +94,21 @@ def fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def shown(text: str) -> str:
-    """A user-typed value as it appears in a message: bare if it is one plain word, else quoted."""
-    return text if text and text.isprintable() and not any(c.isspace() for c in text) else repr(text)
+def shown(text: str, limit: int = 60) -> str:
+    """A user-typed value as it appears in a message: bare if it is one plain word, else quoted; a very long
+    value is shortened in the middle."""
+    out = text if text and text.isprintable() and not any(c.isspace() for c in text) else repr(text)
+    return out if len(out) <= limit else out[: limit - 12] + "…" + out[-10:]
+
+
+def flag_message(message: str, flags: Mapping[str, str]) -> str:
+    """An API error message with its field names replaced by the command's flags (``prefill_tp (3) must
+    divide ...`` -> ``--prefill-tp (3) must divide ...``); quoted values, longer names and preset kinds ("no
+    runtime preset") are left alone."""
+    for name in sorted(flags, key=len, reverse=True):
+        message = re.sub(rf"(?<![\w'\"./-]){re.escape(name)}(?![\w'\"-]| preset)", lambda _m, f=flags[name]: f,
+                         message)
+    return message
 
 
 # ---- typed options -----------------------------------------------------------------------------------------
@@ -57,25 +121,41 @@ class Rule:
     convert: Callable[[str], Any]
 
 
-def int_at_least(lo: int) -> Rule:
-    def convert(text: str) -> int:
-        value = int(text.strip())
-        if value < lo:
-            raise ValueError(text)
-        return value
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
+                          re.IGNORECASE)
 
-    return Rule(f"an integer >= {lo}", convert)
+
+def int_in(lo: int | None = None, hi: int | None = None, *, unit: str = "") -> Rule:
+    """An integer in [lo, hi] written in decimal digits (``8``; not ``8.0``, ``1e3``, ``0x8`` or ``８``)."""
+    def convert(text: str) -> int:
+        text = text.strip()
+        if not _INT_TEXT.fullmatch(text) or len(text) > 40:  # 40 digits are out of any range
+            raise ValueError(text)
+        return _check.integer("value", int(text), lo=lo, hi=hi)
+
+    return Rule(_check.rule_text("integer", lo, hi, unit=unit), convert)
+
+
+def number_in(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False,
+              unit: str = "") -> Rule:
+    """A finite real number within the bounds, in decimal or scientific notation (``0.5``, ``1e3``)."""
+    def convert(text: str) -> float:
+        text = text.strip()
+        if not _NUMBER_TEXT.fullmatch(text):
+            raise ValueError(text)
+        return _check.number("value", float(text), lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open)
+
+    return Rule(_check.rule_text("number", lo, hi, lo_open=lo_open, hi_open=hi_open, unit=unit), convert)
+
+
+def int_at_least(lo: int) -> Rule:
+    return int_in(lo)
 
 
 def float_at_least(lo: float, *, strict: bool = False) -> Rule:
     """A finite number >= lo (> lo if ``strict``)."""
-    def convert(text: str) -> float:
-        value = float(text)
-        if not math.isfinite(value) or value < lo or (strict and value == lo):
-            raise ValueError(text)
-        return value
-
-    return Rule(f"a finite number {'>' if strict else '>='} {lo:g}", convert)
+    return number_in(lo, lo_open=strict)
 
 
 def one_of(choices: Iterable[str]) -> Rule:
@@ -89,8 +169,22 @@ def one_of(choices: Iterable[str]) -> Rule:
     return Rule(f"one of {', '.join(choices)}", convert)
 
 
+def text_value(what: str, max_len: int = 200) -> Rule:
+    """A non-empty printable text of at most ``max_len`` characters, e.g. a name or a file path."""
+    def convert(text: str) -> str:
+        return _check.text("value", text, max_len=max_len)
+
+    return Rule(what, convert)
+
+
+def preset_name(kind: str) -> Rule:
+    """A preset name; whether it exists is checked when the presets are read (the error lists the known ones)."""
+    return text_value(f"a {kind} preset name (see: presets {kind})")
+
+
 class Checked(argparse.Action):
-    """Store an option converted by a :class:`Rule`; else a usage error naming option, rule and value."""
+    """Store an option converted by a :class:`Rule`; else a usage error naming option, rule and value.
+    An option given twice is an error (the two values may disagree)."""
 
     def __init__(self, option_strings, dest, check: Rule, **kwargs):
         self.check = check
@@ -98,11 +192,18 @@ class Checked(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
+        flag = max(self.option_strings, key=len) if self.option_strings else self.dest
+        given = getattr(namespace, "_given", None)
+        if given is None:
+            given = {}
+            setattr(namespace, "_given", given)
+        if self.dest in given:
+            raise UsageError(f"{flag} given twice ({shown(given[self.dest])} and {shown(values)}); give it once")
+        given[self.dest] = values
         try:
             value = self.check.convert(values)
         except (ValueError, TypeError, OverflowError):
-            field = option_string or self.dest
-            raise UsageError(f"{field} must be {self.check.rule}, got {shown(values)}") from None
+            raise UsageError(f"{flag} must be {self.check.rule}, got {shown(values)}") from None
         setattr(namespace, self.dest, value)
 
 
@@ -180,9 +281,16 @@ def billions(n: float) -> str:
 
 
 # ---- shared option groups -----------------------------------------------------------------------------------
+#: API field names -> flags of :func:`model_gpu_options` and :func:`dtype_runtime_options` (every model command)
+COMMON_FLAGS = {"model": "--model", "gpu": "--gpu", "weight_dtype": "--weight-dtype", "kv_dtype": "--kv-dtype",
+                "runtime": "--runtime"}
+
+
 def model_gpu_options(req, model_help: str = "model preset (see: presets models)") -> None:
-    req.add_argument("--model", required=True, metavar="M", help=model_help)
-    req.add_argument("--gpu", required=True, metavar="G", help="hardware preset (see: presets hardware)")
+    req.add_argument("--model", required=True, action=Checked, check=preset_name("models"), metavar="M",
+                     help=model_help)
+    req.add_argument("--gpu", required=True, action=Checked, check=preset_name("hardware"), metavar="G",
+                     help="hardware preset (see: presets hardware)")
 
 
 def dtype_runtime_options(p) -> None:
@@ -195,4 +303,5 @@ def dtype_runtime_options(p) -> None:
                    help=f"weight dtype, {dtypes.rule} (default: the model's released dtype, see: presets models)")
     p.add_argument("--kv-dtype", default="bf16", action=Checked, check=dtypes, metavar="DTYPE",
                    help=f"KV-cache dtype, {dtypes.rule} (default: bf16)")
-    p.add_argument("--runtime", default="default", metavar="NAME", help="runtime preset (default: default)")
+    p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
+                   help="runtime preset (default: default)")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from ._framework import EXIT_OK, Col, format_table, print_json
+from ._framework import EXIT_OK, Checked, Col, format_table, preset_name, print_json, text_value
 
-__all__ = ["add", "run"]
+__all__ = ["add", "run", "FLAGS"]
+
+#: API field names -> the flags of this command
+FLAGS = {"runtime": "--start", "Runtime name": "--name"}
 
 
 def add(sub) -> None:
@@ -12,16 +15,37 @@ def add(sub) -> None:
                        description="Fit eta_mem, eta_compute, eta_attn_mem, kernel_overhead_us and "
                                    "step_overhead_ms to the decode/prefill rows of a CSV (format: "
                                    "data/calibration/README.md); print the error per point and overall.")
-    p.add_argument("--data", required=True, metavar="FILE", help="calibration CSV")
-    p.add_argument("--start", default="uncalibrated", metavar="NAME",
-                   help="runtime preset to start from and use as the prior (default: uncalibrated)")
-    p.add_argument("--name", default="calibrated", metavar="NAME",
-                   help="name of the fitted runtime preset (default: calibrated)")
-    p.add_argument("--save", metavar="FILE",
+    p.add_argument("--data", required=True, action=Checked, check=text_value("a file path", 4096),
+                   metavar="FILE", help="calibration CSV (UTF-8, at most 1 MiB)")
+    p.add_argument("--start", default="uncalibrated", action=Checked, check=preset_name("runtime"),
+                   metavar="NAME", help="runtime preset to start from and use as the prior (default: uncalibrated)")
+    p.add_argument("--name", default="calibrated", action=Checked,
+                   check=text_value("a runtime preset name (non-empty text of at most 100 characters)", 100),
+                   metavar="NAME", help="name of the fitted runtime preset (default: calibrated)")
+    p.add_argument("--save", action=Checked, check=text_value("a file path", 4096), metavar="FILE",
                    help="write the fit as a preset overlay YAML; use it with LLMEXPLORE_PRESETS=FILE and "
                         "--runtime NAME (or presets.add_file)")
     p.add_argument("--json", action="store_true", help='JSON: {"runtime": {...}, "points": [...], ...}')
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, flags=FLAGS)
+
+
+def _check_save_target(text: str):
+    """The --save path, checked before the fit runs: a file (new or to replace) in an existing, writable
+    directory."""
+    import os
+    from pathlib import Path
+
+    from ..errors import SpecError
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise SpecError(f"--save must name a file, got the directory {text!r}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise SpecError(f"--save must be in an existing directory, got {text!r} ({str(parent)!r} does not exist)")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise SpecError(f"--save must be a writable file, got {text!r} (permission denied)")
+    return path
 
 
 CALIBRATE_COLS = [
@@ -37,13 +61,22 @@ def run(args) -> int:
     from pathlib import Path
 
     from .. import calibrate as cal
+    from .. import presets
+    from ..errors import SpecError
 
-    points = cal.load_points(args.data)
-    result = cal.fit(points, start=args.start, name=args.name)
+    if not Path(args.data).expanduser().is_file():
+        raise SpecError(f"--data must be an existing file, got {args.data!r}")
+    save = _check_save_target(args.save) if args.save else None
+    start = presets.runtime(args.start)  # an unknown preset fails before the CSV is read
+    points = cal.load_points(Path(args.data).expanduser())
+    result = cal.fit(points, start=start, name=args.name)
     rt = result["runtime"]
     params = {f: getattr(rt, f) for f in cal.FIT_FIELDS}
-    if args.save:
-        Path(args.save).write_text(cal.overlay_yaml(rt, args.data), encoding="utf-8")
+    if save is not None:
+        try:
+            save.write_text(cal.overlay_yaml(rt, args.data), encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"--save could not be written: {args.save!r}: {exc.strerror or exc}") from None
     if args.json:
         print_json({"runtime": {"name": rt.name, **{f.name: getattr(rt, f.name) for f in dc.fields(rt)
                                                      if f.name not in ("name", "sources", "display_name")}},

@@ -3,50 +3,64 @@
 from __future__ import annotations
 
 from ._framework import (
+    COMMON_FLAGS,
     EXIT_OK,
     Checked,
     dtype_runtime_options,
-    float_at_least,
-    int_at_least,
+    int_in,
     model_gpu_options,
+    number_in,
+    preset_name,
     print_json,
 )
 
-__all__ = ["add", "run"]
+__all__ = ["add", "run", "FLAGS"]
+
+#: API field names -> the flags of this command (errors from the model name the flag the user typed)
+FLAGS = {**COMMON_FLAGS, "prompt_tokens": "--prompt", "output_tokens": "--output", "rate_per_s": "--rate",
+         "ttft_slo_ms": "--ttft-ms", "tpot_slo_ms": "--tpot-ms", "prompt_sigma": "--prompt-sigma",
+         "prefill_tp": "--prefill-tp", "decode_tp": "--decode-tp", "nics": "--nics", "link": "--link",
+         "batch": "--batch", "decode_batch": "--batch"}
 
 
 def add(sub) -> None:
+    from ..models.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
+    from ..models.engine import MAX_BATCH, MAX_RANKS
+
     p = sub.add_parser("pd", help="prefill/decode disaggregation vs colocated serving",
                        description="Time of one prefill and one decode step, the KV transfer per request, and "
                                    "the smallest prefill/decode pools (and colocated pool) meeting p99 TTFT and "
                                    "TPOT targets at a Poisson arrival rate.")
     req = p.add_argument_group("required")
     model_gpu_options(req)
-    req.add_argument("--prompt", required=True, action=Checked, check=int_at_least(1), metavar="P",
+    tokens = int_in(1, MAX_WORKLOAD_TOKENS)
+    req.add_argument("--prompt", required=True, action=Checked, check=tokens, metavar="P",
                      help="prompt tokens")
-    req.add_argument("--output", required=True, action=Checked, check=int_at_least(1), metavar="O",
+    req.add_argument("--output", required=True, action=Checked, check=tokens, metavar="O",
                      help="output tokens")
-    p.add_argument("--rate", default=10.0, action=Checked, check=float_at_least(0.0, strict=True), metavar="R",
+    positive = number_in(0.0, MAX_RATE_OR_MS, lo_open=True)
+    p.add_argument("--rate", default=10.0, action=Checked, check=positive, metavar="R",
                    help="arrivals per second (default: 10)")
-    p.add_argument("--ttft-ms", default=1000.0, action=Checked, check=float_at_least(0.0, strict=True),
-                   metavar="X", help="p99 TTFT target [ms] (default: 1000)")
-    p.add_argument("--tpot-ms", default=50.0, action=Checked, check=float_at_least(0.0, strict=True),
-                   metavar="Y", help="p99 TPOT target [ms] (default: 50)")
-    p.add_argument("--link", default="roce-400g", metavar="L", help="KV-transfer link preset (default: roce-400g)")
-    p.add_argument("--nics", default=None, action=Checked, check=int_at_least(1), metavar="N",
+    p.add_argument("--ttft-ms", default=1000.0, action=Checked, check=positive, metavar="X",
+                   help="p99 TTFT target [ms] (default: 1000)")
+    p.add_argument("--tpot-ms", default=50.0, action=Checked, check=positive, metavar="Y",
+                   help="p99 TPOT target [ms] (default: 50)")
+    p.add_argument("--link", default="roce-400g", action=Checked, check=preset_name("links"), metavar="L",
+                   help="KV-transfer link preset (default: roce-400g)")
+    p.add_argument("--nics", default=None, action=Checked, check=int_in(1, 1024), metavar="N",
                    help="NICs per instance (default: one per GPU)")
-    p.add_argument("--prefill-tp", default=8, action=Checked, check=int_at_least(1), metavar="A",
+    p.add_argument("--prefill-tp", default=8, action=Checked, check=int_in(1, MAX_RANKS), metavar="A",
                    help="GPUs per prefill instance (default: 8)")
-    p.add_argument("--decode-tp", default=8, action=Checked, check=int_at_least(1), metavar="B",
+    p.add_argument("--decode-tp", default=8, action=Checked, check=int_in(1, MAX_RANKS), metavar="B",
                    help="GPUs per decode (and colocated) instance (default: 8)")
-    p.add_argument("--batch", default=64, action=Checked, check=int_at_least(1), metavar="N",
+    p.add_argument("--batch", default=64, action=Checked, check=int_in(1, MAX_BATCH), metavar="N",
                    help="decode batch at which decode_step_ms is reported (default: 64)")
-    p.add_argument("--prompt-sigma", default=0.0, action=Checked, check=float_at_least(0.0), metavar="SIG",
+    p.add_argument("--prompt-sigma", default=0.0, action=Checked, check=number_in(0.0, 3.0), metavar="SIG",
                    help="log-sd of lognormal prompt lengths around the median --prompt (default: 0, all equal)")
     p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
     dtype_runtime_options(p)
     p.add_argument("--json", action="store_true", help="JSON output")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, flags=FLAGS)
 
 
 def run(args) -> int:

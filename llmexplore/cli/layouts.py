@@ -4,45 +4,57 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ..errors import UnknownPresetError
 from ._framework import (
+    COMMON_FLAGS,
     EXIT_OK,
     Checked,
     Col,
     dtype_runtime_options,
-    float_at_least,
     format_table,
-    int_at_least,
+    int_in,
     jsonable,
     model_gpu_options,
+    number_in,
+    preset_name,
     print_json,
 )
 
-__all__ = ["add", "run"]
+__all__ = ["add", "run", "FLAGS"]
+
+#: API field names -> the flags of this command (errors from the model name the flag the user typed)
+FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "batch": "--batch", "context": "--context", "q_tokens": "--q-tokens",
+         "context_cv": "--context-cv"}
 
 
 def add(sub) -> None:
+    from ..models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
+
     p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
                        description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of "
                                    "the attention layouts TP, CP, DPA and DOP on T ranks at one (batch, "
-                                   "context) point, and the fastest layout that fits.")
+                                   "context) point, and the fastest layout that fits (or, if none does, what "
+                                   "would fit).")
     req = p.add_argument_group("required")
     model_gpu_options(req)
-    req.add_argument("--ranks", required=True, action=Checked, check=int_at_least(1), metavar="T",
+    req.add_argument("--ranks", required=True, action=Checked, check=int_in(1, MAX_RANKS), metavar="T",
                      help="ranks T in the attention group")
-    req.add_argument("--batch", required=True, action=Checked, check=int_at_least(1), metavar="B",
+    req.add_argument("--batch", required=True, action=Checked, check=int_in(1, MAX_BATCH), metavar="B",
                      help="concurrent sequences B")
-    req.add_argument("--context", required=True, action=Checked, check=int_at_least(1), metavar="S",
+    req.add_argument("--context", required=True, action=Checked, check=int_in(1, MAX_CONTEXT), metavar="S",
                      help="context length S [tokens]")
     dtype_runtime_options(p)
-    p.add_argument("--q-tokens", default=1, action=Checked, check=int_at_least(1), metavar="Q",
+    p.add_argument("--q-tokens", default=1, action=Checked, check=int_in(1, 1 << 20), metavar="Q",
                    help="query tokens per sequence per step (speculative decoding; default: 1)")
-    p.add_argument("--context-cv", default=0.0, action=Checked, check=float_at_least(0.0), metavar="CV",
+    p.add_argument("--context-cv", default=0.0, action=Checked, check=number_in(0.0, 100.0), metavar="CV",
                    help="coefficient of variation of context lengths (default: 0, all equal)")
-    p.add_argument("--scale-up-link", metavar="LINK", help="link preset (default: the GPU's own)")
-    p.add_argument("--scale-out-link", metavar="LINK", help="link preset (default: the GPU's own)")
+    p.add_argument("--scale-up-link", action=Checked, check=preset_name("links"), metavar="LINK",
+                   help="link preset (default: the GPU's own)")
+    p.add_argument("--scale-out-link", action=Checked, check=preset_name("links"), metavar="LINK",
+                   help="link preset (default: the GPU's own)")
     p.add_argument("--json", action="store_true",
-                   help='JSON: {"layouts": [...], "best": ..., "inputs": {...}}')
-    p.set_defaults(func=run)
+                   help='JSON: {"layouts": [...], "best": ..., "would_fit": [...], "inputs": {...}}')
+    p.set_defaults(func=run, flags=FLAGS)
 
 
 LAYOUT_COLS = [
@@ -65,23 +77,36 @@ def _layout_record(row: Mapping[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def _best_line(records: Sequence[Mapping[str, Any]], best: str | None) -> str:
+def _best_line(records: Sequence[Mapping[str, Any]], best: str | None, would_fit: Sequence[Mapping]) -> str:
     if best is not None:
         r = next(r for r in records if r["layout"] == best)
         if r["step_ms"] is None or r["tokens_per_s"] is None:
             return f"best: {best}"
         return f"best: {best} ({r['step_ms']:.1f} ms/step, {r['tokens_per_s']:.0f} tok/s)"
     sized = [r for r in records if r.get("total_GB") is not None]
-    if not sized:
-        return "best: none fits"
-    r = min(sized, key=lambda r: r["total_GB"])
-    return f"best: none fits (closest: {r['layout']} {r['reason'] or 'is infeasible'})"
+    line = "best: none fits"
+    if sized:
+        r = min(sized, key=lambda r: r["total_GB"])
+        line += f" (closest: {r['layout']} {r['reason'] or 'is infeasible'})"
+    if would_fit:
+        line += "; would fit: " + ", or ".join(f"{w['text']} ({', '.join(w['layouts'])})" for w in would_fit)
+    else:
+        line += "; no single change fits (tried FP8 weights and KV, more ranks, a smaller batch, a shorter context)"
+    return line
 
 
 def run(args) -> int:
+    from .. import presets
+    from ..models import crossover
     from ..models.engine import Deployment
     from ..sweeps import layouts as layout_sweeps
 
+    for flag, name in (("--scale-up-link", args.scale_up_link), ("--scale-out-link", args.scale_out_link)):
+        if name is not None:  # an unknown link is blamed on the flag that named it
+            try:
+                presets.link(name)
+            except UnknownPresetError as exc:
+                raise UnknownPresetError(flag + str(exc)[len("link"):]) from None
     dep = Deployment.build(args.model, args.gpu, args.ranks, runtime=args.runtime,
                            weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, q_tokens=args.q_tokens,
                            context_cv=args.context_cv, scale_up_link=args.scale_up_link,
@@ -89,6 +114,9 @@ def run(args) -> int:
     table = layout_sweeps.layout_table(dep, args.batch, args.context)
     best = layout_sweeps.best_layout(table)
     records = [_layout_record(row) for row in table.to_dict("records")]
+    would_fit = [] if best is not None else [
+        {"change": w.change, "value": w.value, "layouts": list(w.layouts), "text": w.text}
+        for w in crossover.would_fit(dep, args.batch, args.context)]
     inputs = {
         "model": dep.model.name, "gpu": dep.hardware.name, "ranks": dep.ranks, "batch": args.batch,
         "context": args.context, "weight_dtype": dep.weight_dtype, "kv_dtype": dep.kv_dtype,
@@ -97,12 +125,12 @@ def run(args) -> int:
         "scale_out_link": dep.fabric.scale_out.name if dep.fabric.scale_out else None,
     }
     if args.json:
-        print_json({"layouts": records, "best": best, "inputs": inputs})
+        print_json({"layouts": records, "best": best, "would_fit": would_fit, "inputs": inputs})
         return EXIT_OK
     print(f"{dep.label()}; batch {args.batch}, context {args.context} tokens"
           + (f", {dep.q_tokens} query tokens/step" if dep.q_tokens != 1 else "")
           + (f", context cv {dep.context_cv:g}" if dep.context_cv else ""))
     print("memory per rank [GB], decode step [ms]")
     print(format_table(records, LAYOUT_COLS))
-    print(_best_line(records, best))
+    print(_best_line(records, best, would_fit))
     return EXIT_OK

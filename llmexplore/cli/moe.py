@@ -3,43 +3,51 @@
 from __future__ import annotations
 
 from ._framework import (
+    COMMON_FLAGS,
     EXIT_OK,
     Checked,
     Col,
     UsageError,
     dtype_runtime_options,
-    float_at_least,
     format_table,
-    int_at_least,
+    int_in,
     model_gpu_options,
+    number_in,
     print_json,
 )
 
-__all__ = ["add", "run"]
+__all__ = ["add", "run", "FLAGS"]
+
+#: API field names -> the flags of this command (tp is not a flag: it is --gpus / --ep)
+FLAGS = {**COMMON_FLAGS, "gpus": "--gpus", "ep": "--ep", "tp": "tp (= --gpus / --ep)",
+         "redundant": "--redundant-experts", "batch": "--batch-tokens", "context": "--context", "skew": "--skew"}
 
 
 def add(sub) -> None:
+    from ..models.engine import MAX_BATCH, MAX_CONTEXT
+    from ..models.moe import MAX_GPUS, MAX_REDUNDANT
+
     p = sub.add_parser("moe", help="MoE decode: pure TP vs TP x EP under routing skew, with redundant experts",
                        description="Decode step of an MoE model on N GPUs split into tp = N / ep x ep: routed-expert "
                                    "GEMMs on the busiest rank, dispatch/combine all-to-all, load imbalance from a "
                                    "hot-expert skew, EPLB placement with redundant experts; compared with pure TP.")
     req = p.add_argument_group("required")
     model_gpu_options(req, "MoE model preset (e.g. deepseek-v3)")
-    req.add_argument("--gpus", required=True, action=Checked, check=int_at_least(1), metavar="N", help="GPUs")
-    req.add_argument("--batch-tokens", required=True, action=Checked, check=int_at_least(1), metavar="T",
+    req.add_argument("--gpus", required=True, action=Checked, check=int_in(1, MAX_GPUS), metavar="N", help="GPUs")
+    req.add_argument("--batch-tokens", required=True, action=Checked, check=int_in(1, MAX_BATCH), metavar="T",
                      help="decode tokens per step (sequences, one token each)")
-    p.add_argument("--ep", default=None, action=Checked, check=int_at_least(1), metavar="E",
+    p.add_argument("--ep", default=None, action=Checked, check=int_in(1, MAX_GPUS), metavar="E",
                    help="expert-parallel degree (default: N, data-parallel attention + EP)")
-    p.add_argument("--skew", default=1.0, action=Checked, check=float_at_least(1.0), metavar="Z",
-                   help="hot-expert skew, max / mean expert load (default: 1, uniform)")
-    p.add_argument("--redundant-experts", default=0, action=Checked, check=int_at_least(0), metavar="R",
+    p.add_argument("--skew", default=1.0, action=Checked, check=number_in(1.0), metavar="Z",
+                   help="hot-expert skew, max / mean expert load, at most E / k (default: 1, uniform)")
+    p.add_argument("--redundant-experts", default=0, action=Checked, check=int_in(0, MAX_REDUNDANT), metavar="R",
                    help="redundant expert slots placed by EPLB (default: 0)")
     p.add_argument("--no-eplb", action="store_true", help="static contiguous placement (needs R = 0)")
-    p.add_argument("--context", default=2048, action=Checked, check=int_at_least(1), metavar="S",
+    p.add_argument("--context", default=2048, action=Checked, check=int_in(1, MAX_CONTEXT), metavar="S",
                    help="context length [tokens] (default: 2048)")
     dtype_runtime_options(p)
     p.add_argument("--json", action="store_true", help="JSON output")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, flags=FLAGS)
 
 
 def run(args) -> int:

@@ -14,16 +14,19 @@ boundaries are exact (no tolerance, no grid).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import _check
 from ..errors import SpecError
-from .attention import core_coefficients, max_context, step_time
-from .engine import LAYOUTS, MAX_CONTEXT, Deployment, check_batch_context, check_layout, kernel_rates
+from .attention import core_coefficients, max_batch, max_context, memory_per_rank, step_time
+from .engine import (LAYOUTS, MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment, check_batch_context, check_layout,
+                     kernel_rates)
 
-__all__ = ["Boundary", "context_boundaries", "layout_time_coefficients", "mla_tp_dpa_closed_form_tokens"]
+__all__ = ["Boundary", "Alternative", "context_boundaries", "layout_time_coefficients",
+           "mla_tp_dpa_closed_form_tokens", "would_fit"]
 
 MAX_BATCH_VALUES = 4096  # batch values per call (each is solved exactly, one after the other)
 
@@ -153,3 +156,80 @@ def mla_tp_dpa_closed_form_tokens(dep: Deployment) -> float:
         raise SpecError(f"the TP/DPA closed form needs an MLA model, got {m.name} ({m.attention})")
     w_shard = sum(m.attn_params_per_layer.values()) - m.mla_replicated_params_per_layer
     return w_shard * dep.b_w / m.kv_bytes_per_token_per_layer(dep.kv_dtype)
+
+
+# ---- when nothing fits: what would -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Alternative:
+    """One change of the deployment or the point that makes some layouts fit in memory.
+
+    ``change`` is the field changed (``"weight_dtype"``, ``"kv_dtype"``, ``"ranks"``, ``"batch"``,
+    ``"context"``), ``value`` its new value (for batch and context: the largest that fits), ``layouts`` the
+    layouts that fit after it, ``text`` a short phrase ("FP8 weights", "16 ranks", "batch <= 12").
+    """
+
+    change: str
+    value: object
+    layouts: tuple[str, ...]
+    text: str
+
+
+def _fitting(dep: Deployment, batch: int, context: float, layouts) -> tuple[str, ...]:
+    return tuple(lay for lay in layouts if bool(memory_per_rank(dep, batch, context, lay)["feasible"]))
+
+
+def would_fit(dep: Deployment, batch, context, layouts=LAYOUTS) -> list[Alternative]:
+    """Single changes that make at least one layout fit at (``batch``, ``context``) when none fits as given
+    (empty if one already fits), each computed with the memory model, in this order:
+
+    * FP8 weights, then an FP8 KV cache (each where the deployment uses a wider dtype; both together only
+      if neither alone suffices);
+    * more ranks: the smallest of 2T, 4T, ... (up to 1024) that the model allows and where a layout fits;
+    * the largest batch that fits at this context (:func:`.attention.max_batch`), and the longest context
+      that fits at this batch (:func:`.attention.max_context`), each over the layouts.
+    """
+    batch = _check.integer("batch", batch, lo=1, hi=MAX_BATCH)
+    context = _check.number("context", context, lo=1, hi=MAX_CONTEXT, unit="tokens")
+    layouts = tuple(layouts)
+    for lay in layouts:
+        check_layout(lay)
+    if _fitting(dep, batch, context, layouts):
+        return []
+    out: list[Alternative] = []
+    dtype_changes = []
+    if dep.weight_dtype != "fp8":
+        dtype_changes.append(("weight_dtype", "FP8 weights", {"weight_dtype": "fp8"}))
+    if dep.kv_dtype != "fp8":
+        dtype_changes.append(("kv_dtype", "FP8 KV cache", {"kv_dtype": "fp8"}))
+    for change, text, kw in dtype_changes:
+        fits = _fitting(dataclasses.replace(dep, **kw), batch, context, layouts)
+        if fits:
+            out.append(Alternative(change, "fp8", fits, text))
+    if len(dtype_changes) == 2 and not out:
+        fits = _fitting(dataclasses.replace(dep, weight_dtype="fp8", kv_dtype="fp8"), batch, context, layouts)
+        if fits:
+            out.append(Alternative("weight_dtype+kv_dtype", "fp8", fits, "FP8 weights and KV cache"))
+    ranks = 2 * dep.ranks
+    while ranks <= MAX_RANKS:
+        try:
+            bigger = dataclasses.replace(dep, ranks=ranks)
+        except SpecError:  # the model does not split over this many ranks
+            bigger = None
+        fits = _fitting(bigger, batch, context, layouts) if bigger is not None else ()
+        if fits:
+            out.append(Alternative("ranks", ranks, fits, f"{ranks} ranks"))
+            break
+        ranks *= 2
+    if batch > 1:
+        best_b = {lay: int(max_batch(dep, context, lay, limit=batch - 1)) for lay in layouts}
+        top = max(best_b.values())
+        if top >= 1:
+            fits = tuple(lay for lay in layouts if best_b[lay] == top)
+            out.append(Alternative("batch", top, fits, f"batch <= {top:,}"))
+    best_s = {lay: float(max_context(dep, batch, lay, limit=context)) for lay in layouts}
+    top_s = max(best_s.values())
+    if top_s >= 1:
+        fits = tuple(lay for lay in layouts if best_s[lay] == top_s)
+        out.append(Alternative("context", int(top_s) if top_s == int(top_s) else top_s, fits,
+                               f"context <= {top_s:,.0f} tokens"))
+    return out

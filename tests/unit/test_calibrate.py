@@ -75,7 +75,22 @@ def test_overlay_round_trip(tmp_path, result, monkeypatch):
     ("nonsense,llama-3-70b,h100-sxm,8,bf16,bf16,1,4096,,,10,ms,x", "kind must be one of"),
     ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,1,4096,,,10,s,x", "unit for kind 'decode' must be 'ms'"),
     ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,1,,,,10,ms,x", "column 'context' is required"),
-    ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,1,4096,,,-3,ms,x", "measured must be a finite number >= 0"),
+    ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,1,4096,,,-3,ms,x",
+     r"bad.csv:2: measured must be a finite number in \[0.001, 1e7\] \[ms\], got -3.0"),
+    ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,1,4096,,,1e300,ms,x",
+     r"bad.csv:2: measured must be a finite number in \[0.001, 1e7\] \[ms\], got 1e\+300"),
+    ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,1,4096,,,1e-320,ms,x",
+     r"bad.csv:2: measured must be a finite number in \[0.001, 1e7\] \[ms\], got 1e-320"),
+    ("weights,llama-3-70b,h100-sxm,8,bf16,bf16,,,,,nan,GiB,x", r"bad.csv:2: measured must be .*\[GiB\], got nan"),
+    ("decode,llama-3-70b,h100-sxm,3,bf16,bf16,1,4096,,,10,ms,x", r"bad.csv:2: ranks \(3\) must divide the query"),
+    ("decode,llama-3-70b,h100-sxm,8,int4,bf16,1,4096,,,10,ms,x", r"bad.csv:2: weight_dtype must be one of"),
+    ("decode,llama-3-70b,h100-sxm," + "9" * 400 + ",bf16,bf16,1,4096,,,10,ms,x",
+     r"bad.csv:2: ranks must be an integer in \[1, 1024\], got 9999"),
+    ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,0x10,4096,,,10,ms,x", r"bad.csv:2: batch must be an integer"),
+    ("prefill,llama-3-70b,h100-sxm,8,bf16,bf16,1,,100,100,10,ms,x", r"bad.csv:2: prefix_tokens must be an integer "
+                                                                    r"in \[0, 99\] \[tokens\], got 100"),
+    ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,1,4096,,,10,ms,x,extra", r"bad.csv:2: the row has 14 fields, the "
+                                                                        r"header 13"),
     ("decode,llama-9,h100-sxm,8,bf16,bf16,1,4096,,,10,ms,x", "no models preset 'llama-9'"),
     ("prefill,llama-3-70b,h100-sxm,8,bf16,bf16,1,,,0,10,ms,x", "column 'prompt_tokens' is required"),
 ])
@@ -98,3 +113,83 @@ def test_cli_calibrate(capsys, tmp_path):
     assert cli.main(["calibrate", "--data", str(tmp_path / "missing.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing.csv" in err[0]
+
+
+# ---- hostile files ---------------------------------------------------------------------------------------------
+def _csv_text():
+    return DATA.read_text(encoding="utf-8")
+
+
+def test_csv_with_a_byte_order_mark_loads(tmp_path):
+    f = tmp_path / "bom.csv"
+    f.write_bytes(b"\xef\xbb\xbf" + DATA.read_bytes())
+    assert len(calibrate.load_points(f)) == len(calibrate.load_points(DATA))
+
+
+def test_csv_not_utf8_is_one_clear_error(tmp_path):
+    f = tmp_path / "latin1.csv"
+    f.write_bytes(_csv_text().replace("AIConfigurator", "AIConfigurat\xe9r", 1).encode("latin-1"))
+    with pytest.raises(SpecError, match=r"calibration CSV 'latin1.csv' must be UTF-8 text, got byte 0xe9 on "
+                                        r"line 2; save it as UTF-8"):
+        calibrate.load_points(f)
+
+
+def test_csv_with_an_unbalanced_quote_is_rejected_not_truncated(tmp_path):
+    lines = _csv_text().splitlines()
+    lines[2] = lines[2].replace(',"AIConfigurator', ',"AIConfigurator "quoted', 1)  # opens a quote left open
+    f = tmp_path / "quote.csv"
+    f.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(SpecError, match=r"quote.csv:3: .*quote"):
+        calibrate.load_points(f)
+    lines = _csv_text().splitlines()
+    lines[2] = lines[2].replace('batch 8"', "batch 8", 1)  # the quote closes on the next line
+    f.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(SpecError, match=r"quote.csv:3: "):
+        calibrate.load_points(f)
+    lines = _csv_text().splitlines()
+    lines[2] = lines[2].replace('batch 8"', 'batch 8\n  continued"', 1)  # a well-formed quote over two lines
+    f.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(SpecError, match=r"quote.csv:3: a quoted field runs over several lines \(lines 3-4\)"):
+        calibrate.load_points(f)
+    lines = _csv_text().splitlines()
+    lines[-1] = lines[-1].rstrip('"')  # the last quote never closes: rows must not silently vanish
+    f.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(SpecError, match=rf"quote.csv:{len(lines)}: not valid CSV \(unexpected end of data\)"):
+        calibrate.load_points(f)
+
+
+def test_csv_over_the_size_limit(tmp_path):
+    f = tmp_path / "big.csv"
+    f.write_text(_csv_text() + "\n" * calibrate.MAX_CSV_BYTES, encoding="utf-8")
+    with pytest.raises(SpecError, match=r"must be at most 1,048,576 bytes"):
+        calibrate.load_points(f)
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda tmp: tmp / "missing" / "cal.yaml", "--save must be in an existing directory"),
+    (lambda tmp: tmp, "--save must name a file, got the directory"),
+])
+def test_cli_calibrate_save_target_checked_before_the_fit(capsys, tmp_path, monkeypatch, make, needle):
+    monkeypatch.setattr(calibrate, "fit", lambda *a, **k: pytest.fail("the fit must not run"))
+    code = cli.main(["calibrate", "--data", str(DATA), "--save", str(make(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_cli_calibrate_names_its_flags(capsys, tmp_path):
+    assert cli.main(["calibrate", "--data", str(DATA), "--start", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("llmexplore: error: --start: no runtime preset 'nope'; known:") and err.count("\n") == 1
+    assert cli.main(["calibrate", "--data", str(tmp_path)]) == 2
+    assert "--data must be an existing file" in capsys.readouterr().err
+
+
+def test_fit_parameters_stay_in_range_for_extreme_measurements(tmp_path):
+    # measurements at the edges of the accepted range: the fit stays finite and inside BOUNDS
+    lines = _csv_text().splitlines()
+    lines[1] = lines[1].replace("9.986,ms", "10000000,ms")
+    f = tmp_path / "extreme.csv"
+    f.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    res = calibrate.fit(calibrate.load_points(f), max_iter=5)
+    for field, (lo, hi) in calibrate.BOUNDS.items():
+        assert lo <= getattr(res["runtime"], field) <= hi

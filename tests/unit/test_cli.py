@@ -99,7 +99,8 @@ def test_presets_human_tables(capsys, kind, expected):
 # ---- layouts -----------------------------------------------------------------------------------------------
 def test_layouts_json_schema_and_consistency(capsys):
     doc = run_json(capsys, [*LAYOUT_ARGS, "--json"])
-    assert set(doc) == {"layouts", "best", "inputs"}
+    assert set(doc) == {"layouts", "best", "would_fit", "inputs"}
+    assert doc["would_fit"] == []  # something fits
     rows = doc["layouts"]
     assert [r["layout"] for r in rows] == ["TP", "CP", "DPA", "DOP"]
     for r in rows:
@@ -141,6 +142,71 @@ def test_layouts_infeasible_is_a_result_not_an_error(capsys):
     code, out, err = run(capsys, INFEASIBLE_ARGS)
     assert code == 0 and err == ""
     assert out.rstrip().splitlines()[-1].startswith("best: none fits (")
+
+
+def test_layouts_says_what_would_fit(capsys):
+    # DeepSeek-V3 with BF16 weights does not fit on 8 H200 at any batch; FP8 weights or 16 ranks would
+    args = ["layouts", "--model", "deepseek-v3", "--gpu", "h200", "--ranks", "8", "--batch", "64", "--context",
+            "8192", "--weight-dtype", "bf16"]
+    doc = run_json(capsys, [*args, "--json"])
+    assert doc["best"] is None
+    would = {w["change"]: w for w in doc["would_fit"]}
+    assert would["weight_dtype"]["value"] == "fp8" and would["weight_dtype"]["text"] == "FP8 weights"
+    assert would["ranks"]["value"] == 16 and would["ranks"]["layouts"]
+    assert "batch" not in would  # the BF16 weights alone exceed the memory: no batch fits
+    fp8 = run_json(capsys, [*args[:-1], "fp8", "--json"])  # and the model agrees with each suggestion
+    assert fp8["best"] is not None and set(would["weight_dtype"]["layouts"]) == {
+        r["layout"] for r in fp8["layouts"] if r["feasible"]}
+    code, out, _ = run(capsys, args)
+    last = out.rstrip().splitlines()[-1]
+    assert code == 0 and last.startswith("best: none fits (closest: ")
+    assert "; would fit: FP8 weights (TP, CP, DPA, DOP), or 16 ranks (" in last
+
+
+def test_layouts_would_fit_a_smaller_batch_or_context(capsys):
+    doc = run_json(capsys, ["layouts", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--ranks", "8", "--batch",
+                            "4096", "--context", "8192", "--json"])
+    would = {w["change"]: w for w in doc["would_fit"]}
+    b, s = would["batch"]["value"], would["context"]["value"]
+    assert 1 <= b < 4096 and 1 <= s < 8192
+    for lay in would["batch"]["layouts"]:
+        fits = run_json(capsys, ["layouts", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--ranks", "8",
+                                 "--batch", str(b), "--context", "8192", "--json"])
+        assert next(r for r in fits["layouts"] if r["layout"] == lay)["feasible"]
+        over = run_json(capsys, ["layouts", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--ranks", "8",
+                                 "--batch", str(b + 1), "--context", "8192", "--json"])
+        assert over["best"] is None
+
+
+# ---- every model command takes the same dtype and runtime options, and honours them -------------------------
+_DTYPE_COMMANDS = {
+    "layouts": ["layouts", "--model", "deepseek-v3", "--gpu", "h200", "--ranks", "8", "--batch", "8",
+                "--context", "4096"],
+    "pd": ["pd", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--prompt", "1024", "--output", "64"],
+    "moe": ["moe", "--model", "deepseek-v3", "--gpu", "h200", "--gpus", "16", "--batch-tokens", "64"],
+}
+
+
+@pytest.mark.parametrize("command", list(_DTYPE_COMMANDS))
+def test_every_model_command_honours_dtype_and_runtime_options(capsys, command):
+    base = _DTYPE_COMMANDS[command]
+    ref = run_json(capsys, [*base, "--json"])
+    inputs = ref["inputs"]
+    assert inputs["kv_dtype"] == "bf16" and inputs["runtime"] == "default"
+    released = "fp8" if "deepseek-v3" in base else "bf16"
+    assert inputs["weight_dtype"] == released  # default: the model's released dtype
+    for flag, value, key in (("--weight-dtype", "fp8" if released == "bf16" else "bf16", "weight_dtype"),
+                             ("--kv-dtype", "fp8", "kv_dtype"), ("--runtime", "uncalibrated", "runtime")):
+        doc = run_json(capsys, [*base, flag, value, "--json"])
+        assert doc["inputs"][key] == value
+        assert _strip_inputs(doc) != _strip_inputs(ref), (command, flag)  # the option changed the result
+    for flag, bad in (("--weight-dtype", "int4"), ("--kv-dtype", "fp4"), ("--runtime", "fast")):
+        code, out, err = run(capsys, [*base, flag, bad])
+        assert code == 2 and out == "" and err.count("\n") == 1 and flag in err and bad in err
+
+
+def _strip_inputs(doc):
+    return json.dumps({k: v for k, v in doc.items() if k != "inputs"}, sort_keys=True)
 
 
 def test_layouts_options_reach_the_deployment(capsys):
@@ -187,25 +253,36 @@ BAD_INPUT = {
     "unknown gpu": (_with("--gpu", "h900"), ["gpu", "h900", "known:", "h100-sxm"]),
     "unknown runtime": (_with("--runtime", "fast"), ["runtime", "fast", "known:", "default"]),
     "unknown link": (_with("--scale-up-link", "nvlink9"), ["link", "nvlink9", "known:", "nvlink4"]),
-    "batch zero": (_with("--batch", "0"), ["--batch must be an integer >= 1, got 0"]),
-    "batch negative": (_with("--batch", "-4"), ["--batch", "-4", ">= 1"]),
+    "batch zero": (_with("--batch", "0"), ["--batch must be an integer in [1, 16,777,216], got 0"]),
+    "batch negative": (_with("--batch", "-4"), ["--batch", "-4", "[1, 16,777,216]"]),
     "batch non-integer": (_with("--batch", "2.5"), ["--batch", "2.5", "integer"]),
     "batch word": (_with("--batch", "lots"), ["--batch", "lots", "integer"]),
-    "context zero": (_with("--context", "0"), ["--context", "0", ">= 1"]),
+    "context zero": (_with("--context", "0"), ["--context", "0", "[1, 1,073,741,824]"]),
     "context non-integer": (_with("--context", "1e3"), ["--context", "1e3", "integer"]),
-    "ranks zero": (_with("--ranks", "0"), ["--ranks", "0", ">= 1"]),
+    "ranks zero": (_with("--ranks", "0"), ["--ranks must be an integer in [1, 1024], got 0"]),
     "ranks do not divide heads": (_with("--ranks", "6"), ["ranks", "6", "must divide", "64"]),
     "ranks too many": (_with("--ranks", "2048"), ["ranks", "2048", "1024"]),
     "ranks 12 on llama-3-8b": (["layouts", "--model", "llama-3-8b", "--gpu", "h200", "--ranks", "12",
                                       "--batch", "4", "--context", "1024"], ["ranks", "12", "must divide"]),
-    "q-tokens zero": (_with("--q-tokens", "0"), ["--q-tokens", "0", ">= 1"]),
-    "context-cv negative": (_with("--context-cv", "-0.1"), ["--context-cv", "-0.1", ">= 0"]),
+    "q-tokens zero": (_with("--q-tokens", "0"), ["--q-tokens", "0", "[1, 1,048,576]"]),
+    "context-cv negative": (_with("--context-cv", "-0.1"), ["--context-cv", "-0.1", "[0, 100]"]),
     "context-cv nan": (_with("--context-cv", "nan"), ["--context-cv", "nan", "finite"]),
     "bad weight dtype": (_with("--weight-dtype", "int4"), ["--weight-dtype", "int4", "bf16", "fp8"]),
     "bad kv dtype": (_with("--kv-dtype", "fp4"), ["--kv-dtype", "fp4", "bf16", "fp8"]),
     "unknown option": (_BASE + ["--tp", "8"], ["--tp"]),
     "missing required option": (_BASE[:3], ["required", "--gpu", "--ranks", "--batch", "--context"]),
     "missing value": (_BASE + ["--q-tokens"], ["--q-tokens", "expected one argument"]),
+    "negative infinity": (_with("--context-cv", "-inf"), ["--context-cv must be a finite number in [0, 100], "
+                                                          "got -inf"]),
+    "negative exponent": (_with("--batch", "-1e5"), ["--batch must be an integer in [1, 16,777,216], got -1e5"]),
+    "value that looks like an option": (_with("--model", "-x"), ["--model: no models preset '-x'"]),
+    "flag given twice": (_BASE + ["--batch", "8"], ["--batch given twice (4 and 8); give it once"]),
+    "empty value": (_with("--gpu", ""), ["--gpu must be a hardware preset name", "got ''"]),
+    "huge integer": (_with("--ranks", "9" * 400), ["--ranks must be an integer in [1, 1024], got 9999"]),
+    "unicode digits": (_with("--batch", "\u0664"), ["--batch must be an integer", "\u0664"]),
+    "ranks divide, named by flag": (_with("--ranks", "6"), ["--ranks (6) must divide the query heads"]),
+    "unknown scale-out link": (_with("--scale-out-link", "x9"), ["--scale-out-link: no links preset 'x9'"]),
+    "unknown runtime said as a runtime preset": (_with("--runtime", "x9"), ["--runtime: no runtime preset 'x9'"]),
     "unknown subcommand": (["frobnicate"], ["frobnicate", "report", "presets", "layouts"]),
     "no subcommand": ([], ["required", "COMMAND"]),
     "unknown preset kind": (["presets", "gpus"], ["gpus", "models", "hardware", "links", "runtime"]),
@@ -314,4 +391,4 @@ def test_installed_entry_point_and_python_m():
     bad = subprocess.run([sys.executable, "-m", "llmexplore", *_with("--batch", "0")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr == "llmexplore: error: --batch must be an integer >= 1, got 0\n"
+    assert bad.stderr == "llmexplore: error: --batch must be an integer in [1, 16,777,216], got 0\n"

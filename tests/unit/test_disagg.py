@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmexplore import cli, presets, sweeps
-from llmexplore.errors import SpecError
+from llmexplore.errors import SpecError, UnknownPresetError
 from llmexplore.models import disagg as dg
 from llmexplore.models import mg1
 from llmexplore.models import queueing as qz
@@ -30,14 +30,76 @@ def sides(s70):
 
 
 def test_workload_validation():
-    with pytest.raises(SpecError, match="prompt_tokens must be an integer >= 1, got 0"):
+    with pytest.raises(SpecError, match=r"prompt_tokens must be an integer in \[1, 1,048,576\] \[tokens\], got 0"):
         dg.Workload(prompt_tokens=0)
-    with pytest.raises(SpecError, match="rate_per_s must be a finite number > 0"):
+    with pytest.raises(SpecError, match=r"rate_per_s must be a finite number in \(0, 1e9\] \[1/s\], got -1"):
         dg.Workload(rate_per_s=-1)
     with pytest.raises(SpecError, match="percentile must be one of"):
         dg.Workload(percentile=0.42)
-    with pytest.raises(SpecError, match="prefix_tokens"):
+    with pytest.raises(SpecError, match=r"prefix_tokens must be < prompt_tokens \(100\) \[tokens\].*got 100"):
         dg.Workload(prompt_tokens=100, prefix_tokens=100)
+
+
+HOSTILE = ["8", {"a": 1}, 1 + 2j, 10**400, True, 4.5, None, [1, "a"], np.array(["x"]), float("nan"), -1, 1e300,
+           b"8", [], float("-inf")]
+WORKLOAD_FIELDS = ["prompt_tokens", "output_tokens", "rate_per_s", "ttft_slo_ms", "tpot_slo_ms", "percentile",
+                   "prefix_tokens", "prompt_sigma", "max_prompt_tokens"]
+
+
+@pytest.mark.parametrize("field", WORKLOAD_FIELDS)
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+def test_workload_hostile_values_are_spec_errors_naming_the_field(field, value):
+    if value is None and field == "max_prompt_tokens":
+        return  # None is the default (no explicit cap)
+    if field in ("rate_per_s", "ttft_slo_ms", "tpot_slo_ms") and value == 4.5:
+        assert getattr(dg.Workload(**{field: value}), field) == 4.5
+        return
+    with pytest.raises(SpecError, match=field) as exc:
+        dg.Workload(**{field: value})
+    assert type(exc.value) is SpecError and "must be" in str(exc.value)
+
+
+def test_workload_accepts_numpy_integers_and_stores_python_ints():
+    wl = dg.Workload(prompt_tokens=np.int64(1024), output_tokens=np.int32(16), rate_per_s=np.float64(2.0))
+    assert wl.prompt_tokens == 1024 and type(wl.prompt_tokens) is int and type(wl.rate_per_s) is float
+
+
+def test_huge_prompts_are_bounded_before_allocating():
+    # 1e12-token lognormal prompts used to build a 7 TiB pmf; now the bound is checked first
+    with pytest.raises(SpecError, match=r"prompt_tokens must be an integer in \[1, 1,048,576\] \[tokens\], "
+                                        r"got 1000000000000"):
+        dg.Workload(prompt_tokens=10**12, prompt_sigma=3)
+    with pytest.raises(SpecError, match=r"max_prompt_tokens must be an integer in \[1, 4,194,304\]"):
+        dg.Workload(prompt_tokens=1000, prompt_sigma=1, max_prompt_tokens=10**9)
+    with pytest.raises(SpecError, match=r"max_tokens must be an integer in \[0, 4,194,304\]"):
+        mg1.lognormal_prompt_pmf(median_tokens=100, sigma=1, max_tokens=10**9)
+    wl = dg.Workload(prompt_tokens=1 << 20, prompt_sigma=3)  # the largest: its pmf has 1,048,576 points
+    k, p = wl.prompt_distribution()
+    assert k.size <= 192 and p.sum() == pytest.approx(1.0)
+
+
+SETUP_FIELDS = ["prefill_tp", "decode_tp", "prompt_tokens", "output_tokens", "rate_per_s", "ttft_slo_ms",
+                "tpot_slo_ms", "percentile", "prefix_tokens", "weight_dtype", "kv_dtype", "runtime", "nics",
+                "batched_ops", "prompt_sigma", "model", "gpu"]
+
+
+@pytest.mark.parametrize("field", SETUP_FIELDS)
+@pytest.mark.parametrize("value", ["8", {"a": 1}, 1 + 2j, 10**400, [1, "a"], float("nan")], ids=repr)
+def test_setup_hostile_values_are_spec_errors(field, value):
+    unknown_name = isinstance(value, str) and field in ("model", "gpu", "runtime")  # text: an unknown preset
+    with pytest.raises(UnknownPresetError if unknown_name else SpecError) as exc:
+        sweeps.disagg.setup(**{field: value})
+    assert type(exc.value) is (UnknownPresetError if unknown_name else SpecError)
+    assert field in str(exc.value)
+
+
+def test_setup_names_the_side_whose_ranks_do_not_fit():
+    with pytest.raises(SpecError, match=r"^prefill_tp \(3\) must divide the query heads of llama-3-70b \(64\)$"):
+        sweeps.disagg.setup(prefill_tp=3)
+    with pytest.raises(SpecError, match=r"^decode_tp must be an integer in \[1, 1024\], got 0$"):
+        sweeps.disagg.setup(decode_tp=0)
+    with pytest.raises(SpecError, match=r"^weight_dtype must be one of"):  # not blamed on prefill_tp
+        sweeps.disagg.setup(weight_dtype="int4")
 
 
 def test_poisson_quantile_mean_inverts():
@@ -161,10 +223,14 @@ def test_cli_pd_json(capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--prompt", "0", "--output", "8"], "--prompt must be an integer >= 1, got 0"),
+    (["--prompt", "0", "--output", "8"], "--prompt must be an integer in [1, 1,048,576], got 0"),
     (["--prompt", "8", "--output", "8", "--link", "warp"], "no links preset 'warp'"),
-    (["--prompt", "8", "--output", "8", "--prefill-tp", "3"], "ranks (3) must divide"),
-    (["--prompt", "8", "--output", "8", "--rate", "-2"], "--rate must be a finite number > 0"),
+    (["--prompt", "8", "--output", "8", "--prefill-tp", "3"], "--prefill-tp (3) must divide"),
+    (["--prompt", "8", "--output", "8", "--rate", "-2"], "--rate must be a finite number in (0, 1e9], got -2"),
+    (["--prompt", "8", "--output", "8", "--rate", "-inf"], "--rate must be a finite number in (0, 1e9], got -inf"),
+    (["--prompt", "10000000", "--output", "8", "--prompt-sigma", "3"], "--prompt must be an integer in [1, 1,048,576]"),
+    (["--prompt", "8", "--output", "8", "--decode-tp", "3"], "--decode-tp (3) must divide"),
+    (["--prompt", "8", "--output", "8", "--link", "warp", "--link", "tcp-100g"], "--link given twice"),
 ])
 def test_cli_pd_bad_input(capsys, argv, needle):
     assert cli.main(["pd", "--model", "llama-3-70b", "--gpu", "h100-sxm", *argv]) == 2
