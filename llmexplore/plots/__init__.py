@@ -1,40 +1,191 @@
 """Figure builders: tidy results in, ``go.Figure`` out. No model computations, no ``.show()``, no files.
 
-One module per area (:mod:`.layouts`, :mod:`.disagg`, :mod:`.moe`); the shared style lives here. Every figure has
-unit-bearing axis titles and a legend; a layout or serving mode keeps one colour throughout the workbook.
-The live explorers (:mod:`llmexplore.widgets`) start from these same builders and update traces by name.
+One module per area (:mod:`.layouts`, :mod:`.disagg`, :mod:`.moe`); the shared style lives here. Every figure
+has unit-bearing axis titles and a legend entry or label for every line; a layout or serving mode keeps one
+colour throughout the workbook; series that can overlap also differ in dash pattern or marker.
+
+The live explorers (:mod:`llmexplore.widgets`) start from these same builders and update traces by name. The
+builders they use are written as *specs* (plain dicts, :func:`spec_builder`): ``builder(table)`` returns the
+``go.Figure``, ``builder.spec(table)`` the same figure as dicts, which :func:`update_from` applies to a live
+figure in place without building and validating a second ``go.Figure`` on every slider move.
 """
 
 from __future__ import annotations
+
+import copy
+import functools
+import math
+import re
+import textwrap
 
 import numpy as np
 import plotly.graph_objects as go
 
 from ..errors import SpecError
 
-__all__ = ["TEMPLATE", "ref_line", "base", "trace", "layouts", "disagg", "moe"]
+__all__ = ["TEMPLATE", "TITLE_CHARS", "NOT_FIT", "RANK_SERIES", "RANK_KEY", "RANK_MARKER", "ref_line",
+           "ref_trace", "base", "base_layout", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
+           "not_fit_key", "update_from", "layouts", "disagg", "moe"]
 
 TEMPLATE = "plotly_white"
+#: longest title line [characters]: plotly never wraps titles, and 80 characters of its 17 px title font fill
+#: about 750 px, the width of a figure in a JupyterLab notebook next to the file browser
+TITLE_CHARS = 80
+#: legend entry that explains the dotted segments (points that do not fit in memory)
+NOT_FIT = "dotted: does not fit in memory"
+#: legend order (``legendrank``) of the data series (+1 each), the keys and the markers of a chosen value, so
+#: the legend keeps its order when a live figure adds a trace
+RANK_SERIES, RANK_KEY, RANK_MARKER = 10, 900, 1000
 
 
-def ref_line(fig: go.Figure, *, y=None, x=None, span, name: str, color: str = "#c00", dash: str = "dash",
-              row=None, col=None, showlegend: bool = True) -> None:
-    """A horizontal (``y``) or vertical (``x``) reference line drawn as a named trace over ``span``.
+# --------------------------------------------------------------------------------------------------
+# text
 
-    Used instead of ``add_hline(annotation_text=...)``: plotly places annotations on log axes in log10 units,
-    which silently puts the label (and the autorange) at 10**value.
+
+def fmt(value, unit: str = "", *, digits: int = 3, trim: bool = False) -> str:
+    """A number for people: thousands separators, ``digits`` significant digits (whole numbers in full), then
+    the unit. ``fmt(1000, "ms")`` -> ``"1,000 ms"``, ``fmt(56.23, "req/s")`` -> ``"56.2 req/s"``,
+    ``fmt(23.97, "ms")`` -> ``"24.0 ms"``; ``trim`` drops trailing zeros (for values a reader typed:
+    ``fmt(0.5, "req/s", trim=True)`` -> ``"0.5 req/s"``). NaN and infinities read ``"—"``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return f"{value} {unit}".strip()
+    if not math.isfinite(v):
+        text = "—"
+    elif v == round(v) and (abs(v) >= 1 or v == 0):
+        text = f"{v:,.0f}"
+    else:
+        decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+        text = f"{v:,.{decimals}f}"
+        if trim and "." in text:
+            text = text.rstrip("0").rstrip(".")
+    return f"{text} {unit}" if unit else text
+
+
+def wrap_title(text: str, width: int = TITLE_CHARS) -> str:
+    """``text`` with ``<br>`` breaks so that no line is longer than ``width`` characters.
+
+    Breaks go at the " — " separators between the parts of a title first, then between words; a title that
+    already has ``<br>`` keeps it.
     """
-    lo, hi = float(np.nanmin(span)), float(np.nanmax(span))
-    xs, ys = ([lo, hi], [y, y]) if y is not None else ([x, x], [lo, hi])
-    kw = {} if row is None else dict(row=row, col=col)
-    fig.add_scatter(x=xs, y=ys, mode="lines", name=name, line=dict(color=color, dash=dash, width=1.5),
-                    showlegend=showlegend, hoverinfo="name", **kw)
+    lines = []
+    for part in re.split(r"<br\s*/?>", text or ""):
+        line = ""
+        for seg in part.split(" — "):
+            joined = f"{line} — {seg}" if line else seg
+            if len(joined) <= width:
+                line = joined
+                continue
+            if line:
+                lines.append(line + " —")
+            pieces = textwrap.wrap(seg, width, break_long_words=False, break_on_hyphens=False) or [""]
+            lines.extend(pieces[:-1])
+            line = pieces[-1]
+        lines.append(line)
+    return "<br>".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# layout
+
+
+def base_layout(title: str, height: int = 420, **more) -> dict:
+    """The shared layout as a dict: template, wrapped title (the top margin grows with its lines), height."""
+    text = wrap_title(title)
+    lines = text.count("<br>") + 1
+    layout = dict(template=TEMPLATE, title=dict(text=text), height=height + 22 * (lines - 1),
+                  legend=dict(title=dict(text="")), margin=dict(l=70, r=30, t=70 + 22 * (lines - 1), b=60))
+    layout.update(more)
+    return layout
 
 
 def base(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
-    fig.update_layout(template=TEMPLATE, title=title, height=height, legend_title_text="",
-                      margin=dict(l=70, r=30, t=70, b=60))
+    """Apply :func:`base_layout` to a figure built with the ``go.Figure`` API."""
+    fig.update_layout(**base_layout(title, height))
     return fig
+
+
+@functools.lru_cache(maxsize=None)
+def _grid(cols: int, titles: tuple, spacing: float) -> dict:
+    from plotly.subplots import make_subplots
+
+    lay = make_subplots(rows=1, cols=cols, subplot_titles=titles or None, horizontal_spacing=spacing
+                        ).layout.to_plotly_json()
+    lay.pop("template", None)
+    return lay
+
+
+def grid_layout(cols: int, titles=(), spacing: float = 0.1) -> dict:
+    """Axes (``xaxis``, ``xaxis2``, ...) and subplot titles of a one-row grid, as :func:`make_subplots` lays
+    them out (computed once per shape); traces of column ``c`` > 1 use ``xaxis="x{c}"``, ``yaxis="y{c}"``."""
+    return copy.deepcopy(_grid(int(cols), tuple(titles), float(spacing)))
+
+
+# --------------------------------------------------------------------------------------------------
+# reference lines
+
+
+def ref_trace(*, y=None, x=None, span, name: str, color: str = "#c00", dash: str = "dash",
+              showlegend: bool = True, xaxis: str | None = None, yaxis: str | None = None,
+              hover: str | None = None, legendrank: int | None = None) -> dict:
+    """A horizontal (``y``) or vertical (``x``) reference line over ``span`` as a named scatter trace (dict).
+
+    Traces, not ``add_hline(annotation_text=...)``: they get a legend entry, and plotly places annotations on
+    log axes in log10 units, which silently puts the label (and the autorange) at 10**value.
+    """
+    vals = np.asarray(span, dtype=float)
+    vals = vals[np.isfinite(vals)]
+    lo, hi = (float(vals.min()), float(vals.max())) if vals.size else (np.nan, np.nan)
+    xs, ys = ([lo, hi], [y, y]) if y is not None else ([x, x], [lo, hi])
+    tr = dict(type="scatter", x=xs, y=ys, mode="lines", name=name, showlegend=showlegend,
+              line=dict(color=color, dash=dash, width=1.5))
+    if hover:
+        tr["hovertemplate"] = hover + "<extra></extra>"
+    else:
+        tr["hoverinfo"] = "name"
+    if legendrank is not None:
+        tr["legendrank"] = legendrank
+    if xaxis:
+        tr["xaxis"] = xaxis
+    if yaxis:
+        tr["yaxis"] = yaxis
+    return tr
+
+
+def ref_line(fig: go.Figure, *, y=None, x=None, span, name: str, color: str = "#c00", dash: str = "dash",
+             row=None, col=None, showlegend: bool = True) -> None:
+    """Add :func:`ref_trace` to a figure (in subplot ``row``, ``col`` if given)."""
+    kw = {} if row is None else dict(row=row, col=col)
+    fig.add_trace(ref_trace(y=y, x=x, span=span, name=name, color=color, dash=dash, showlegend=showlegend),
+                  **kw)
+
+
+def not_fit_key(shown: bool, **axes) -> dict:
+    """The legend entry explaining dotted segments (a trace with no points); listed only when ``shown``."""
+    return dict(type="scatter", x=[None], y=[None], mode="lines", name=NOT_FIT, showlegend=bool(shown),
+                line=dict(color="#777", dash="dot", width=1.5), hoverinfo="skip", legendrank=RANK_KEY, **axes)
+
+
+# --------------------------------------------------------------------------------------------------
+# specs and live figures
+
+
+def figure(spec: dict) -> go.Figure:
+    """The ``go.Figure`` of a spec (``{"data": [trace dicts], "layout": {...}}``)."""
+    return go.Figure(data=spec["data"], layout=spec["layout"])
+
+
+def spec_builder(fn):
+    """Decorate a function that returns a figure spec so that calling it returns the ``go.Figure``;
+    ``builder.spec(...)`` returns the spec itself (what :func:`update_from` applies to a live figure)."""
+
+    @functools.wraps(fn)
+    def build(*args, **kwargs) -> go.Figure:
+        return figure(fn(*args, **kwargs))
+
+    build.spec = fn
+    return build
 
 
 def trace(fig: go.Figure, name: str):
@@ -44,6 +195,85 @@ def trace(fig: go.Figure, name: str):
         if tr.name == name:
             return tr
     raise SpecError(f"trace must be one of {[tr.name for tr in fig.data]}, got {name!r}")
+
+
+def _same(a, b) -> bool:
+    """Plotly property values equal (arrays element-wise, NaN equal to NaN, tuples equal to lists)."""
+    if a is b:
+        return True
+    if isinstance(a, dict) or isinstance(b, dict):
+        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(
+            _same(a[k], b[k]) for k in a)
+    seq = (list, tuple, np.ndarray)
+    if isinstance(a, seq) or isinstance(b, seq):
+        if not (isinstance(a, seq) and isinstance(b, seq)) or len(a) != len(b):
+            return False
+        x, y = np.asarray(a), np.asarray(b)
+        if x.dtype.kind in "iuf" and y.dtype.kind in "iuf":
+            return x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=True))
+        return all(_same(p, q) for p, q in zip(list(a), list(b)))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+_AXIS = re.compile(r"^[xy]axis\d*$")
+_VIEW_STATE = ("range", "autorange")  # axis keys a reader's zoom sets; kept unless the spec sets them
+#: layout keys an explorer may set that a spec does not always carry: cleared when the spec lacks them
+_CLEARED = {"annotations": (), "shapes": (), "paper_bgcolor": None, "plot_bgcolor": None}
+
+
+def update_from(fig: go.Figure, new) -> None:
+    """Make ``fig`` (a live ``go.FigureWidget``) show ``new`` (a spec or a figure) in place.
+
+    Traces are matched by name: a trace of ``new`` updates the trace of ``fig`` with that name (only the
+    properties that changed are sent; properties it lacks are reset), a new name adds a trace, and traces of
+    ``fig`` whose name is not in ``new`` are hidden. A trace the reader hid from the legend stays hidden. The
+    layout is merged; axis zoom survives unless ``new`` sets a range. Names in ``new`` must be unique.
+    """
+    spec = new if isinstance(new, dict) else new.to_plotly_json()
+    data = list(spec.get("data", []))
+    names = [t.get("name") for t in data]
+    if None in names or len(set(names)) != len(names):
+        raise SpecError(f"update_from needs uniquely named traces, got {names}")
+    have = {}
+    for tr in fig.data:
+        have.setdefault(tr.name, tr)
+    with fig.batch_update():
+        for t in data:
+            tr = have.get(t["name"])
+            if tr is None:
+                fig.add_trace(t)
+                continue
+            cur = tr.to_plotly_json()
+            for key, value in t.items():
+                if key not in ("type", "uid") and (key not in cur or not _same(cur[key], value)):
+                    tr[key] = value
+            for key in cur:
+                if key not in t and key not in ("type", "uid"):
+                    if key == "visible" and cur[key] == "legendonly":
+                        continue
+                    tr[key] = None
+        wanted = set(names)
+        for tr in fig.data:
+            if tr.name not in wanted and tr.visible is not False:
+                tr.visible = False
+        layout = {k: v for k, v in spec.get("layout", {}).items() if k != "template"}
+        cur = fig.layout.to_plotly_json()
+        for key, value in layout.items():
+            old = cur.get(key)
+            if _AXIS.match(key) and isinstance(value, dict) and isinstance(old, dict):
+                kept = {k: v for k, v in old.items() if k in _VIEW_STATE and k not in value}
+                if not _same({k: v for k, v in old.items() if k not in kept}, value):
+                    fig.layout[key] = {**value, **kept}
+            elif not _same(old, value):
+                fig.layout[key] = value
+        for key, empty in _CLEARED.items():
+            if key not in layout and cur.get(key) not in (None, (), []):
+                fig.layout[key] = empty
 
 
 from . import disagg, layouts, moe  # noqa: E402  (area modules use the style above)

@@ -7,10 +7,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import TEMPLATE, base, ref_line  # noqa: F401
+from . import (RANK_KEY, RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, fmt, ref_line,  # noqa: F401
+               ref_trace, spec_builder)
 
-__all__ = ["MODE_COLORS", "latency_figure", "exposed_transfer_figure", "gpus_vs_bandwidth_figure", "ratio_figure",
-           "goodput_heatmap_figure", "link_comparison_figure", "mode_color"]
+__all__ = ["MODE_COLORS", "latency_figure", "exposed_transfer_figure", "mode_gpus_figure",
+           "gpus_vs_bandwidth_figure", "ratio_figure", "goodput_heatmap_figure", "link_comparison_figure",
+           "mode_color"]
 
 MODE_COLORS = {"colocated": "#7f7f7f", "disaggregated, serial": "#d62728", "disaggregated, pipelined": "#1f77b4",
                "serial": "#d62728", "layer-wise pipelined": "#1f77b4"}
@@ -47,18 +49,69 @@ def latency_figure(df: pd.DataFrame, *, ttft_slo_ms: float | None = None, tpot_s
     return base(fig, title)
 
 
-def exposed_transfer_figure(df: pd.DataFrame, *, title: str = "Exposed KV-transfer time vs link bandwidth"
-                            ) -> go.Figure:
+#: dash pattern and marker per transfer mode, so that the two curves stay apart where they meet
+_TRANSFER_STYLE = {"serial": ("solid", "circle"), "layer-wise pipelined": ("dash", "diamond")}
+
+
+@spec_builder
+def exposed_transfer_figure(df: pd.DataFrame, *, title: str = "Exposed KV-transfer time vs link bandwidth",
+                            link_GBps: float | None = None, link_name: str = "chosen link") -> go.Figure:
     """Exposed transfer time of one request vs achievable bandwidth per GPU, serial vs layer-wise pipelined,
-    with the prefill time for scale; ``df`` from :func:`llmexplore.sweeps.pd.exposed_vs_bandwidth`."""
-    fig = go.Figure()
-    for mode, g in df.groupby("mode", sort=False):
-        fig.add_scatter(x=g["bandwidth_GBps"], y=g["exposed_ms"], name=mode, line=dict(color=mode_color(mode)))
-    ref_line(fig, y=float(df["prefill_ms"].iloc[0]), span=df["bandwidth_GBps"], name="prefill of one prompt",
-              color="#555", dash="dot")
-    fig.update_xaxes(type="log", title_text="achievable link bandwidth per GPU (GB/s)")
-    fig.update_yaxes(type="log", title_text="exposed transfer time (ms)")
-    return base(fig, title)
+    with the prefill time for scale; ``df`` from :func:`llmexplore.sweeps.disagg.exposed_vs_bandwidth`.
+    ``link_GBps`` marks a link's achievable bandwidth with a vertical "chosen link" line."""
+    data, finite = [], []
+    for rank, (mode, g) in enumerate(df.groupby("mode", sort=False), start=RANK_SERIES):
+        dash, symbol = _TRANSFER_STYLE.get(mode, ("solid", "circle"))
+        col = mode_color(mode)
+        y = g["exposed_ms"].to_numpy(float)
+        finite.append(y)
+        data.append(dict(type="scatter", x=g["bandwidth_GBps"].to_numpy(float), y=y, name=mode,
+                         mode="lines+markers", line=dict(color=col, dash=dash, width=2.5), legendrank=rank,
+                         marker=dict(color=col, symbol=symbol, size=7, maxdisplayed=12),
+                         hovertemplate=f"{mode}: %{{y:,.3~r}} ms at %{{x:,.3~r}} GB/s<extra></extra>"))
+    prefill = float(df["prefill_ms"].iloc[0])
+    data.append(ref_trace(y=prefill, span=df["bandwidth_GBps"], name="prefill of one prompt", color="#555",
+                          dash="dot", hover=f"prefill of one prompt: {fmt(prefill, 'ms')}", legendrank=RANK_KEY))
+    if link_GBps is not None:
+        data.append(ref_trace(x=float(link_GBps), span=np.concatenate(finite + [[prefill]]), name="chosen link",
+                              color="#c00", dash="longdash", legendrank=RANK_MARKER,
+                              hover=f"{link_name}: {fmt(link_GBps, 'GB/s', trim=True)}"))
+    layout = base_layout(title,
+                         xaxis=dict(type="log", title=dict(text="achievable link bandwidth per GPU (GB/s)")),
+                         yaxis=dict(type="log", title=dict(text="exposed transfer time (ms)")))
+    return {"data": data, "layout": layout}
+
+
+@spec_builder
+def mode_gpus_figure(rows, *, best: str | None = None,
+                     title: str = "GPUs per serving mode at the target rate and SLOs") -> go.Figure:
+    """Bars of the GPUs each serving mode needs (colocated, disaggregated with serial or pipelined transfer),
+    labelled with the pool sizes; ``rows`` are :func:`llmexplore.sweeps.disagg.mode_rows` records (or their
+    DataFrame). A mode that no pool can serve within the SLOs gets a zero-height bar saying so; ``best``
+    (e.g. :func:`~llmexplore.sweeps.disagg.fewest_gpus`'s mode) is outlined."""
+    rows = rows.to_dict("records") if isinstance(rows, pd.DataFrame) else list(rows)
+    modes, gpus, text, hover = [], [], [], []
+    for r in rows:
+        g = float(r["gpus"])
+        ok = np.isfinite(g)
+        modes.append(r["mode"])
+        gpus.append(g if ok else 0.0)
+        if not ok:
+            text.append("no pool meets the SLOs")
+        elif r["mode"] == "colocated":
+            text.append(f"{fmt(g)} GPUs<br>{fmt(r['n_decode'])} instances")
+        else:
+            text.append(f"{fmt(g)} GPUs<br>{fmt(r['n_prefill'])} prefill + {fmt(r['n_decode'])} decode")
+        hover.append(r.get("reason") or "")
+    colors = [mode_color(m) or "#444" for m in modes]
+    outline = [3 if m == best else 0 for m in modes]
+    data = [dict(type="bar", x=modes, y=gpus, name="GPUs", text=text, textposition="outside",
+                 cliponaxis=False, marker=dict(color=colors, line=dict(color="#222", width=outline)), showlegend=False,
+                 customdata=hover, hovertemplate="%{x}: %{y:,.0f} GPUs<br>%{customdata}<extra></extra>")]
+    top = max(gpus + [1.0]) * 1.3
+    layout = base_layout(title, height=380, xaxis=dict(title=dict(text="serving mode")),
+                         yaxis=dict(title=dict(text="GPUs at the target rate and SLOs"), range=[0, top]))
+    return {"data": data, "layout": layout}
 
 
 def gpus_vs_bandwidth_figure(df: pd.DataFrame, breakeven: dict | None = None, *,

@@ -7,45 +7,64 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import TEMPLATE, base, ref_line  # noqa: F401
+from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, fmt, grid_layout,  # noqa: F401
+               not_fit_key, ref_line, ref_trace, spec_builder)
 
-__all__ = ["LAYOUT_COLORS", "PART_COLORS", "step_time_figure", "phase_diagram_figure", "memory_figure",
-           "transition_figure", "scheduler_figure", "policy_figure"]
+__all__ = ["LAYOUT_COLORS", "LAYOUT_SYMBOLS", "PART_COLORS", "step_time_figure", "phase_diagram_figure",
+           "memory_figure", "transition_figure", "scheduler_figure", "policy_figure"]
 
 LAYOUT_COLORS = {"TP": "#1f77b4", "CP": "#ff7f0e", "DPA": "#2ca02c", "DOP": "#9467bd", "none": "#d9d9d9"}
+#: a marker per layout, so that curves that coincide stay distinguishable
+LAYOUT_SYMBOLS = {"TP": "circle", "CP": "square", "DPA": "diamond", "DOP": "triangle-up"}
 PART_COLORS = {"attention weights": "#4c78a8", "FFN/MoE weights": "#72b7b2", "embeddings + norms": "#b279a2",
                "KV cache": "#f58518", "activations": "#e45756", "runtime reserve": "#9d9d9d"}
 
 
+@spec_builder
 def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs context",
                      context_marker: float | None = None) -> go.Figure:
-    """Step time (left) and its attention / communication parts (right) vs context, one colour per layout.
-
-    ``curves``: rows of :func:`llmexplore.sweeps.layout_curves` for a single batch. Infeasible points are
-    drawn dotted (they do not fit in memory).
+    """Step time (left) and its attention / communication parts (right) vs context, one colour and marker per
+    layout. ``curves``: rows of :func:`llmexplore.sweeps.layouts.layout_curves` for a single batch. Points
+    that do not fit in memory are drawn dotted (with one legend entry saying so); ``context_marker`` adds a
+    vertical "chosen context" line. ``step_time_figure.spec(...)`` gives the same figure as dicts.
     """
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("whole step", "attention kernels (solid), "
-                                                        "communication (dashed)"), horizontal_spacing=0.1)
-    for lay, g in curves.groupby("layout", sort=False):
+    panels = ("whole step", "attention (solid) and communication (dashed)")
+    layout = base_layout(title, **grid_layout(2, panels))
+    data, any_bad, finite = [], False, []
+    for rank, (lay, g) in enumerate(curves.groupby("layout", sort=False), start=RANK_SERIES):
         g = g.sort_values("context")
         col = LAYOUT_COLORS.get(lay, None)
-        ok = g["feasible"].to_numpy()
-        fig.add_scatter(x=g["context"], y=np.where(ok, g["step_ms"], np.nan), name=lay, mode="lines",
-                        line=dict(color=col, width=2.5), legendgroup=lay, row=1, col=1)
-        fig.add_scatter(x=g["context"], y=np.where(ok, np.nan, g["step_ms"]), name=f"{lay} (does not fit)",
-                        mode="lines", line=dict(color=col, width=1.5, dash="dot"), legendgroup=lay,
-                        showlegend=bool((~ok).any()), row=1, col=1)
-        fig.add_scatter(x=g["context"], y=g["attention_ms"], name=f"{lay} attention", mode="lines",
-                        line=dict(color=col), legendgroup=lay, showlegend=False, row=1, col=2)
-        fig.add_scatter(x=g["context"], y=g["comm_ms"], name=f"{lay} communication", mode="lines",
-                        line=dict(color=col, dash="dash"), legendgroup=lay, showlegend=False, row=1, col=2)
+        ok = g["feasible"].to_numpy(bool)
+        x = g["context"].to_numpy(float)
+        step = g["step_ms"].to_numpy(float)
+        any_bad = any_bad or bool((~ok).any())
+        finite.append(step[np.isfinite(step)])
+        marker = dict(color=col, symbol=LAYOUT_SYMBOLS.get(lay, "circle"), size=7, maxdisplayed=12)
+        hover = f"{lay}: %{{y:,.3~r}} ms at %{{x:,.0f}} tokens"
+        data += [
+            dict(type="scatter", x=x, y=np.where(ok, step, np.nan), name=lay, mode="lines+markers",
+                 line=dict(color=col, width=2.5), marker=marker, legendgroup=lay, legendrank=rank,
+                 hovertemplate=hover + "<extra></extra>"),
+            dict(type="scatter", x=x, y=np.where(ok, np.nan, step), name=f"{lay} (does not fit)",
+                 mode="lines", line=dict(color=col, width=1.5, dash="dot"), legendgroup=lay, showlegend=False,
+                 hovertemplate=hover + " (does not fit)<extra></extra>"),
+            dict(type="scatter", x=x, y=g["attention_ms"].to_numpy(float), name=f"{lay} attention",
+                 mode="lines+markers", line=dict(color=col), marker=marker, legendgroup=lay, showlegend=False,
+                 xaxis="x2", yaxis="y2", hovertemplate=f"{lay} attention: %{{y:,.3~r}} ms<extra></extra>"),
+            dict(type="scatter", x=x, y=g["comm_ms"].to_numpy(float), name=f"{lay} communication",
+                 mode="lines", line=dict(color=col, dash="dash"), legendgroup=lay, showlegend=False, xaxis="x2", yaxis="y2",
+                 hovertemplate=f"{lay} communication: %{{y:,.3~r}} ms<extra></extra>"),
+        ]
+    data.append(not_fit_key(any_bad))
     if context_marker is not None:
-        fig.add_vline(x=context_marker, line=dict(color="#555", dash="dash", width=1))
-    for c in (1, 2):
-        fig.update_xaxes(type="log", title_text="context length (tokens)", row=1, col=c)
-    fig.update_yaxes(title_text="step time (ms)", type="log", row=1, col=1)
-    fig.update_yaxes(title_text="time per step (ms)", type="log", row=1, col=2)
-    return base(fig, title)
+        data.append(ref_trace(x=float(context_marker), span=np.concatenate(finite) if finite else [],
+                              name="chosen context", color="#555", dash="longdash", legendrank=RANK_MARKER,
+                              hover=f"chosen context: {fmt(context_marker, 'tokens')}"))
+    for ax in ("xaxis", "xaxis2"):
+        layout[ax].update(type="log", title=dict(text="context length (tokens)"))
+    layout["yaxis"].update(type="log", title=dict(text="step time (ms)"))
+    layout["yaxis2"].update(type="log", title=dict(text="time per step (ms)"))
+    return {"data": data, "layout": layout}
 
 
 def phase_diagram_figure(phase: dict, *, title: str = "Best feasible layout") -> go.Figure:
@@ -85,21 +104,40 @@ def phase_diagram_figure(phase: dict, *, title: str = "Best feasible layout") ->
     return base(fig, title, height=520)
 
 
+@spec_builder
 def memory_figure(mem: pd.DataFrame, *, title: str = "Memory per rank (worst rank)") -> go.Figure:
-    """Stacked bars of memory per rank by part for each layout, with the usable-HBM line.
+    """Stacked bars of memory per rank by part for each layout, the total above each bar (and "does not fit"
+    where it exceeds the usable HBM), and the usable-HBM line with its legend entry and value.
 
-    ``mem``: output of :func:`llmexplore.sweeps.memory_table`.
+    ``mem``: output of :func:`llmexplore.sweeps.layouts.memory_table`.
     """
-    fig = go.Figure()
+    order = list(dict.fromkeys(mem["layout"]))
+    data = []
     for part, g in mem.groupby("part", sort=False):
-        fig.add_bar(x=g["layout"], y=g["GB"], name=part, marker_color=PART_COLORS.get(part))
+        data.append(dict(type="bar", x=g["layout"].tolist(), y=g["GB"].to_numpy(float), name=part,
+                         marker=dict(color=PART_COLORS.get(part)),
+                         hovertemplate=f"{part}: %{{y:,.1f}} GB<extra>%{{x}}</extra>"))
     usable = float(mem["usable_GB"].iloc[0])
-    fig.add_hline(y=usable, line=dict(color="#c00", dash="dash"),
-                  annotation_text=f"usable HBM {usable:.0f} GB", annotation_position="top left")
-    fig.update_layout(barmode="stack")
-    fig.update_xaxes(title_text="attention layout")
-    fig.update_yaxes(title_text="memory per rank (GB)")
-    return base(fig, title)
+    totals = mem.groupby("layout", sort=False)["GB"].sum().reindex(order).to_numpy(float)
+    fits = (mem.groupby("layout", sort=False)["feasible"].all().reindex(order).to_numpy(bool)
+            if "feasible" in mem else totals <= usable)
+    data.append(dict(type="scatter", x=order, y=totals, mode="text", name="total per rank", showlegend=False,
+                     text=[fmt(t, "GB") + ("" if ok else "<br><b>does not fit</b>")
+                           for t, ok in zip(totals, fits)],
+                     textposition="top center", hoverinfo="skip", cliponaxis=False))
+    # the usable line spans the whole plot: drawn on a hidden [0, 1] axis laid over the categorical one
+    data.append(dict(type="scatter", x=[0, 1], y=[usable, usable], xaxis="x2", mode="lines",
+                     name="usable HBM per rank", line=dict(color="#c00", dash="dash", width=2),
+                     hovertemplate=f"usable HBM {fmt(usable, 'GB')} per rank<extra></extra>"))
+    top = max(float(np.nanmax(totals)) if totals.size else 0.0, usable) * 1.18
+    layout = base_layout(title, barmode="stack",
+                         xaxis=dict(title=dict(text="attention layout")),
+                         xaxis2=dict(overlaying="x", range=[0, 1], visible=False, fixedrange=True),
+                         yaxis=dict(title=dict(text="memory per rank (GB)"), range=[0, top]),
+                         annotations=[dict(text=f"usable {fmt(usable, 'GB')}", xref="paper", x=1,
+                                           xanchor="right", yref="y", y=usable, yanchor="bottom",
+                                           showarrow=False, font=dict(color="#c00"))])
+    return {"data": data, "layout": layout}
 
 
 def transition_figure(table: pd.DataFrame, *, value: str = "exposed_ms",

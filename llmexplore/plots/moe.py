@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import TEMPLATE, base, ref_line  # noqa: F401
+from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, fmt, grid_layout,  # noqa: F401
+               not_fit_key, ref_line, ref_trace, spec_builder)
 
 __all__ = ["PLACEMENT_COLORS", "skew_figure", "rank_load_figure", "comm_figure", "scenario_figure"]
 
@@ -18,38 +20,71 @@ def _placement_color(name: str) -> str:
     return PLACEMENT_COLORS.get(name, "#1f77b4")
 
 
-def skew_figure(df: pd.DataFrame, *, title: str = "Decode step vs hot-expert skew") -> go.Figure:
+#: dash pattern and marker per placement (in table order), so that curves that coincide stay distinguishable;
+#: dotted is kept for "does not fit in memory"
+_PLACEMENT_STYLE = [("solid", "circle"), ("dash", "square"), ("dashdot", "diamond"),
+                    ("longdash", "triangle-up")]
+
+
+@spec_builder
+def skew_figure(df: pd.DataFrame, *, title: str = "Decode step vs hot-expert skew",
+                skew_marker: float | None = None) -> go.Figure:
     """Step time (left) and MoE-layer time (right) vs skew per placement; ``df`` from
-    :func:`llmexplore.sweeps.moe.step_vs_skew`."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("whole decode step", "one MoE layer"),
-                        horizontal_spacing=0.1)
-    for name, g in df.groupby("placement", sort=False):
+    :func:`llmexplore.sweeps.moe.step_vs_skew`. A placement whose batch does not fit in memory is dotted (one
+    legend entry says so); ``skew_marker`` adds a vertical "chosen skew" line."""
+    layout = base_layout(title, **grid_layout(2, ("whole decode step", "one MoE layer")))
+    data, any_bad, finite = [], False, []
+    for i, (name, g) in enumerate(df.groupby("placement", sort=False)):
         col = _placement_color(name)
-        fig.add_scatter(x=g["skew"], y=g["step_ms"], name=name, line=dict(color=col), legendgroup=name,
-                        row=1, col=1)
-        fig.add_scatter(x=g["skew"], y=g["moe_layer_us"], name=name, line=dict(color=col), legendgroup=name,
-                        showlegend=False, row=1, col=2)
-    for c in (1, 2):
-        fig.update_xaxes(title_text="hot-expert skew (max / mean expert load)", row=1, col=c)
-    fig.update_yaxes(title_text="step time (ms)", row=1, col=1)
-    fig.update_yaxes(title_text="MoE layer (us)", row=1, col=2)
-    return base(fig, title)
+        dash, symbol = _PLACEMENT_STYLE[i % len(_PLACEMENT_STYLE)]
+        fits = bool(g["feasible"].all()) if "feasible" in g else True
+        any_bad = any_bad or not fits
+        label = name if fits else f"{name} (does not fit)"
+        line = dict(color=col, width=2.5, dash=dash if fits else "dot")
+        marker = dict(color=col, symbol=symbol, size=7, maxdisplayed=12)
+        x, step = g["skew"].to_numpy(float), g["step_ms"].to_numpy(float)
+        finite.append(step)
+        data += [
+            dict(type="scatter", x=x, y=step, name=name, mode="lines+markers", line=line, marker=marker,
+                 legendgroup=name, legendrank=RANK_SERIES + i,
+                 hovertemplate=f"{label}: %{{y:,.3~r}} ms at skew %{{x:.2f}}<extra></extra>"),
+            dict(type="scatter", x=x, y=g["moe_layer_us"].to_numpy(float), name=f"{name} · MoE layer",
+                 mode="lines+markers", line=line, marker=marker, legendgroup=name, showlegend=False,
+                 xaxis="x2", yaxis="y2",
+                 hovertemplate=f"{label}: MoE layer %{{y:,.3~r}} µs at skew %{{x:.2f}}<extra></extra>"),
+        ]
+    data.append(not_fit_key(any_bad))
+    if skew_marker is not None:
+        data.append(ref_trace(x=float(skew_marker), span=np.concatenate(finite) if finite else [],
+                              name="chosen skew", color="#555", dash="longdash", legendrank=RANK_MARKER,
+                              hover=f"chosen skew: {fmt(skew_marker, trim=True)}×"))
+    for ax in ("xaxis", "xaxis2"):
+        layout[ax].update(title=dict(text="hot-expert skew (max / mean expert load)"))
+    layout["yaxis"].update(title=dict(text="step time (ms)"))
+    layout["yaxis2"].update(title=dict(text="MoE layer (µs)"))
+    return {"data": data, "layout": layout}
 
 
-def rank_load_figure(df: pd.DataFrame, *, title: str = "Routed tokens per EP rank, busiest first"
-                         ) -> go.Figure:
+@spec_builder
+def rank_load_figure(df: pd.DataFrame, *, title: str = "Routed tokens per EP rank, busiest first",
+                     rank_title: str = "EP rank (sorted by load)") -> go.Figure:
     """Relative load per EP rank (1 = balanced) before and after rebalancing; ``df`` from
-    :func:`llmexplore.sweeps.moe.rank_loads`."""
-    fig = go.Figure()
-    for name, g in df.groupby("placement", sort=False):
-        fig.add_bar(x=g["rank_by_load"], y=g["relative_load"], name=name, marker_color=_placement_color(name))
-    fig.add_scatter(x=[df["rank_by_load"].min() - 0.5, df["rank_by_load"].max() + 0.5], y=[1, 1], mode="lines",
-                    name="balanced", line=dict(color="#333", dash="dash"))
-    lo = float(df["relative_load"].min())
-    fig.update_layout(barmode="group")
-    fig.update_xaxes(title_text="EP rank (sorted by load)", dtick=1)
-    fig.update_yaxes(title_text="load / mean load", range=[min(0.8, lo - 0.02), None])
-    return base(fig, title)
+    :func:`llmexplore.sweeps.moe.rank_loads` (or :func:`~llmexplore.sweeps.moe.gpu_loads`, which also covers
+    pure TP, one bar per GPU). ``rank_title`` names the x axis."""
+    data = []
+    for i, (name, g) in enumerate(df.groupby("placement", sort=False)):
+        data.append(dict(type="bar", x=g["rank_by_load"].to_numpy(), y=g["relative_load"].to_numpy(float),
+                         name=name, marker=dict(color=_placement_color(name)), legendrank=RANK_SERIES + i,
+                         hovertemplate=f"{name}: %{{y:.3f}} × the mean load<extra>rank %{{x}}</extra>"))
+    lo_x, hi_x = float(df["rank_by_load"].min()) - 0.5, float(df["rank_by_load"].max()) + 0.5
+    data.append(dict(type="scatter", x=[lo_x, hi_x], y=[1, 1], mode="lines", name="balanced (mean load)",
+                     line=dict(color="#333", dash="dash"), hoverinfo="name", legendrank=RANK_MARKER))
+    lo, hi = float(df["relative_load"].min()), float(df["relative_load"].max())
+    layout = base_layout(title, barmode="group",
+                         xaxis=dict(title=dict(text=rank_title), dtick=1, range=[lo_x, hi_x]),
+                         yaxis=dict(title=dict(text="load / mean load"),
+                                    range=[min(0.8, lo - 0.02), max(1.1, hi + 0.05)]))
+    return {"data": data, "layout": layout}
 
 
 def comm_figure(df: pd.DataFrame, *, title: str = "One MoE layer: routed GEMMs, dispatch and combine"

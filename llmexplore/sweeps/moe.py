@@ -228,3 +228,16 @@ def comm_at_batch(by_batch: pd.DataFrame, batch: int) -> dict[str, float]:
 def max_relative_load(loads: pd.DataFrame) -> dict[str, float]:
     """Busiest rank's load / mean load per placement of a :func:`rank_loads` table."""
     return loads.groupby("placement", sort=False)["relative_load"].max().astype(float).to_dict()
+
+
+def gpu_loads(md: MoEDeployment, *, skew: float = 2.6) -> pd.DataFrame:
+    """Relative routed load per GPU of the expert layers, for any split: :func:`rank_loads` (busiest EP rank
+    first, static and this placement) under expert parallelism; under pure TP every GPU holds a 1/tp slice of
+    every expert and computes that slice for every routed token, so each of the ``tp`` GPUs carries exactly the
+    mean load (one row per GPU, placement ``"no expert parallelism"``)."""
+    if md.ep > 1:
+        return rank_loads(md, skew=skew)
+    _check.number("skew", skew, lo=1.0)
+    n = int(md.tp)
+    return pd.DataFrame({"rank_by_load": np.arange(1, n + 1), "placement": "no expert parallelism",
+                         "share": np.full(n, 1.0 / n), "relative_load": np.ones(n)})

@@ -1,29 +1,98 @@
 """Live explorers: ipywidgets controls + plotly FigureWidgets redrawn in place.
 
-Each builder returns an explorer with ``controls`` (dict of widgets), ``figures`` (FigureWidgets),
-``status`` (an HTML line: the headline or a readable error), ``view`` (the box to display) and ``update()``.
-``update()`` calls the same model and sweep functions as the static figures; it never raises into the
-widget: bad combinations (ranks that do not divide the heads, nothing fits) are reported in ``status``.
+Each builder returns an explorer with ``controls`` (dict of widgets), ``figures`` (FigureWidgets), ``status``
+(an HTML line: the headline or a readable error), ``status_text`` (the same line as plain text, for the note
+that stands in for the explorer in static reports), ``view`` (the box to display) and ``update()``.
+
+One definition of what is drawn: an explorer computes the same sweep tables as the notebook's static cells
+and draws them with the same figure builders (:mod:`llmexplore.plots`). Its FigureWidgets start as
+``go.FigureWidget(builder(table))``; every redraw recomputes the tables and applies ``builder.spec(table)`` to
+the live figures by trace name (:func:`llmexplore.plots.update_from`).
+
+Rules every explorer follows:
+
+- *Unknown names* raise at construction, as everywhere in the package: an unknown model, GPU or link
+  :class:`~llmexplore.errors.UnknownPresetError` ("model: no models preset 'x'; known: ..."), an unknown dtype
+  or a value that breaks a rule everywhere (a batch of 0, 4.5 ranks) :class:`~llmexplore.errors.SpecError`
+  naming the argument, the value and the rule or the known names.
+- *Values outside a control's usual range* (ranks 3, a rate of 1e6 req/s, skew 40) are added to the control
+  (:func:`choice_slider`): never clamped, never a raw ``TraitError``.
+- *Combinations the models reject* (ranks that do not divide the heads, nothing fits) are reported in the
+  status line; the figures are greyed out and retitled "Not updated: <reason>" until a redraw succeeds.
+
 Widgets can be driven without a browser: set ``controls[name].value`` and the figures update.
 """
 
 from __future__ import annotations
 
 import html
+import math
+import re
 from dataclasses import dataclass, field
+from typing import Callable, ClassVar, NamedTuple
 
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from ..errors import LlmexploreError  # noqa: F401
+from .. import _check, presets
+from ..errors import LlmexploreError, SpecError
+from ..plots import TEMPLATE, fmt, update_from, wrap_title
+from ..units import DTYPE_BYTES
 
-__all__ = ["Explorer", "log_options", "layouts", "disagg", "moe"]
+__all__ = ["Explorer", "Draw", "choice_slider", "log_options", "nice_options", "mark_stale", "preset_name",
+           "dtype_name", "layouts", "disagg", "moe"]
 
+#: what a figure looks like while it shows a configuration that could not be evaluated
+STALE_OPACITY = 0.25
+STALE_BACKGROUND = "#efefef"
+STALE_PREFIX = "Not updated: "
+
+
+class Draw(NamedTuple):
+    """One figure of an explorer: a builder of :mod:`llmexplore.plots`, its table and keyword arguments."""
+
+    builder: Callable
+    table: object
+    kwargs: dict
+
+    def figure(self) -> go.Figure:
+        return self.builder(self.table, **self.kwargs)
+
+    def spec(self) -> dict:
+        return self.builder.spec(self.table, **self.kwargs)
+
+
+def _short(reason: str, limit: int = 110) -> str:
+    text = " ".join(str(reason).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def mark_stale(fig: go.Figure, reason: str) -> None:
+    """Grey out a live figure and retitle it "Not updated: <reason>": it still shows the last configuration
+    that could be evaluated. The next successful redraw (:func:`~llmexplore.plots.update_from`) restores it."""
+    with fig.batch_update():
+        for tr in fig.data:
+            if tr.visible is not False:
+                tr.opacity = STALE_OPACITY
+        fig.layout.title = dict(text=wrap_title(STALE_PREFIX + _short(reason)), font=dict(color="#b00"))
+        fig.layout.paper_bgcolor = STALE_BACKGROUND
+        fig.layout.plot_bgcolor = STALE_BACKGROUND
+
+
+def _placeholder(reason: str) -> go.FigureWidget:
+    """The figure of an explorer whose first configuration cannot be evaluated: empty, titled with why."""
+    fig = go.FigureWidget(layout=dict(template=TEMPLATE, height=380, margin=dict(l=70, r=30, t=90, b=60)))
+    mark_stale(fig, reason)
+    return fig
 
 
 @dataclass
 class Explorer:
-    """Controls, live figures, a status line and the box that displays them; ``update()`` redraws."""
+    """Controls, live figures, a status line and the box that displays them; ``update()`` redraws.
+
+    Subclasses implement :meth:`evaluate` (tables -> figures, status line, records) and list their figures in
+    ``FIGURES``; :meth:`build` creates the FigureWidgets from the builders and wires the controls.
+    """
 
     controls: dict[str, W.ValueWidget]
     figures: dict[str, go.FigureWidget]
@@ -32,31 +101,135 @@ class Explorer:
     fixed: dict = field(default_factory=dict)
     last: dict = field(default_factory=dict)
 
+    FIGURES: ClassVar[tuple[str, ...]] = ()
+
+    # -- what subclasses provide
+
+    def evaluate(self) -> tuple[dict[str, Draw], str, dict]:  # pragma: no cover - every explorer overrides it
+        """The figures (by key), the status line (HTML) and the records of the current parameters; raises a
+        :class:`~llmexplore.errors.LlmexploreError` when the models reject them."""
+        raise NotImplementedError
+
+    # -- shared behaviour
+
     def params(self) -> dict:
         return {k: w.value for k, w in self.controls.items()}
 
+    @property
+    def status_text(self) -> str:
+        """The status line as plain text (no HTML): what a static report shows in the explorer's place."""
+        text = re.sub(r"<br\s*/?>", " ", self.status.value or "")
+        return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).split())
+
     def fail(self, exc: Exception) -> None:
-        """Show a readable error in the status line instead of raising into the widget."""
-        self.status.value = f'<span style="color:#b00">Cannot evaluate: {html.escape(str(exc))}</span>'
-        self.last = {"error": str(exc)}
+        """Show a readable error in the status line instead of raising into the widget, and mark every figure
+        as not current."""
+        reason = str(exc)
+        self.status.value = (f'<span style="color:#b00"><b>Cannot evaluate:</b> {html.escape(reason)}</span> '
+                             "<i>The figures below are greyed out: they still show the last configuration "
+                             "that could be evaluated.</i>")
+        self.last = {"error": reason}
+        for fig in self.figures.values():
+            mark_stale(fig, reason)
 
-    def connect(self) -> "Explorer":
-        """Redraw on every control change, draw once, and return self."""
-        for w in self.controls.values():
-            w.observe(self.update, names="value")
-        self.update()
-        return self
+    def update(self, *_) -> None:
+        """Recompute the tables for the current controls and redraw every figure in place (by trace name)."""
+        try:
+            draws, status, last = self.evaluate()
+        except LlmexploreError as exc:
+            self.fail(exc)
+            return
+        for key, draw in draws.items():
+            update_from(self.figures[key], draw.spec())
+        self.status.value = status
+        self.last = last
 
-    def update(self, *_) -> None:  # pragma: no cover - every explorer overrides it
-        raise NotImplementedError
+    @classmethod
+    def build(cls, controls: dict, rows: list[list[str]], *, fixed: dict | None = None) -> "Explorer":
+        """Create the explorer: FigureWidgets from the builders at the initial parameters (or placeholders
+        that say why they cannot be drawn), the view (controls in ``rows`` of columns, the status line, the
+        figures), and the redraw on every control change."""
+        status = W.HTML(layout=W.Layout(margin="4px 0 8px 0"))
+        app = cls(controls=controls, figures={}, status=status, view=W.VBox(), fixed=dict(fixed or {}))
+        try:
+            draws, text, last = app.evaluate()
+        except LlmexploreError as exc:
+            app.figures = {key: _placeholder(str(exc)) for key in cls.FIGURES}
+            app.fail(exc)
+        else:
+            app.figures = {key: go.FigureWidget(draws[key].figure()) for key in cls.FIGURES}
+            app.status.value, app.last = text, last
+        columns = [W.VBox([controls[name] for name in col], layout=W.Layout(margin="0 16px 0 0"))
+                   for col in rows]
+        app.view = W.VBox([W.HBox(columns, layout=W.Layout(flex_flow="row wrap")), status,
+                           *app.figures.values()])
+        app.view.add_class("llmexplore-explorer")
+        for w in controls.values():
+            w.observe(app.update, names="value")
+        return app
+
+
+# --------------------------------------------------------------------------------------------------
+# controls
+
+STYLE = {"description_width": "120px"}
+SLIDER_LAYOUT = {"width": "400px"}
 
 
 def log_options(lo: int, hi: int) -> list[int]:
+    """Powers of two times ``lo`` up to ``hi``: 256, 512, ..., for token and batch sliders."""
     out, v = [], lo
     while v <= hi:
         out.append(v)
         v *= 2
     return out
+
+
+def nice_options(lo: float, hi: float, mantissas=(1, 1.5, 2, 3, 5, 7)) -> list[float]:
+    """Round values from ``lo`` to ``hi``: 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1, 1.5, ... (for rates and SLOs)."""
+    out = []
+    for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        for m in mantissas:
+            v = round(m * 10.0 ** k, 10)
+            if lo <= v <= hi:
+                out.append(v)
+    return out
+
+
+def choice_slider(values, value, description: str, unit: str = "", *, label=None) -> W.SelectionSlider:
+    """A slider over ``values`` whose readout is formatted with its unit ("8,192 tokens", "1,000 ms").
+
+    ``value`` is added to the options if it is not one of them (an explorer extends its control rather than
+    clamping the value or raising a ``TraitError``).
+    """
+    label = label or (lambda v: fmt(v, unit, trim=True))
+    options = sorted(set(values) | {value})
+    return W.SelectionSlider(options=[(label(v), v) for v in options], value=value, description=description,
+                             continuous_update=False, style=STYLE, layout=W.Layout(**SLIDER_LAYOUT))
+
+
+def dropdown(options, value, description: str) -> W.Dropdown:
+    """A dropdown over ``options`` (``(label, value)`` pairs or values), with ``value`` added if missing."""
+    opts = list(options)
+    values = [o[1] if isinstance(o, tuple) else o for o in opts]
+    if value not in values:
+        opts.append(value)
+    return W.Dropdown(options=opts, value=value, description=description, style=STYLE,
+                      layout=W.Layout(width="400px"))
+
+
+def preset_name(kind: str, field_name: str, value) -> str:
+    """``value`` if it names a preset of ``kind``; otherwise the package's UnknownPresetError naming the
+    argument, the value and the known names (SpecError for a value that is not a name at all)."""
+    presets.resolve(kind, value)
+    if not isinstance(value, str):
+        raise SpecError(f"{field_name} must be a preset name (text), got {_check.shown(value)}")
+    return value
+
+
+def dtype_name(field_name: str, value) -> str:
+    """``value`` if it is a dtype the models know (``bf16``, ``fp8``, ...); else SpecError listing them."""
+    return _check.choice(field_name, value, list(DTYPE_BYTES))
 
 
 from . import disagg, layouts, moe  # noqa: E402  (area modules build on Explorer)

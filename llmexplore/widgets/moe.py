@@ -1,105 +1,124 @@
-"""Live explorer of MoE expert parallelism: step time vs skew and routed load per EP rank."""
+"""Live explorer of MoE expert parallelism: step time vs skew and routed load per GPU.
+
+The figures are the notebook's (:func:`llmexplore.plots.moe.skew_figure`,
+:func:`~llmexplore.plots.moe.rank_load_figure`) for the chosen TP x EP split, batch, skew and redundant
+experts.
+Under pure TP the load chart shows one bar per GPU, all at the mean load.
+"""
 
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass
 
-import ipywidgets as W
 import numpy as np
-import plotly.graph_objects as go
 
-from ..errors import LlmexploreError
-from ..plots import TEMPLATE
+from .. import _check, presets
+from ..errors import SpecError
+from ..models import moe as moe_model
+from ..plots import fmt
+from ..plots import moe as moe_plots
 from ..sweeps import moe as moe_sweeps
-from . import Explorer, log_options
+from . import Draw, Explorer, choice_slider, dropdown, log_options, preset_name
 
-__all__ = ["MoEExplorer", "moe_explorer"]
+__all__ = ["MoEExplorer", "moe_explorer", "split_label"]
+
+#: skew slider: 1.0 (uniform routing) to 5.0 in steps of 0.1
+SKEWS = [round(1.0 + 0.1 * i, 1) for i in range(41)]
+#: points on the skew axis of the step-time figure (plus the chosen skew)
+N_SKEW = 21
+
+
+def split_label(tp: int, ep: int) -> str:
+    """``TP16``, ``TP2xEP8`` or ``DPA+EP16``: how the GPUs are split, as the sweeps name it."""
+    return f"TP{tp}" if ep == 1 else (f"DPA+EP{ep}" if tp == 1 else f"TP{tp}xEP{ep}")
 
 
 @dataclass
 class MoEExplorer(Explorer):
     """MoE explorer (see :func:`moe_explorer`)."""
 
-    def update(self, *_) -> None:
-        p = self.params()
-        f = self.fixed
+    FIGURES = ("skew", "loads")
+
+    def evaluate(self):
+        p, f = self.params(), self.fixed
         tp, ep = p["layout"]
-        try:
-            df = moe_sweeps.step_vs_skew(f["model"], f["gpu"], f["gpus"], tp=tp, ep=ep,
-                                         redundant=int(p["redundant"]) if ep > 1 else 0, batch=int(p["batch"]),
-                                         context=f["context"], skews=f["skews"])
-            loads = (moe_sweeps.rank_loads(moe_sweeps.config(f["model"], f["gpu"], f["gpus"], tp=tp, ep=ep,
-                                                             redundant=int(p["redundant"])), skew=p["skew"])
-                     if ep > 1 else None)
-        except LlmexploreError as exc:
-            self.fail(exc)
-            return
-        fig = self.figures["skew"]
-        names = list(dict.fromkeys(df["placement"]))
-        with fig.batch_update():
-            for i in range(3):
-                if i < len(names):
-                    g = df[df["placement"] == names[i]]
-                    fig.data[i].x, fig.data[i].y, fig.data[i].name = g["skew"].to_numpy(), g["step_ms"].to_numpy(), names[i]
-                    fig.data[i].visible = True
-                else:
-                    fig.data[i].visible = False
-            fig.data[3].x = [p["skew"], p["skew"]]
-            fig.data[3].y = [float(df["step_ms"].min()) * 0.98, float(df["step_ms"].max()) * 1.02]
-            fig.layout.title.text = f"{df['layout'].iloc[-1]}: step time vs skew at batch {int(p['batch'])}"
-        lfig = self.figures["loads"]
-        with lfig.batch_update():
-            if loads is None:
-                for tr in lfig.data:
-                    tr.x, tr.y = [], []
-                lfig.layout.title.text = "Pure TP: every GPU holds a slice of every expert (no rank imbalance)"
-            else:
-                for i, (name, g) in enumerate(loads.groupby("placement", sort=False)):
-                    lfig.data[i].x, lfig.data[i].y, lfig.data[i].name = (g["rank_by_load"].to_numpy(),
-                                                                        g["relative_load"].to_numpy(), name)
-                lfig.data[2].x, lfig.data[2].y = [0.5, ep + 0.5], [1, 1]
-                lfig.layout.title.text = f"Routed tokens per EP rank at skew {p['skew']:.2f}, busiest first"
-        at = df.loc[(df["skew"] - p["skew"]).abs().groupby(df["placement"], sort=False).idxmin().to_numpy()]
-        self.last = {"at_skew": at}
-        text = "; ".join(f"<b>{html.escape(r.placement)}</b> {r.step_ms:.2f} ms/step "
-                         f"(MoE layer {r.moe_layer_us:.0f} us)" for r in at.itertuples())
-        if not bool(at["feasible"].all()):
-            text = "<b>Does not fit in memory at this batch.</b> " + text
-        self.status.value = text
+        skew, batch = float(p["skew"]), int(p["batch"])
+        redundant = int(p["redundant"]) if ep > 1 else 0
+        if not f["splits"]:
+            raise SpecError(
+                f"gpus: no TP x EP split of {f['gpus']} GPUs suits {f['model']} (TP must divide the expert "
+                "width and fit in a node, EP the routed experts); try 8, 16 or 32 GPUs")
+        top = min(max(value for _, value in self.controls["skew"].options), f["max_skew"])
+        skews = np.unique(np.r_[np.linspace(1.0, max(top, 1.0), N_SKEW), skew])
+        df = moe_sweeps.step_vs_skew(f["model"], f["gpu"], f["gpus"], tp=tp, ep=ep, redundant=redundant,
+                                     batch=batch, context=f["context"], skews=skews)
+        md = moe_sweeps.config(f["model"], f["gpu"], f["gpus"], tp=tp, ep=ep, redundant=redundant,
+                               balance="eplb" if ep > 1 else None)
+        loads = moe_sweeps.gpu_loads(md, skew=skew)
+        split = split_label(tp, ep)
+        if ep == 1:
+            load_title = (f"{split}: every GPU holds 1/{tp} of every expert, so each carries the mean routed "
+                          "load (no rank imbalance)")
+            rank_title = "GPU (tensor-parallel rank)"
+        else:
+            load_title = (f"Routed tokens per EP rank at skew {fmt(skew, trim=True)}×, busiest first — "
+                          f"static vs {md.label()}")
+            rank_title = "EP rank (sorted by load)"
+        draws = {
+            "skew": Draw(moe_plots.skew_figure, df, {
+                "skew_marker": skew, "title": f"{split} at batch {batch:,}: decode step vs hot-expert skew"}),
+            "loads": Draw(moe_plots.rank_load_figure, loads, {"title": load_title, "rank_title": rank_title}),
+        }
+        at = df[np.isclose(df["skew"], skew)].drop_duplicates("placement")
+        peak = moe_sweeps.max_relative_load(loads)
+        return draws, _status(at, peak, skew), {"at_skew": at, "loads": loads, "max_load": peak}
+
+
+def _status(at, peak: dict[str, float], skew: float) -> str:
+    parts = [f"<b>{html.escape(r.placement)}</b> {fmt(r.step_ms, 'ms')} per step "
+             f"(MoE layer {fmt(r.moe_layer_us, 'µs')})" + ("" if r.feasible else " — does not fit")
+             for r in at.itertuples()]
+    text = f"At skew {fmt(skew, trim=True)}×: " + "; ".join(parts) + "."
+    if len(peak) > 1:
+        busiest = ", ".join(f"{html.escape(k)} {fmt(v)}× the mean" for k, v in peak.items())
+        text += f" Busiest EP rank: {busiest}."
+    if not bool(at["feasible"].all()):
+        text = "<b>Does not fit in memory at this batch.</b> " + text
+    return text
 
 
 def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, *, tp: int = 2, ep: int = 8,
-                 batch: int = 256, context: int = 2048, skew: float = 2.6, redundant: int = 32) -> MoEExplorer:
-    """Sliders for skew, batch and redundant experts; a dropdown for the tp x ep split."""
-    style = {"description_width": "120px"}
-    opts = [(label, (t, e)) for label, t, e in moe_sweeps.layout_options(gpus, model)]
+                 batch: int = 256, context: int = 2048, skew: float = 2.6, redundant: int = 32
+                 ) -> MoEExplorer:
+    """Sliders for skew, batch and redundant experts; a dropdown for the TP x EP split of ``gpus`` GPUs.
+
+    Unknown names (or a model without MoE layers) raise :class:`~llmexplore.errors.SpecError`; values outside
+    the sliders' usual range, and a split that is not among the model's options, are added to the controls
+    (the status line then says why a split cannot be evaluated).
+    """
+    model = preset_name("models", "model", model)
+    gpu = preset_name("hardware", "gpu", gpu)
+    gpus = _check.integer("gpus", gpus, lo=1, hi=moe_model.MAX_GPUS)
+    tp = _check.integer("tp", tp, lo=1, hi=moe_model.MAX_GPUS)
+    ep = _check.integer("ep", ep, lo=1, hi=moe_model.MAX_GPUS)
+    batch = _check.integer("batch", batch, lo=1)
+    context = _check.integer("context", context, lo=1)
+    skew = _check.number("skew", skew, lo=1.0)
+    redundant = _check.integer("redundant", redundant, lo=0, hi=moe_model.MAX_REDUNDANT)
+    splits = moe_sweeps.layout_options(gpus, model, gpu)  # SpecError for a model without MoE layers
+    options = [(label, (t, e)) for label, t, e in splits]
+    if (tp, ep) not in [o[1] for o in options]:
+        options.append((split_label(tp, ep), (tp, ep)))
     controls = {
-        "skew": W.FloatSlider(value=skew, min=1.0, max=5.0, step=0.1, description="hot-expert skew",
-                              continuous_update=False, style=style),
-        "batch": W.SelectionSlider(options=sorted(set(log_options(16, 8192)) | {int(batch)}), value=int(batch),
-                                   description="batch", continuous_update=False, style=style),
-        "redundant": W.SelectionSlider(options=[0, 16, 32, 64], value=int(redundant),
-                                       description="redundant experts", continuous_update=False, style=style),
-        "layout": W.Dropdown(options=opts, value=(tp, ep), description="TP x EP", style=style),
+        "skew": choice_slider(SKEWS, round(skew, 3), "hot-expert skew",
+                              label=lambda v: f"{fmt(v, trim=True)}×"),
+        "batch": choice_slider(log_options(16, 8192), batch, "batch", "sequences"),
+        "redundant": choice_slider([0, 16, 32, 64], redundant, "redundant experts", label=lambda v: f"{v:,}"),
+        "layout": dropdown(options, (tp, ep), "TP x EP"),
     }
-    sfig = go.FigureWidget()
-    for col in ("#d62728", "#ff7f0e", "#1f77b4"):
-        sfig.add_scatter(mode="lines", line=dict(color=col))
-    sfig.add_scatter(name="chosen skew", mode="lines", line=dict(color="#555", dash="dash", width=1))
-    sfig.update_layout(template=TEMPLATE, height=380, margin=dict(l=70, r=30, t=60, b=50),
-                       xaxis=dict(title="hot-expert skew (max / mean expert load)"),
-                       yaxis=dict(title="decode step (ms)"))
-    lfig = go.FigureWidget()
-    lfig.add_bar(marker_color="#d62728")
-    lfig.add_bar(marker_color="#1f77b4")
-    lfig.add_scatter(name="balanced", mode="lines", line=dict(color="#333", dash="dash"))
-    lfig.update_layout(template=TEMPLATE, barmode="group", height=360, margin=dict(l=70, r=30, t=60, b=50),
-                       xaxis=dict(title="EP rank (sorted by load)", dtick=1), yaxis=dict(title="load / mean load"))
-    status = W.HTML()
-    box = W.VBox([W.HBox([W.VBox([controls["skew"], controls["batch"]]),
-                          W.VBox([controls["redundant"], controls["layout"]])]), status, sfig, lfig])
-    box.add_class("llmexplore-explorer")
-    fixed = {"model": model, "gpu": gpu, "gpus": gpus, "context": context, "skews": np.linspace(1.0, 5.0, 21)}
-    return MoEExplorer(controls=controls, figures={"skew": sfig, "loads": lfig}, status=status, view=box,
-                       fixed=fixed).connect()
+    rows = [["skew", "batch"], ["redundant", "layout"]]
+    m = presets.model(model)
+    fixed = {"model": m.name, "gpu": gpu, "gpus": gpus, "context": context, "splits": splits,
+             "max_skew": m.routed_experts / m.experts_per_token}  # the largest skew top-k routing allows
+    return MoEExplorer.build(controls, rows, fixed=fixed)

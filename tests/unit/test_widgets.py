@@ -1,9 +1,17 @@
-"""Explorers driven without a browser: set a control's value, the FigureWidgets and the status change."""
+"""Explorers driven without a browser: set a control's value, the FigureWidgets and the status change.
+
+Figures are read by trace name (``plots.trace``), never by position, and compared with the static figure the
+same builder draws from the same sweep table.
+"""
 
 import numpy as np
 import pytest
 
-from llmexplore import widgets
+from llmexplore import plots, presets, sweeps, widgets
+from llmexplore.errors import LlmexploreError, SpecError, UnknownPresetError
+from llmexplore.models.engine import Deployment
+from llmexplore.plots import trace
+from llmexplore.widgets.layouts import CONTEXT_GRID
 
 
 @pytest.fixture(scope="module")
@@ -11,33 +19,54 @@ def app():
     return widgets.layouts.layout_explorer("deepseek-v3", "h200", 8, 64, 8192, "fp8", "bf16")
 
 
-def _y(fig, i):
-    return np.array(fig.data[i].y, dtype=float)
+@pytest.fixture(scope="module")
+def pd_app():
+    return widgets.disagg.pd_explorer()
+
+
+@pytest.fixture(scope="module")
+def moe_app():
+    return widgets.moe.moe_explorer()
+
+
+def _y(tr):
+    return np.array(tr.y, dtype=float)
+
+
+def _same(a, b):
+    return np.allclose(np.nan_to_num(np.asarray(a, float), nan=-1), np.nan_to_num(np.asarray(b, float), nan=-1))
+
+
+def _flat(title: str) -> str:
+    return title.replace("<br>", " ")
+
+
+# --------------------------------------------------------------------------------------------------
+# the attention-layout explorer
 
 
 def test_batch_slider_redraws_step_curves_in_place(app):
     fig = app.figures["step"]
-    before = [_y(fig, i) for i in range(len(fig.data) - 1)]
+    names = [n for n in ("TP", "CP", "DPA", "DOP")]
+    before = {n: _y(trace(fig, n)) for n in names}
     app.controls["batch"].value = 256
-    after = [_y(fig, i) for i in range(len(fig.data) - 1)]
+    after = {n: _y(trace(fig, n)) for n in names}
     assert app.figures["step"] is fig  # redrawn in place, not rebuilt
-    changed = [not np.allclose(np.nan_to_num(a, nan=-1), np.nan_to_num(b, nan=-1)) for a, b in zip(before, after)]
-    assert any(changed)
+    assert any(not _same(before[n], after[n]) for n in names)
     # a bigger batch never makes a step faster (same layout, same context)
-    tp_before, tp_after = np.nan_to_num(before[0], nan=np.inf), np.nan_to_num(after[0], nan=np.inf)
+    tp_before, tp_after = np.nan_to_num(before["TP"], nan=np.inf), np.nan_to_num(after["TP"], nan=np.inf)
     both = np.isfinite(tp_before) & np.isfinite(tp_after)
     assert np.all(tp_after[both] >= tp_before[both])
-    assert "batch 256" in fig.layout.title.text
+    assert "batch 256" in _flat(fig.layout.title.text)
     app.controls["batch"].value = 64
 
 
 def test_context_slider_moves_the_marker_and_memory_bars(app):
     mem = app.figures["memory"]
-    kv_before = np.array(mem.data[3].y, dtype=float)  # "KV cache" bars
+    kv_before = _y(trace(mem, "KV cache"))
     app.controls["context"].value = 32768
-    assert list(app.figures["step"].data[-1].x) == [32768, 32768]
-    kv_after = np.array(mem.data[3].y, dtype=float)
-    assert mem.data[3].name == "KV cache"
+    assert list(trace(app.figures["step"], "chosen context").x) == [32768, 32768]
+    kv_after = _y(trace(mem, "KV cache"))
     assert np.all(kv_after > kv_before)
     app.controls["context"].value = 8192
 
@@ -64,3 +93,217 @@ def test_nothing_fits_is_reported(app):
     assert "Nothing fits" in app.status.value or "Cannot evaluate" in app.status.value
     app.controls["ranks"].value = 8
     app.controls["weight_dtype"].value = "fp8"
+
+
+# --------------------------------------------------------------------------------------------------
+# A: one figure builder, traces by name, one sweep definition
+
+
+def _expected_layout_figures(model, gpu, ranks, batch, context, wdt="fp8", kvdt="bf16"):
+    dep = Deployment.build(model, gpu, ranks, weight_dtype=wdt, kv_dtype=kvdt)
+    step = plots.layouts.step_time_figure(sweeps.layouts.layout_curves(dep, [batch], CONTEXT_GRID),
+                                          context_marker=context)
+    mem = plots.layouts.memory_figure(sweeps.layouts.memory_table(dep, batch, context))
+    return step, mem
+
+
+def _assert_shows(live, static):
+    """Every trace of the static figure is in the live one under the same name, with the same data."""
+    for want in static.data:
+        got = trace(live, want.name)
+        assert got.visible is not False, want.name
+        for key in ("x", "y"):
+            w, g = getattr(want, key), getattr(got, key)
+            if w is None:
+                continue
+            if np.asarray(w).dtype.kind in "iuf":
+                assert _same(g, w), (want.name, key)
+            else:
+                assert list(g) == list(w), (want.name, key)
+
+
+def test_layout_explorer_starts_from_the_static_builders_and_follows_them(app):
+    step, mem = _expected_layout_figures("deepseek-v3", "h200", 8, 64, 8192)
+    _assert_shows(app.figures["step"], step)
+    _assert_shows(app.figures["memory"], mem)
+    app.controls["ranks"].value = 16
+    app.controls["context"].value = 65536
+    step, mem = _expected_layout_figures("deepseek-v3", "h200", 16, 64, 65536)
+    _assert_shows(app.figures["step"], step)
+    _assert_shows(app.figures["memory"], mem)
+    app.controls["ranks"].value = 8
+    app.controls["context"].value = 8192
+
+
+def test_pd_explorer_uses_the_one_mode_comparison(pd_app):
+    app = pd_app
+    for link, nics in (("roce-400g", "one per GPU"), ("tcp-100g", "one per instance")):
+        app.controls["link"].value = link
+        app.controls["nics"].value = nics
+        s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", prompt_tokens=4096, output_tokens=256, rate_per_s=36.0,
+                                ttft_slo_ms=1000.0, tpot_slo_ms=40.0, nics=None if nics == "one per GPU" else 1)
+        rows = sweeps.disagg.mode_rows(s, link)
+        best = sweeps.disagg.fewest_gpus(rows)
+        bars = trace(app.figures["gpus"], "GPUs")
+        assert list(bars.x) == [r["mode"] for r in rows]
+        assert list(bars.y) == [r["gpus"] for r in rows]
+        assert f"Fewest GPUs: {best['mode']} ({best['gpus']:,})" in app.status_text
+        static = plots.disagg.exposed_transfer_figure(
+            sweeps.disagg.exposed_vs_bandwidth(s, widgets.disagg.BANDWIDTHS),
+            link_GBps=presets.link(link).achievable_GBps)
+        _assert_shows(app.figures["exposed"], static)
+    app.controls["link"].value = "roce-400g"
+    app.controls["nics"].value = "one per GPU"
+
+
+def test_moe_explorer_adds_and_hides_traces_by_name(moe_app):
+    app = moe_app
+    fig, loads = app.figures["skew"], app.figures["loads"]
+    ep_names = {"static placement", "EPLB, no redundancy", "EPLB + 32 redundant"}
+    assert ep_names <= {t.name for t in fig.data if t.visible is not False}
+    app.controls["layout"].value = (16, 1)  # pure TP
+    shown = {t.name for t in fig.data if t.visible is not False}
+    assert "no expert parallelism" in shown and not (ep_names & shown)
+    assert app.figures["skew"] is fig and app.figures["loads"] is loads
+    app.controls["layout"].value = (2, 8)
+    shown = {t.name for t in fig.data if t.visible is not False}
+    assert ep_names <= shown and "no expert parallelism" not in shown
+
+
+# --------------------------------------------------------------------------------------------------
+# B: bad input
+
+
+@pytest.mark.parametrize("ranks", [3, 64])
+def test_ranks_outside_the_slider_extend_it(ranks):
+    app = widgets.layouts.layout_explorer(ranks=ranks)
+    assert app.controls["ranks"].value == ranks and app.controls["ranks"].label == f"{ranks} GPUs"
+    if ranks == 3:  # 3 does not divide DeepSeek-V3's 128 heads: said in the status line
+        assert "ranks (3) must divide the query heads" in app.status_text
+        assert all(f.layout.title.text.startswith("Not updated") for f in app.figures.values())
+    else:
+        assert "Best:" in app.status_text
+
+
+@pytest.mark.parametrize("make, kwargs, needles", [
+    (widgets.layouts.layout_explorer, {"model": "gpt-5"}, ["model", "'gpt-5'", "deepseek-v3"]),
+    (widgets.layouts.layout_explorer, {"gpu": "tpu-v9"}, ["gpu", "'tpu-v9'", "h200"]),
+    (widgets.layouts.layout_explorer, {"kv_dtype": "int3"}, ["kv_dtype", "'int3'", "fp8"]),
+    (widgets.layouts.layout_explorer, {"batch": 0}, ["batch", ">= 1", "0"]),
+    (widgets.disagg.pd_explorer, {"link": "carrier-pigeon"}, ["link", "'carrier-pigeon'", "roce-400g"]),
+    (widgets.disagg.pd_explorer, {"rate": -1.0}, ["rate", "> 0", "-1.0"]),
+    (widgets.moe.moe_explorer, {"model": "llama-3-70b"}, ["llama-3-70b", "no MoE layers", "deepseek-v3"]),
+    (widgets.moe.moe_explorer, {"redundant": 4.5}, ["redundant", "integer", "4.5"]),
+])
+def test_unknown_names_and_broken_rules_raise_at_construction(make, kwargs, needles):
+    with pytest.raises(LlmexploreError) as err:
+        make(**kwargs)
+    assert isinstance(err.value, (SpecError, UnknownPresetError))
+    assert all(n in str(err.value) for n in needles), str(err.value)
+
+
+def test_rate_and_skew_are_never_clamped():
+    pd_app = widgets.disagg.pd_explorer(rate=1e6)
+    assert pd_app.controls["rate"].value == 1e6 and pd_app.controls["rate"].label == "1,000,000 req/s"
+    assert "No pool" in pd_app.status_text and "1,000,000 req/s" in pd_app.status_text
+    moe_app = widgets.moe.moe_explorer(skew=40)
+    assert moe_app.controls["skew"].value == 40 and moe_app.controls["skew"].label == "40×"
+    assert "Cannot evaluate" in moe_app.status_text and "32" in moe_app.status_text  # E/k = 256/8
+    moe_app.controls["skew"].value = 3.0  # a valid skew redraws, even with 40 still on the slider
+    assert moe_app.status_text.startswith("At skew 3×")
+    assert not moe_app.figures["skew"].layout.title.text.startswith("Not updated")
+
+
+def test_gpus_without_a_split_say_so():
+    app = widgets.moe.moe_explorer(gpus=24)
+    assert app.controls["layout"].value == (2, 8)  # the requested split was added, not a TraitError
+    assert "no TP x EP split of 24 GPUs" in app.status_text
+    assert all(f.layout.title.text.startswith("Not updated") for f in app.figures.values())
+
+
+def test_after_an_error_the_figures_do_not_look_current(app):
+    step, mem = app.figures["step"], app.figures["memory"]
+    title = step.layout.title.text
+    app.controls["model"].value = "llama-3.2-3b"
+    app.controls["ranks"].value = 16  # does not divide 24 heads
+    for fig in (step, mem):
+        assert fig.layout.title.text.startswith("Not updated: ranks (16) must divide")
+        assert {t.opacity for t in fig.data if t.visible is not False} == {widgets.STALE_OPACITY}
+        assert fig.layout.paper_bgcolor == widgets.STALE_BACKGROUND
+    app.controls["ranks"].value = 8
+    app.controls["model"].value = "deepseek-v3"
+    for fig in (step, mem):
+        assert not fig.layout.title.text.startswith("Not updated")
+        assert {t.opacity for t in fig.data} == {None} and fig.layout.paper_bgcolor is None
+    assert step.layout.title.text == title
+
+
+# --------------------------------------------------------------------------------------------------
+# C: what a reader sees
+
+
+def test_readouts_are_formatted():
+    app = widgets.disagg.pd_explorer(rate=56.2)
+    assert app.controls["rate"].label == "56.2 req/s"
+    assert app.controls["ttft_slo"].label == "1,000 ms" and app.controls["tpot_slo"].label == "40 ms"
+    assert app.controls["prompt"].label == "4,096 tokens"
+    lay = widgets.layouts.layout_explorer(context=131072)
+    assert lay.controls["context"].label == "131,072 tokens" and lay.controls["batch"].label == "64 sequences"
+
+
+def _all_figures(app, pd_app, moe_app):
+    return [(k, f) for a in (app, pd_app, moe_app) for k, f in a.figures.items()]
+
+
+def test_titles_fit_and_every_line_is_labelled(app, pd_app, moe_app):
+    for key, fig in _all_figures(app, pd_app, moe_app):
+        for line in fig.layout.title.text.split("<br>"):
+            assert len(line) <= plots.TITLE_CHARS, (key, line)
+        shown = [t for t in fig.data if t.visible is not False]
+        in_legend = {t.legendgroup or t.name for t in shown if t.showlegend is not False}
+        for t in shown:
+            drawn = t.type == "scatter" and "lines" in (t.mode or "") and np.isfinite(_y(t)).any()
+            if drawn and t.showlegend is False:
+                # a line without its own entry belongs to a group that has one (its subplot title says which
+                # part it is), or it is labelled as the dotted "does not fit" part
+                assert t.legendgroup in in_legend, (key, t.name)
+        dotted = [t for t in shown if t.type == "scatter" and t.line.dash == "dot" and np.isfinite(_y(t)).any()]
+        if dotted and key in ("step", "skew"):
+            assert trace(fig, plots.NOT_FIT).showlegend is True, key
+
+
+def test_usable_hbm_line_and_does_not_fit_have_legend_entries():
+    lay = widgets.layouts.layout_explorer(batch=1024, context=131072)  # nothing fits
+    usable = trace(lay.figures["memory"], "usable HBM per rank")
+    assert usable.showlegend is not False and "GB" in usable.hovertemplate
+    assert trace(lay.figures["step"], plots.NOT_FIT).showlegend is True
+    assert "Nothing fits" in lay.status_text
+
+
+def test_no_chart_is_empty(app, pd_app, moe_app):
+    moe_app.controls["layout"].value = (16, 1)  # TP16: one bar per GPU, all at the mean load
+    try:
+        bars = [t for t in moe_app.figures["loads"].data if t.type == "bar" and t.visible is not False]
+        assert len(bars) == 1 and list(bars[0].x) == list(range(1, 17)) and set(bars[0].y) == {1.0}
+        for key, fig in _all_figures(app, pd_app, moe_app):
+            assert any(np.isfinite(_y(t)).any() for t in fig.data if t.visible is not False and t.y is not None), key
+    finally:
+        moe_app.controls["layout"].value = (2, 8)
+
+
+def test_overlapping_series_differ_in_more_than_colour(app, pd_app, moe_app):
+    for key, fig in (("step", app.figures["step"]), ("exposed", pd_app.figures["exposed"]),
+                     ("skew", moe_app.figures["skew"])):
+        series = [t for t in fig.data if t.visible is not False and t.showlegend is not False
+                  and t.legendrank is not None and t.legendrank < plots.RANK_KEY]
+        looks = {(t.line.dash or "solid", t.marker.symbol if "markers" in t.mode else None) for t in series}
+        assert len(series) >= 2 and len(looks) == len(series), (key, looks)
+
+
+def test_status_text_is_the_status_line_without_html(app, pd_app, moe_app):
+    for a in (app, pd_app, moe_app):
+        text = a.status_text
+        assert text and "<" not in text and "&amp;" not in text
+    assert app.status_text.startswith("Best: DOP — ")
+    assert pd_app.status_text.startswith("Fewest GPUs: disaggregated, pipelined")
+    assert moe_app.status_text.startswith("At skew 2.6×: static placement")
