@@ -28,6 +28,7 @@ from __future__ import annotations
 import html
 import math
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, NamedTuple
 
@@ -100,8 +101,11 @@ class Explorer:
     view: W.Widget
     fixed: dict = field(default_factory=dict)
     last: dict = field(default_factory=dict)
+    #: results of :meth:`evaluate` for the most recent parameter sets (moving a slider back is instant)
+    memo: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
     FIGURES: ClassVar[tuple[str, ...]] = ()
+    MEMO_SIZE: ClassVar[int] = 32
 
     # -- what subclasses provide
 
@@ -132,10 +136,25 @@ class Explorer:
         for fig in self.figures.values():
             mark_stale(fig, reason)
 
+    def evaluated(self) -> tuple[dict[str, Draw], str, dict]:
+        """:meth:`evaluate`, remembered for the last ``MEMO_SIZE`` parameter sets (errors are not remembered)."""
+        key = tuple(self.params().items())
+        try:
+            hit = self.memo.get(key)
+        except TypeError:  # an unhashable control value: no memo
+            return self.evaluate()
+        if hit is None:
+            hit = self.memo[key] = self.evaluate()
+            while len(self.memo) > self.MEMO_SIZE:
+                self.memo.popitem(last=False)
+        else:
+            self.memo.move_to_end(key)
+        return hit
+
     def update(self, *_) -> None:
         """Recompute the tables for the current controls and redraw every figure in place (by trace name)."""
         try:
-            draws, status, last = self.evaluate()
+            draws, status, last = self.evaluated()
         except LlmexploreError as exc:
             self.fail(exc)
             return
@@ -152,7 +171,7 @@ class Explorer:
         status = W.HTML(layout=W.Layout(margin="4px 0 8px 0"))
         app = cls(controls=controls, figures={}, status=status, view=W.VBox(), fixed=dict(fixed or {}))
         try:
-            draws, text, last = app.evaluate()
+            draws, text, last = app.evaluated()
         except LlmexploreError as exc:
             app.figures = {key: _placeholder(str(exc)) for key in cls.FIGURES}
             app.fail(exc)

@@ -307,3 +307,15 @@ def test_status_text_is_the_status_line_without_html(app, pd_app, moe_app):
     assert app.status_text.startswith("Best: DOP — ")
     assert pd_app.status_text.startswith("Fewest GPUs: disaggregated, pipelined")
     assert moe_app.status_text.startswith("At skew 2.6×: static placement")
+
+
+def test_moving_a_slider_back_reuses_the_tables():
+    app = widgets.layouts.layout_explorer()
+    calls = []
+    evaluate = app.evaluate
+    app.evaluate = lambda: calls.append(1) or evaluate()
+    app.controls["batch"].value = 128
+    app.controls["batch"].value = 64  # shown at construction: remembered
+    assert len(calls) == 1 and "batch 64" in _flat(app.figures["step"].layout.title.text)
+    app.controls["batch"].value = 128
+    assert len(calls) == 1 and "batch 128" in _flat(app.figures["step"].layout.title.text)
