@@ -9,7 +9,11 @@ and the exported HTML reports.
   from the executed ``.ipynb`` (the tests assert on them).
 - :class:`QuietWidgetEngine` is the papermill engine ``"llmexplore"``: nbclient without its ipywidgets
   Output emulation, which can stall a run (jupyter/nbclient#312).
-- :func:`show` displays a live explorer, with a short readable note in its place in static HTML.
+- :func:`show` displays a live explorer, with its status line and a short note in its place in static HTML.
+- :func:`say` displays one generated finding (a sentence with the headline number) as a paragraph.
+- :func:`check_parameters` validates a notebook's parameters right after its imports, through the package
+  function registered for that notebook (:func:`parameter_checker`); the report builder asks the same
+  function before it runs anything.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ from __future__ import annotations
 import math
 import os
 import re
+import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
-from .errors import UsageError
+from .errors import SpecError, UsageError
 
 RECORD_MIME = "application/vnd.llmexplore.record+json"
 MIME = RECORD_MIME  # the name used in STYLE.md
@@ -28,8 +33,9 @@ WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 NOTE_MIME = "application/vnd.llmexplore.widget-note+json"
 
 DEFAULT_RENDERER = "plotly_mimetype+notebook"
-DEFAULT_NOTE = ("Live explorer: this part is interactive. Open the notebook with `make lab` or `make serve` "
-                "to use the controls; the figure above shows the default parameters.")
+LIVE_HINT = ("Live explorer: open the notebook with `make lab` or `make serve` to move its controls; "
+             "the figures above show the default parameters.")
+DEFAULT_NOTE = LIVE_HINT
 
 # Non-finite floats are not valid JSON (the kernel's message packer rejects them), so they travel tagged.
 _FLOAT_TAG = "$float"
@@ -112,7 +118,7 @@ def _unjson(value: Any) -> Any:
 def _short_repr(value: Any, max_items: int = 8) -> str:
     """Readable text for a recorded value: floats to 4 significant digits, long lists elided.
 
-    Only the ``text/plain`` shown in notebooks and reports; the recorded JSON keeps full precision.
+    Only the ``text/plain`` shown in notebooks; the recorded JSON keeps full precision.
     """
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -125,19 +131,46 @@ def _short_repr(value: Any, max_items: int = 8) -> str:
     return repr(value)
 
 
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _is_flat(value: Any) -> bool:
+    """A scalar or a list of scalars (what fits on one line)."""
+    return _is_scalar(value) or (isinstance(value, list) and all(_is_scalar(v) for v in value))
+
+
+def record_text(name: str, value: Any, width: int = 110) -> str:
+    """The one line a notebook shows for a recorded value (the report leaves records out).
+
+    Scalars and flat lists read ``name = 26.43``; a mapping of those ``name: TP 36.61, DOP 26.43``; anything
+    more nested is summarised (``name: 2 records``). Longer lines are cut at ``width`` characters with "…".
+    """
+    if _is_flat(value):
+        text = f"{name} = {_short_repr(value)}"
+    elif isinstance(value, dict) and all(_is_flat(v) for v in value.values()):
+        text = f"{name}: " + ", ".join(f"{k} {_short_repr(v)}" for k, v in value.items())
+    else:
+        n = len(value)
+        text = f"{name}: {n} {'record' if n == 1 else 'records'}"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def record(name: str, value: Any) -> None:
-    """Publish a JSON-serialisable value so tests and reports can read it from the executed notebook.
+    """Publish a JSON-serialisable value so tests can read it from the executed notebook.
 
     numpy scalars and arrays are converted; ``inf``/``nan`` survive the round trip. Anything else that is
-    not JSON (a DataFrame, a spec object) raises ``TypeError`` naming the value's type.
+    not JSON (a DataFrame, a spec object) raises ``TypeError`` naming the value's type. The notebook shows
+    one readable line (:func:`record_text`); the HTML reports leave records out, since each section states
+    its finding in words (:func:`say`).
     """
     from IPython.display import display
 
     if not isinstance(name, str) or not name:
         raise UsageError(f"record: name must be a non-empty str, got {name!r}")
     payload = _jsonable(value, name)
-    text = f"{name} = {_short_repr(_unjson(payload))}"
-    display({RECORD_MIME: {"name": name, "value": payload}, "text/plain": text}, raw=True)
+    display({RECORD_MIME: {"name": name, "value": payload}, "text/plain": record_text(name, _unjson(payload))},
+            raw=True)
 
 
 def read_records(path: str | os.PathLike) -> dict[str, Any]:
@@ -147,6 +180,97 @@ def read_records(path: str | os.PathLike) -> dict[str, Any]:
     nb = nbformat.read(str(path), as_version=4)
     return {p["name"]: _unjson(p["value"]) for c in nb.cells for o in c.get("outputs", [])
             if (p := o.get("data", {}).get(RECORD_MIME))}
+
+
+# --------------------------------------------------------------------------------------------------
+# findings
+
+FINDING_CLASS = "llmexplore-finding"
+
+
+def inline_html(text: str) -> str:
+    """Markdown-lite to HTML: escaped, with ``**bold**``, ``*italic*`` and `` `code` `` spans."""
+    import html
+
+    body = html.escape(text)
+    body = re.sub(r"`([^`]+)`", r"<code>\1</code>", body)
+    body = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", body)
+    return re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<em>\1</em>", body)
+
+
+def say(text: str) -> None:
+    """Display one generated finding (a sentence with the headline number) as a paragraph.
+
+    The sentence comes from a package function (e.g. :func:`llmexplore.sweeps.layouts.best_layout_sentence`);
+    JupyterLab and the reports show it as a paragraph, not as a code output.
+    """
+    from IPython.display import display
+
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError(f"say: expected a non-empty sentence (str), got {text!r}")
+    display({"text/html": f'<p class="{FINDING_CLASS}">{inline_html(text.strip())}</p>',
+             "text/markdown": text.strip(), "text/plain": text.strip()}, raw=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# notebook parameters
+
+
+def _check_index_parameters(params: Mapping[str, Any]) -> dict[str, str]:
+    """Parameters of ``notebooks/00_index.ipynb``: KIND is one of the preset kinds."""
+    from . import _check, presets
+
+    _check.choice("KIND", params["KIND"], presets.KINDS)
+    return {}
+
+
+def _registry() -> dict[str, Callable[[Mapping[str, Any]], dict[str, str]]]:
+    from .sweeps import disagg, layouts, moe
+
+    return {
+        "00_index": _check_index_parameters,
+        "10_attention_layouts": layouts.check_notebook_parameters,
+        "20_pd_disaggregation": disagg.check_notebook_parameters,
+        "30_moe_expert_parallel": moe.check_notebook_parameters,
+    }
+
+
+def parameter_checker(notebook: str | os.PathLike) -> Callable[[Mapping[str, Any]], dict[str, str]] | None:
+    """The package function that validates the parameters of ``notebook`` (a path, file name or stem), or
+    None for a notebook without one (test fixtures).
+
+    A checker takes ``{NAME: value}`` (every parameter of the notebook), raises
+    :class:`~llmexplore.errors.SpecError` naming the parameter for a value that is wrong everywhere, and
+    returns ``{NAME: why}`` for values that are fine in general but do not apply to this notebook (a dense
+    ``MODEL`` for the MoE notebook). One registry line per notebook.
+    """
+    stem = Path(notebook).name
+    stem = stem[: -len(".ipynb")] if stem.endswith(".ipynb") else stem
+    return _registry().get(stem)
+
+
+def check_parameters(notebook: str, namespace: Mapping[str, Any]) -> None:
+    """Validate a notebook's parameters right after its imports: one clear error instead of a failure deep
+    inside a later cell. ``namespace`` is the notebook's ``globals()``; its UPPER_CASE names are checked.
+
+    Raises :class:`~llmexplore.errors.SpecError` naming the parameter, its value and the rule (or why it
+    does not apply to this notebook). Returns None, so the call leaves no output.
+    """
+    checker = parameter_checker(notebook)
+    if checker is None:
+        raise UsageError(f"check_parameters: no parameter check is registered for notebook {notebook!r}; "
+                         f"known: {sorted(_registry())}")
+    params = {k: v for k, v in namespace.items() if re.fullmatch(r"[A-Z][A-Z0-9_]*", k)}
+    try:
+        not_applicable = checker(params)
+    except SpecError as exc:
+        raise SpecError(f"notebook parameter {exc}") from None
+    except KeyError as exc:
+        raise UsageError(f"check_parameters: {notebook} needs parameter {exc.args[0]!r}, which is not "
+                         "defined; pass the notebook's globals()") from None
+    if not_applicable:
+        name, why = next(iter(not_applicable.items()))
+        raise SpecError(f"notebook parameter {name} = {params.get(name)!r} does not apply to this notebook: {why}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -185,8 +309,34 @@ def _sync_figure_widgets(widget: Any, _seen: set[int] | None = None) -> None:
         _sync_figure_widgets(child, seen)
 
 
-def show(widget: Any, note: str = DEFAULT_NOTE) -> None:
+def status_text(widget: Any) -> str:
+    """Plain text of an explorer's status line ('' if it has none): ``status_text`` (attribute or method)
+    when the explorer provides it, else its ``status`` HTML widget with the tags removed."""
+    import html
+
+    text = getattr(widget, "status_text", None)
+    if callable(text):
+        text = text()
+    if not isinstance(text, str):
+        status = getattr(widget, "status", None)
+        value = getattr(status, "value", None)
+        text = html.unescape(re.sub(r"<[^>]+>", "", value)) if isinstance(value, str) else ""
+    return " ".join(text.split())
+
+
+def explorer_note(widget: Any) -> str:
+    """What a static report shows in place of an explorer: its status line, then how to open it live."""
+    status = status_text(widget)
+    if not status:
+        return LIVE_HINT
+    return f"{status.rstrip('.')}. {LIVE_HINT}"
+
+
+def show(widget: Any, note: str | None = None) -> None:
     """Display a live widget; static HTML (nbconvert, no kernel) shows ``note`` instead.
+
+    ``note`` defaults to :func:`explorer_note`: the explorer's own status line for the default parameters,
+    then how to open it live.
 
     The output carries the widget view (rendered by JupyterLab and Voila, which rank it above HTML) plus
     ``text/html`` and ``text/plain`` versions of the note. nbconvert renders the widget view only when the
@@ -200,6 +350,8 @@ def show(widget: Any, note: str = DEFAULT_NOTE) -> None:
     from IPython.display import display
 
     view = getattr(widget, "view", widget)
+    if note is None:
+        note = explorer_note(widget)
     if not callable(getattr(view, "_repr_mimebundle_", None)):
         raise UsageError(f"show: expected an ipywidget or an object with a .view widget, got {type(view).__qualname__}")
     _sync_figure_widgets(view)
@@ -234,7 +386,10 @@ def _make_engine():
         nbclient normally emulates ``ipywidgets.Output`` by sending on the shell socket while it awaits
         the cell's reply; about 1 run in 7 then stalls until the timeout (jupyter/nbclient#312). With an
         empty registry nothing is emulated: widget state is still recorded, Output widgets just keep no
-        outputs. Registered under the ``papermill.engine`` entry point; use ``engine_name="llmexplore"``.
+        outputs. The kernel process's own stderr goes to /dev/null: cell output (warnings included) still
+        arrives through the kernel's messages, and a timeout no longer dumps the kernel's shutdown traceback
+        into the terminal. Registered under the ``papermill.engine`` entry point; use
+        ``engine_name="llmexplore"``.
         """
 
         @classmethod
@@ -255,7 +410,7 @@ def _make_engine():
             )
             client = PapermillNotebookClient(nb_man, **final_kwargs)
             client.widget_registry = {}
-            return client.execute()
+            return client.execute(stderr=subprocess.DEVNULL)
 
     QuietWidgetEngine.__module__ = __name__
     QuietWidgetEngine.__qualname__ = "QuietWidgetEngine"

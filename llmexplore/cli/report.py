@@ -17,10 +17,13 @@ def add(sub) -> None:
     p.add_argument("--out", default="reports", metavar="DIR", help="output directory (default: reports)")
     p.add_argument("-p", "--parameter", dest="parameters", nargs=2, metavar=("NAME", "VALUE"),
                    action=ParamPairs, default={},
-                   help="inject a notebook parameter (repeatable); VALUE is read as int, float, "
-                        "true/false, none, or else a string")
+                   help="set a notebook parameter (repeatable) in every notebook that defines it; VALUE is "
+                        "read as int, float, true/false, none, a list or dict literal such as '[512, 1024]', "
+                        "or else a string. Checked before anything runs; a value that does not apply to a "
+                        "notebook (a dense MODEL for the MoE notebook) is skipped there with a note")
     p.add_argument("--notebook", dest="notebooks", action="append", metavar="NAME",
-                   help="only this notebook (path or name in notebooks/; repeatable; default: all)")
+                   help="only this notebook (name such as 10_attention_layouts, or a path; repeatable; "
+                        "default: all). Other reports already in --out stay in its index.html")
     p.add_argument("--timeout", dest="timeout_s", action=Checked, check=float_at_least(0, strict=True),
                    metavar="S", default=None, help="per-cell timeout [s]")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -30,7 +33,7 @@ def add(sub) -> None:
 def run(args) -> int:
     from .. import report as reports
 
-    parameters = {name: reports.parse_param_value(text) for name, text in args.parameters.items()}
+    parameters = {name: reports.parse_param_value(text, name) for name, text in args.parameters.items()}
     kwargs: dict[str, Any] = {"out_dir": args.out, "parameters": parameters, "notebooks": args.notebooks,
                               "progress": not args.quiet}
     if args.timeout_s is not None:

@@ -357,7 +357,7 @@ def transfer_sentence(point: dict, link="roce-400g", *, short: bool = False) -> 
     lk = presets.resolve("links", link) if isinstance(link, str) else link
     serial, exposed = point["transfer_serial_ms"], point["transfer_exposed_ms"]
     if short:
-        return f"Pipelining hides the KV transfer: {_n(exposed)} ms exposed instead of {_n(serial)} ms over {lk.name}"
+        return f"Pipelined KV transfer: {_n(exposed)} ms exposed instead of {_n(serial)} ms over {lk.name}"
     return (f"Over {lk.name} ({lk.achievable_GBps:g} GB/s per GPU), one request's KV transfer adds "
             f"{_n(serial)} ms to TTFT when sent after the prefill, and only {_n(exposed)} ms when streamed "
             f"layer by layer.")
@@ -367,10 +367,15 @@ def _gpus(v) -> str:
     return f"{v:,.0f} GPUs" if np.isfinite(v) else "no pool that meets the SLOs"
 
 
-def comparison_sentence(comparison: pd.DataFrame, s: PDSetup, *, short: bool = False) -> str:
-    """Section 3: the fewest GPUs that meet both SLOs at the target rate, by serving mode and link."""
+def comparison_sentence(comparison: pd.DataFrame, s: PDSetup, *, link: str | None = None,
+                        short: bool = False) -> str:
+    """Section 3: the fewest GPUs that meet both SLOs at the target rate, by serving mode and link (a tie goes
+    to ``link``, the notebook's link)."""
     wl = s.workload
     best = fewest_gpus(comparison)
+    if best is not None and link is not None:
+        tied = comparison[(comparison["gpus"] == best["gpus"]) & (comparison["link"] == link)]
+        best = fewest_gpus(tied) or best
     co = comparison[comparison["mode"] == "colocated"].iloc[0]
     disagg = comparison[comparison["mode"] != "colocated"]
     worst = disagg.loc[disagg["gpus"].idxmax()] if len(disagg) else None
@@ -378,8 +383,8 @@ def comparison_sentence(comparison: pd.DataFrame, s: PDSetup, *, short: bool = F
         return f"Nothing meets TTFT p99 ≤ {wl.ttft_slo_ms:g} ms and TPOT p99 ≤ {wl.tpot_slo_ms:g} ms at {wl.rate_per_s:g} req/s."
     where = "colocated" if best["mode"] == "colocated" else f"{best['mode']} over {best['link']}"
     if short:
-        return f"{where}: {_gpus(best['gpus'])} for {wl.rate_per_s:g} req/s (colocated {_gpus(co['gpus'])})"
-    text = (f"At {wl.rate_per_s:g} req/s with TTFT p99 ≤ {wl.ttft_slo_ms:g} ms and TPOT p99 ≤ {wl.tpot_slo_ms:g} ms, "
+        return f"{_gpus(best['gpus'])} for {wl.rate_per_s:g} req/s: {where} (colocated {co['gpus']:,.0f})"
+    text = (f"At {wl.rate_per_s:g} req/s with TTFT p99 ≤ {wl.ttft_slo_ms:,g} ms and TPOT p99 ≤ {wl.tpot_slo_ms:,g} ms, "
             f"the fewest GPUs are {best['gpus']:,.0f} ({where})")
     if best["mode"] != "colocated":
         text += f", against {_gpus(co['gpus'])} colocated"
@@ -397,14 +402,16 @@ def latency_sentence(latency: pd.DataFrame, s: PDSetup, *, short: bool = False) 
         ok = ((g["ttft_ms"] <= wl.ttft_slo_ms) & (g["tpot_ms"] <= wl.tpot_slo_ms)).to_numpy()
         rates = g["rate_per_s"].to_numpy()
         if not ok[0]:
-            parts.append(f"{mode} misses a target already at {rates[0]:.3g} req/s")
+            parts.append((mode, f"misses a target already at {_n(rates[0])} req/s"))
         elif ok.all():
-            parts.append(f"{mode} meets both up to {rates[-1]:.3g} req/s and beyond")
+            parts.append((mode, f"up to {_n(rates[-1])} req/s and beyond"))
         else:
-            parts.append(f"{mode} meets both up to {rates[np.argmin(ok)- 1]:.3g} req/s")
+            parts.append((mode, f"up to {_n(rates[np.argmin(ok) - 1])} req/s"))
     if short:
-        return "Both p99 targets met: " + "; ".join(p.replace(" meets both up to", " to") for p in parts)
-    return f"With equal GPU budgets, {parts[0]}" + (f", {'; '.join(parts[1:])}" if len(parts) > 1 else "") + "."
+        return "Both p99 targets met " + ", ".join(f"{t} {m.split()[0]}" for m, t in parts)
+    text = "; ".join(f"{m} {t}" for m, t in parts[1:])
+    return (f"With equal GPU budgets, {parts[0][0]} meets both p99 targets {parts[0][1]}"
+            + (f"; {text}" if text else "") + ".")
 
 
 def breakeven_sentence(one_nic: dict, per_gpu: dict | None = None, *, slow_link: str = "tcp-100g",
@@ -417,7 +424,7 @@ def breakeven_sentence(one_nic: dict, per_gpu: dict | None = None, *, slow_link:
     ref = np.nanmax([serial, piped])
     side = "below" if lk.achievable_GBps < ref else "above"
     if short:
-        return f"With one NIC per instance, disaggregation pays from {_n(serial)} GB/s ({_n(piped)} GB/s pipelined)"
+        return f"One NIC per instance: disaggregation pays from {_n(serial)} GB/s ({_n(piped)} GB/s pipelined)"
     text = (f"With one NIC per instance, disaggregation stops paying below {_n(serial)} GB/s "
             f"({_n(piped)} GB/s pipelined), and {lk.label} ({lk.achievable_GBps:g} GB/s achievable) is {side} it")
     if per_gpu:
@@ -426,25 +433,64 @@ def breakeven_sentence(one_nic: dict, per_gpu: dict | None = None, *, slow_link:
     return text + "."
 
 
-def ratio_sentence(by_prompt: pd.DataFrame, by_output: pd.DataFrame, *, short: bool = False) -> str:
+def _ratio_ends(df: pd.DataFrame, col: str):
+    mode = next(m for m in df["mode"] if m != "colocated")
+    g = df[(df["mode"] == mode) & np.isfinite(df["pd_gpu_ratio"].astype(float))].sort_values(col)
+    return mode, (None if g.empty else (g.iloc[0][col], g.iloc[0]["pd_gpu_ratio"], g.iloc[-1][col],
+                                        g.iloc[-1]["pd_gpu_ratio"]))
+
+
+def ratio_title(df: pd.DataFrame, col: str) -> str:
+    """Title of a :func:`pool_sizes_vs` figure: how the P:D GPU ratio moves along ``col`` (first link)."""
+    what = {"prompt_tokens": "prompt", "output_tokens": "output", "rate_per_s": "rate"}[col]
+    mode, e = _ratio_ends(df, col)
+    if e is None:
+        return f"No disaggregated pool meets the SLOs at these {what} lengths"
+    unit = " req/s" if col == "rate_per_s" else " tokens"
+    return (f"P:D GPU ratio {mode.replace('disaggregated ', '')}: {_n(e[1])} at {e[0]:,.0f}{unit}, "
+            f"{_n(e[3])} at {e[2]:,.0f}{unit}")
+
+
+def ratio_sentence(by_prompt: pd.DataFrame, by_output: pd.DataFrame) -> str:
     """Section 6: how the prefill:decode GPU ratio moves with prompt and output length (first link)."""
-    mode = next(m for m in by_prompt["mode"] if m != "colocated")
-
-    def ends(df, col):
-        g = df[(df["mode"] == mode) & np.isfinite(df["pd_gpu_ratio"])].sort_values(col)
-        return None if g.empty else (g.iloc[0][col], g.iloc[0]["pd_gpu_ratio"], g.iloc[-1][col], g.iloc[-1]["pd_gpu_ratio"])
-
-    p, o = ends(by_prompt, "prompt_tokens"), ends(by_output, "output_tokens")
+    mode, p = _ratio_ends(by_prompt, "prompt_tokens")
+    _, o = _ratio_ends(by_output, "output_tokens")
     parts = []
     if p:
-        parts.append(f"the P:D GPU ratio goes from {p[1]:.2g} at {p[0]:,.0f}-token prompts to {p[3]:.2g} at {p[2]:,.0f}")
+        parts.append(f"the P:D GPU ratio goes from {_n(p[1])} at {p[0]:,.0f}-token prompts to {_n(p[3])} at "
+                     f"{p[2]:,.0f}")
     if o:
-        parts.append(f"from {o[1]:.2g} at {o[0]:,.0f}-token outputs to {o[3]:.2g} at {o[2]:,.0f}")
+        parts.append(f"from {_n(o[1])} at {o[0]:,.0f}-token outputs to {_n(o[3])} at {o[2]:,.0f}")
     if not parts:
         return f"No pool {mode} meets the SLOs at these lengths."
-    if short:
-        return f"P:D GPU ratio vs length, {mode}"
     return f"{mode[0].upper() + mode[1:]}, " + "; ".join(parts) + "."
+
+
+def point_table(point: dict) -> pd.DataFrame:
+    """A :func:`point_summary` as a two-column table for people (quantity, value with its unit)."""
+    d, c = point["disaggregated"], point["colocated"]
+    ttft = next(k for k in d if k.startswith("ttft_"))
+    tpot = next(k for k in d if k.startswith("tpot_"))
+    pct = ttft.split("_")[1]
+
+    def pools(r, what):
+        return f"{what} ({r['gpus']:,.0f} GPUs)" if r["feasible"] else f"none meets the SLOs: {r['reason']}"
+
+    rows = [
+        ("prefill of one prompt", f"{_n(point['prefill_ms'])} ms"),
+        (f"decode step at batch {point['decode_batch']:,}", f"{_n(point['decode_step_ms'])} ms"),
+        ("largest decode batch that fits", f"{point['decode_batch_cap']:,.0f} sequences"),
+        ("KV cache per request", f"{point['kv_transfer_GB']:.3g} GB"),
+        ("KV transfer: serial / pipelined (exposed)",
+         f"{_n(point['transfer_serial_ms'])} ms / {_n(point['transfer_exposed_ms'])} ms"),
+        ("disaggregated pools", pools(d, f"{d['prefill_instances']:,.0f} prefill + {d['decode_instances']:,.0f} decode")),
+        ("disaggregated goodput", f"{d['goodput_per_gpu']:.3g} req/s per GPU"),
+        (f"disaggregated TTFT / TPOT {pct}", f"{_n(d[ttft])} ms / {_n(d[tpot])} ms"),
+        ("colocated pool", pools(c, f"{c['instances']:,.0f} instances, {c['chunk_tokens']:,}-token chunks")),
+        ("colocated goodput", f"{c['goodput_per_gpu']:.3g} req/s per GPU"),
+        (f"colocated TTFT / TPOT {pct}", f"{_n(c[ttft])} ms / {_n(c[tpot])} ms"),
+    ]
+    return pd.DataFrame(rows, columns=["quantity", "value"])
 
 
 def goodput_sentence(grid: dict, s: PDSetup, *, short: bool = False) -> str:
@@ -456,11 +502,11 @@ def goodput_sentence(grid: dict, s: PDSetup, *, short: bool = False) -> str:
     n = np.asarray(grid["n"])
     rate = float(np.asarray(grid["rate"])[i, j])
     best = float(rpg[i, j])
-    text = (f"{int(n[i])} prefill + {int(n[j])} decode instances serve the most per GPU: "
-            f"{best:.3g} req/s per GPU ({rate:.3g} req/s on {int(np.asarray(grid['gpus'])[i, j]):,} GPUs)")
     if short:
-        return text
-    return text + f", against {s.workload.rate_per_s:g} req/s targeted."
+        return f"Most efficient: {int(n[i])} prefill + {int(n[j])} decode instances, {_n(best)} req/s per GPU"
+    return (f"{int(n[i])} prefill + {int(n[j])} decode instances serve the most per GPU: {_n(best)} req/s per GPU "
+            f"({_n(rate)} req/s on {int(np.asarray(grid['gpus'])[i, j]):,} GPUs), against "
+            f"{s.workload.rate_per_s:g} req/s targeted.")
 
 
 def spread_sentence(spread: pd.DataFrame) -> str:

@@ -155,6 +155,7 @@ def test_engine_is_registered_and_empties_widget_registry(monkeypatch):
     def fake_execute(self, **kwargs):
         seen["registry"] = dict(self.widget_registry)
         seen["timeout"] = self.timeout
+        seen["kernel_stderr"] = kwargs.get("stderr")
         return self.nb
 
     monkeypatch.setattr(PapermillNotebookClient, "execute", fake_execute)
@@ -163,7 +164,9 @@ def test_engine_is_registered_and_empties_widget_registry(monkeypatch):
         nb = nbformat.v4.new_notebook()
 
     engine.execute_managed_notebook(NbMan(), "python3", execution_timeout=17)
-    assert seen == {"registry": {}, "timeout": 17}
+    import subprocess
+
+    assert seen == {"registry": {}, "timeout": 17, "kernel_stderr": subprocess.DEVNULL}
 
 
 def test_cell_durations_reads_papermill_metadata():
@@ -194,5 +197,108 @@ def test_show_syncs_nested_figurewidgets_edited_before_display(displayed):
 def test_record_text_is_short_but_value_keeps_precision(displayed):
     nbtools.record("t", {"DOP": 22.445614454691324, "TP": 1e-7, "n": 3, "xs": list(range(20))})
     bundle = displayed[0][0]
-    assert bundle["text/plain"] == "t = {'DOP': 22.45, 'TP': 1e-07, 'n': 3, 'xs': [0, 1, 2, 3, 4, 5, 6, 7, …]}"
+    assert bundle["text/plain"] == "t: DOP 22.45, TP 1e-07, n 3, xs [0, 1, 2, 3, 4, 5, 6, 7, …]"
     assert bundle[RECORD_MIME]["value"]["DOP"] == 22.445614454691324
+
+
+@pytest.mark.parametrize("value, text", [
+    (26.4321, "x = 26.43"), ("DOP", "x = 'DOP'"), (None, "x = None"), ([1, 2], "x = [1, 2]"),
+    ({"TP": 36.61, "DOP": 26.43}, "x: TP 36.61, DOP 26.43"),
+    ([{"batch": 64, "context": 1186.3}, {"batch": 64}], "x: 2 records"),
+    ({"a": {"b": 1}}, "x: 1 record"),
+    ({f"k{i}": 1.0 for i in range(40)}, None),
+])
+def test_record_text_is_one_readable_line(value, text):
+    line = nbtools.record_text("x", value)
+    assert "\n" not in line and len(line) <= 110
+    if text is not None:
+        assert line == text
+    else:
+        assert line.endswith("…")
+
+
+def test_say_displays_a_paragraph(displayed):
+    nbtools.say("**DOP** is fastest at 26.4 ms per step; `TP` overtakes it below 1,186 tokens <b>")
+    (bundle, raw), = displayed
+    assert raw is True
+    assert bundle["text/html"] == ('<p class="llmexplore-finding"><strong>DOP</strong> is fastest at 26.4 ms per '
+                                   'step; <code>TP</code> overtakes it below 1,186 tokens &lt;b&gt;</p>')
+    assert bundle["text/markdown"].startswith("**DOP**") and bundle["text/plain"].startswith("**DOP**")
+
+
+@pytest.mark.parametrize("bad", ["", "   ", None, 3])
+def test_say_wants_a_sentence(displayed, bad):
+    with pytest.raises(TypeError, match="say: expected a non-empty sentence"):
+        nbtools.say(bad)
+
+
+def test_every_notebook_has_a_parameter_check():
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb")):
+        assert nbtools.parameter_checker(path) is not None, f"register a parameter check for {path.name}"
+    assert nbtools.parameter_checker("tests/fixtures/explorer_fixture.ipynb") is None
+    assert nbtools.parameter_checker("10_attention_layouts") is nbtools.parameter_checker("x/10_attention_layouts.ipynb")
+
+
+def _defaults(stem):
+    import ast
+
+    import papermill as pm
+
+    from llmexplore.report import NOTEBOOK_DIR
+
+    info = pm.inspect_notebook(str(NOTEBOOK_DIR / f"{stem}.ipynb"))
+    return {k: ast.literal_eval(v["default"]) for k, v in info.items()}
+
+
+def test_check_parameters_passes_the_defaults_and_ignores_other_names():
+    ns = {**_defaults("10_attention_layouts"), "plots": object(), "_X": 1, "lower": 2}
+    assert nbtools.check_parameters("10_attention_layouts", ns) is None
+
+
+def test_check_parameters_names_the_parameter():
+    ns = {**_defaults("10_attention_layouts"), "CONTEXT_MAX": 128}
+    with pytest.raises(nbtools.SpecError, match=r"^notebook parameter CONTEXT_MAX must be greater than CONTEXT_MIN"):
+        nbtools.check_parameters("10_attention_layouts", ns)
+    ns = {**_defaults("30_moe_expert_parallel"), "MODEL": "llama-3-70b"}
+    with pytest.raises(nbtools.SpecError, match=r"MODEL = 'llama-3-70b' does not apply to this notebook: .*dense"):
+        nbtools.check_parameters("30_moe_expert_parallel", ns)
+    ns = {**_defaults("00_index"), "KIND": "gpus"}
+    with pytest.raises(nbtools.SpecError, match=r"KIND must be one of"):
+        nbtools.check_parameters("00_index", ns)
+
+
+def test_check_parameters_usage_errors():
+    with pytest.raises(TypeError, match="no parameter check is registered for notebook 'nope'"):
+        nbtools.check_parameters("nope", {})
+    with pytest.raises(TypeError, match="needs parameter 'KIND'"):
+        nbtools.check_parameters("00_index", {})
+
+
+def test_show_puts_the_explorers_status_line_in_the_note(displayed):
+    import ipywidgets as W
+
+    class WithText:
+        view = W.VBox()
+        status_text = "Best: DOP, 26.4 ms per step."
+
+    class WithMethod:
+        view = W.VBox()
+
+        def status_text(self):
+            return "Fewest GPUs: 72"
+
+    class WithStatusWidget:
+        view = W.VBox()
+        status = W.HTML('<b>Best: DOP</b> &mdash; 26.43 ms/step')
+
+    for explorer in (WithText(), WithMethod(), WithStatusWidget()):
+        nbtools.show(explorer)
+    notes = [bundle["text/plain"] for bundle, _ in displayed]
+    assert notes[0].startswith("Best: DOP, 26.4 ms per step. Live explorer: open the notebook with `make lab`")
+    assert notes[1].startswith("Fewest GPUs: 72. Live explorer")
+    assert notes[2].startswith("Best: DOP — 26.43 ms/step. Live explorer")
+    assert "<code>make lab</code>" in displayed[0][0]["text/html"]
+    nbtools.show(W.VBox())  # a plain widget: the hint alone
+    assert displayed[-1][0]["text/plain"] == nbtools.LIVE_HINT

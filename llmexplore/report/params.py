@@ -1,0 +1,139 @@
+"""Notebook parameters for the reports: ``-p NAME VALUE`` text to values, and the plan of which notebook
+receives which, checked before anything runs."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..errors import SpecError
+
+__all__ = ["MAX_PARAM_CHARS", "parse_param_value", "plan_parameters", "parameters_banner"]
+
+MAX_PARAM_CHARS = 10_000  # a -p VALUE longer than this is not a notebook parameter
+
+
+def parse_param_value(text: str, name: str = "VALUE") -> Any:
+    """Turn a ``-p NAME VALUE`` string into a Python value.
+
+    ``"8"`` -> 8, ``"0.5"``/``"1e3"`` -> float, ``"true"``/``"false"`` (any case) -> bool,
+    ``"none"``/``"null"`` -> None; a Python or JSON literal list, tuple or dict (``"[512, 1024]"``,
+    ``'{"a": 1}'``) or a quoted string is read as that literal, safely (``ast.literal_eval``, then JSON); anything
+    else is the string unchanged (preset names, ...). A value that starts like a list but is not a valid
+    literal, or is longer than :data:`MAX_PARAM_CHARS`, raises SpecError naming ``name``.
+    """
+    if len(text) > MAX_PARAM_CHARS:
+        raise SpecError(f"-p {name}: the value is {len(text):,} characters long; at most {MAX_PARAM_CHARS:,}")
+    stripped = text.strip()
+    low = stripped.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    try:
+        return int(stripped)
+    except ValueError:
+        pass
+    if re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?inf", low):
+        return float(stripped)
+    if stripped[:1] in "[({\"'" and stripped:
+        try:
+            return ast.literal_eval(stripped)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            pass
+        try:
+            return json.loads(stripped)
+        except (ValueError, RecursionError):
+            raise SpecError(f"-p {name} {text!r}: not a valid Python or JSON literal; write a list as "
+                            f"'[512, 1024]' and a string in quotes") from None
+    return text
+
+
+
+def _defaults(path: Path) -> tuple[dict[str, Any], bool]:
+    """The notebook's parameters with their default values, and whether every default is a plain literal."""
+    import papermill as pm
+
+    out, literal = {}, True
+    for name, info in pm.inspect_notebook(str(path)).items():
+        try:
+            out[name] = ast.literal_eval(info["default"])
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            out[name], literal = info["default"], False
+    return out, literal
+
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:48] + "…" + text[-10:]
+
+
+
+def plan_parameters(paths: Iterable[Path], parameters: Mapping[str, Any]
+                    ) -> tuple[dict[Path, dict[str, Any]], dict[Path, list[str]]]:
+    """Which parameters each notebook receives, checked before anything runs.
+
+    Each notebook gets the names its ``parameters`` cell defines. Its registered check
+    (:func:`llmexplore.nbtools.parameter_checker`) sees the defaults with those values; a value it rejects
+    raises SpecError (one line: the parameter, the value, each notebook's rule); a value that does not apply
+    to it is dropped there, with a note. A name that no notebook defines, or that applies to none, raises
+    SpecError too. Returns ``({path: {NAME: value}}, {path: [notes]})``.
+    """
+    from ..errors import LlmexploreError
+    from ..nbtools import parameter_checker
+
+    given: dict[Path, dict[str, Any]] = {}
+    notes: dict[Path, list[str]] = {}
+    errors: dict[str, list[str]] = {}
+    skipped: dict[str, list[str]] = {}
+    defined: set[str] = set()
+    for path in paths:
+        defaults, literal = _defaults(path)
+        mine = {k: v for k, v in parameters.items() if k in defaults}
+        defined |= set(mine)
+        notes[path] = []
+        checker = parameter_checker(path)
+        while checker is not None and literal:
+            try:
+                not_applicable = checker({**defaults, **mine})
+            except (LlmexploreError, KeyError, TypeError) as exc:
+                text = str(exc) if isinstance(exc, LlmexploreError) else f"{type(exc).__name__}: {exc}"
+                errors.setdefault(text, []).append(path.stem)
+                break
+            dropped = [k for k in not_applicable if k in mine]
+            if not dropped:
+                if not_applicable:  # a default that does not apply: the notebook itself is wrong
+                    errors.setdefault(f"its defaults do not apply: {not_applicable}", []).append(path.stem)
+                break
+            for k in dropped:
+                notes[path].append(f"-p {k} {_shown(mine.pop(k))} skipped here: {not_applicable[k]}; "
+                                   f"the notebook's default {_shown(defaults[k])} is used")
+                skipped.setdefault(k, []).append(f"{path.stem}: {not_applicable[k]}")
+        given[path] = mine
+    unused = sorted(set(parameters) - defined)
+    if unused:
+        raise SpecError(f"parameter(s) {unused} are not defined in the parameters cell of any of "
+                        f"{[p.name for p in given]}")
+    if errors:
+        raise SpecError("; ".join(f"{', '.join(nbs)}: {text}" for text, nbs in errors.items()))
+    nowhere = sorted(k for k in parameters if not any(k in g for g in given.values()))
+    if nowhere:
+        raise SpecError("; ".join(f"-p {k} {_shown(parameters[k])} applies to no selected notebook ("
+                                  + "; ".join(skipped.get(k, [])) + ")" for k in nowhere))
+    return given, notes
+
+
+
+def parameters_banner(parameters: Mapping[str, Any], notes: Iterable[str]) -> str:
+    """Markdown for the top of a report: the parameters it was built with and the ones skipped."""
+    lines = []
+    if parameters:
+        lines.append("Built with " + ", ".join(f"`{k} = {_shown(v)}`" for k, v in parameters.items())
+                     + "; the other parameters have the notebook's defaults.")
+    lines += [f"Note: {n}." if not n.endswith(".") else f"Note: {n}" for n in notes]
+    return "\n\n".join(lines)
+
