@@ -16,16 +16,19 @@ same one-line message as any other out-of-range value. Every failure raises
 
 from __future__ import annotations
 
+import errno
 import math
 import numbers
+import os
 import re
+import stat
 from typing import Any, Iterable
 
 import numpy as np
 
 from .errors import SpecError
 
-__all__ = ["integer", "number", "probability", "choice", "boolean", "text", "real_array", "grid_size", "shown",
+__all__ = ["integer", "number", "probability", "choice", "boolean", "text", "real_array", "grid_size", "path_kind", "shown",
            "rule_text", "MAX_GRID_POINTS"]
 
 #: most points one vectorised model call may evaluate (broadcast of all its array arguments): every
@@ -146,6 +149,20 @@ def text(name: str, value: Any, *, max_len: int = 200, allow_empty: bool = False
         return value
     rule = f"{'a' if allow_empty else 'a non-empty'} text of at most {max_len} printable characters"
     raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+
+
+def path_kind(path: Any) -> str:
+    """``"file"``, ``"dir"``, ``"missing"``, ``"other"`` (a device, a pipe), or why the path cannot be looked
+    at (``"File name too long"``, ``"Permission denied"``, ``"an invalid path"``); never raises."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "missing"
+        return exc.strerror or "an unreadable path"
+    except (ValueError, TypeError):  # an embedded NUL byte, not a path at all
+        return "an invalid path"
+    return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
 
 def grid_size(names: str, *shapes: tuple[int, ...], limit: int = MAX_GRID_POINTS, factor: int = 1

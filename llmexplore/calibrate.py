@@ -136,8 +136,8 @@ def _read_rows(p: Path) -> tuple[list[str], list[tuple[int, dict]]]:
             if not any(f.strip() for f in fields):
                 continue  # a blank line
             if len(fields) > len(header):
-                raise SpecError(f"{p.name}:{line}: the row has {len(fields)} fields, the header "
-                                f"{len(header)}; quote fields that contain commas")
+                raise SpecError(f"{p.name}:{line}: a row must have at most as many fields as the header "
+                                f"({len(header)}), got {len(fields)}; quote fields that contain commas")
             if len(rows) >= MAX_POINTS:
                 raise SpecError(f"{where} must hold at most {MAX_POINTS:,} rows")
             rows.append((line, dict(zip(header, fields))))
@@ -149,8 +149,10 @@ def _read_rows(p: Path) -> tuple[list[str], list[tuple[int, dict]]]:
 def load_points(path: str | Path) -> list[CalibrationPoint]:
     """Read a calibration CSV; every row is validated, and errors name the line and column."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"calibration CSV {str(p)!r} does not exist")
+    kind = _check.path_kind(p)
+    if kind != "file":
+        raise SpecError(f"calibration CSV {str(p)!r} does not exist" if kind == "missing" else
+                        f"calibration CSV must be a readable file, got {_check.shown(str(p))} ({kind})")
     header, rows = _read_rows(p)
     missing = [c for c in ("kind", "model", "gpu", "ranks", "measured", "unit") if c not in header]
     if missing:

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from ._check import shown
+from ._check import path_kind, shown
 from .errors import SpecError, UnknownPresetError
 from .specs import Hardware, Link, ModelSpec, Runtime
 
@@ -47,8 +47,10 @@ _user_files: list[Path] = []
 def add_file(path: str | os.PathLike) -> None:
     """Register a user preset file (YAML with sections ``models``/``hardware``/``links``/``runtime``)."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise SpecError(f"preset file {str(p)!r} does not exist")
+    kind = path_kind(p)
+    if kind != "file":
+        raise SpecError(f"preset file {str(p)!r} does not exist" if kind == "missing" else
+                        f"preset file {str(p)!r} must be a readable file, got {kind}")
     if p not in _user_files:
         _user_files.append(p)
     clear_cache()
@@ -64,8 +66,10 @@ def _env_files() -> list[Path]:
     raw = os.environ.get("LLMEXPLORE_PRESETS", "")
     files = [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
     for p in files:
-        if not p.is_file():
-            raise SpecError(f"LLMEXPLORE_PRESETS names {str(p)!r}, which does not exist")
+        kind = path_kind(p)
+        if kind != "file":
+            raise SpecError(f"LLMEXPLORE_PRESETS names {str(p)!r}, which does not exist" if kind == "missing" else
+                            f"LLMEXPLORE_PRESETS must name readable files, got {str(p)!r} ({kind})")
     return files
 
 
@@ -184,6 +188,14 @@ def _load_kind(kind: str, env: str) -> dict[str, Any]:
             specs[name] = cls.from_dict({**row, "name": name})
         except SpecError as exc:
             raise SpecError(f"{origin}: {exc}") from None
+    if kind == "hardware":  # its links must exist: said of the entry and file that name them
+        links = _load_kind("links", env)
+        for name, hw in specs.items():
+            for f in ("scale_up_link", "scale_out_link"):
+                value = getattr(hw, f)
+                if value and value not in links:
+                    raise SpecError(f"{entries[name][1]}: Hardware {name!r}: {f} must name a links preset, got "
+                                    f"{value!r}; known: {', '.join(links)}")
     return specs
 
 

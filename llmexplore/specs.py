@@ -42,6 +42,7 @@ MAX_EXPERTS = 16384
 #: bounds of the device and link numbers: generous, so that what-if studies ("a free link", "unlimited memory")
 #: can still be expressed, but finite
 MAX_GIB = 1e9  # memory [GiB]
+MIN_POSITIVE = 1e-6  # smallest memory, bandwidth, peak compute and efficiency: > 0, and far from underflow
 MAX_RATE = 1e12  # bandwidths [TB/s, GB/s], peak compute [TFLOP/s], latencies and overheads [us, ms]
 
 
@@ -185,20 +186,21 @@ class ModelSpec(_Spec):
         _check_numbers(self)
         if self.attention == "gqa":
             if self.kv_heads < 1 or self.head_dim < 1:
-                raise SpecError(f"{where}: GQA needs kv_heads >= 1 and head_dim >= 1, "
+                raise SpecError(f"{where}: kv_heads and head_dim must be >= 1 for GQA attention, "
                                 f"got kv_heads={self.kv_heads}, head_dim={self.head_dim}")
             if self.heads % self.kv_heads:
                 raise SpecError(f"{where}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         else:
             for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, f) < 1:
-                    raise SpecError(f"{where}: MLA needs {f} >= 1, got {getattr(self, f)}")
+                    raise SpecError(f"{where}: {f} must be >= 1 for MLA attention, got {getattr(self, f)}")
         if self.moe_layers:
             if self.moe_layers > self.layers:
                 raise SpecError(f"{where}: moe_layers ({self.moe_layers}) must be <= layers ({self.layers})")
             for f in ("routed_experts", "experts_per_token", "moe_intermediate"):
                 if getattr(self, f) < 1:
-                    raise SpecError(f"{where}: an MoE model needs {f} >= 1, got {getattr(self, f)}")
+                    raise SpecError(f"{where}: {f} must be >= 1 for an MoE model (moe_layers > 0), got "
+                                    f"{getattr(self, f)}")
             if self.experts_per_token > self.routed_experts:
                 raise SpecError(f"{where}: experts_per_token ({self.experts_per_token}) must be <= "
                                 f"routed_experts ({self.routed_experts})")
@@ -358,12 +360,11 @@ class Hardware(_Spec):
     """One accelerator SKU: memory, bandwidth, dense peak compute, and the links it uses."""
 
     name: str
-    hbm_GiB: float = field(metadata=_meta("GiB", "device memory as the driver reports it (nvidia-smi)", min=0,
-                                          max=MAX_GIB, open_min=True))
-    hbm_bw_TBps: float = field(metadata=_meta("TB/s", "HBM bandwidth (datasheet)", min=0, max=MAX_RATE, open_min=True))
-    bf16_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense BF16 tensor peak", min=0, max=MAX_RATE,
-                                              open_min=True))
-    fp8_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense FP8 tensor peak", min=0, max=MAX_RATE, open_min=True))
+    hbm_GiB: float = field(metadata=_meta("GiB", "device memory as the driver reports it (nvidia-smi)",
+                                          min=MIN_POSITIVE, max=MAX_GIB))
+    hbm_bw_TBps: float = field(metadata=_meta("TB/s", "HBM bandwidth (datasheet)", min=MIN_POSITIVE, max=MAX_RATE))
+    bf16_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense BF16 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
+    fp8_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense FP8 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
     scale_up_link: str = ""
     scale_up_size: int = field(default=8, metadata=_meta("GPUs", "GPUs in one scale-up (NVLink/xGMI) domain",
                                                          min=1, max=65536, integer=True))
@@ -401,10 +402,10 @@ class Link(_Spec):
 
     name: str
     kind: str = field(metadata={"help": "'scale-up', 'scale-out' or 'host'"})
-    line_rate_GBps: float = field(metadata=_meta("GB/s", "signalling rate per direction", min=0, max=MAX_RATE,
-                                                 open_min=True))
+    line_rate_GBps: float = field(metadata=_meta("GB/s", "signalling rate per direction", min=MIN_POSITIVE,
+                                                 max=MAX_RATE))
     achievable_GBps: float = field(metadata=_meta("GB/s", "achievable bandwidth per direction (bus bandwidth "
-                                                   "for collectives)", min=0, max=MAX_RATE, open_min=True))
+                                                   "for collectives)", min=MIN_POSITIVE, max=MAX_RATE))
     latency_us: float = field(metadata=_meta("us", "base latency alpha0 of one operation", min=0, max=MAX_RATE))
     latency_per_rank_us: float = field(default=0.0, metadata=_meta("us", "extra latency per additional rank",
                                                                    min=0, max=MAX_RATE, optional=True))
@@ -438,18 +439,18 @@ class Runtime(_Spec):
     """
 
     name: str
-    eta_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth", min=0, max=1, open_min=True))
-    eta_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of GEMMs", min=0, max=1, open_min=True))
+    eta_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth", min=MIN_POSITIVE, max=1))
+    eta_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of GEMMs", min=MIN_POSITIVE, max=1))
     eta_attn_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of the attention kernel",
-                                                   min=0, max=1, open_min=True))
+                                                   min=MIN_POSITIVE, max=1))
     eta_attn_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth of the attention kernel "
-                                               "(paged KV reads)", min=0, max=1, open_min=True))
+                                               "(paged KV reads)", min=MIN_POSITIVE, max=1))
     kernel_overhead_us: float = field(metadata=_meta("us", "fixed time per kernel (launch gap, tail)", min=0,
                                                      max=MAX_RATE))
     step_overhead_ms: float = field(metadata=_meta("ms", "fixed time per decode step (scheduling, sampling)",
                                                    min=0, max=MAX_RATE))
-    usable_hbm_fraction: float = field(metadata=_meta("", "fraction of HBM the runtime may use", min=0, max=1,
-                                                      open_min=True))
+    usable_hbm_fraction: float = field(metadata=_meta("", "fraction of HBM the runtime may use",
+                                                      min=MIN_POSITIVE, max=1))
     reserve_GiB: float = field(metadata=_meta("GiB", "CUDA context, NCCL buffers, graphs, fragmentation",
                                               min=0, max=MAX_GIB))
     page_tokens: int = field(metadata=_meta("tokens", "KV page (block) size", min=1, max=65536, integer=True))
@@ -458,4 +459,4 @@ class Runtime(_Spec):
 
     def __post_init__(self) -> None:
         _freeze_sources(self)
-        _check_numbers(self)  # efficiencies and the usable fraction in (0, 1]
+        _check_numbers(self)  # efficiencies and the usable fraction in [1e-6, 1]

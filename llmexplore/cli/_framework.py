@@ -35,8 +35,13 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are exceptions with a one-line message (no usage dump, no exit), and whose
-    options take values that start with ``-`` (argparse would read ``--rate -inf`` as two options)."""
+    """ArgumentParser whose errors are exceptions with a one-line message (no usage dump, no exit), whose
+    options take values that start with ``-`` (argparse would read ``--rate -inf`` as two options), and which
+    does not expand abbreviations (``--tp 3`` must not silently mean ``--tpot-ms 3``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
         raise UsageError(message)
@@ -47,27 +52,20 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def _value_option(self, token: str):
-        """The action of ``token`` if it is this parser's option taking one value (exact or abbreviated)."""
-        if not token.startswith("--") and token not in self._option_string_actions:
-            return None
+        """The action of ``token`` if it is this parser's option taking one value."""
         action = self._option_string_actions.get(token)
-        if action is None and self.allow_abbrev:
-            hits = {a for o, a in self._option_string_actions.items() if o.startswith(token) and len(token) > 2}
-            action = hits.pop() if len(hits) == 1 else None
         return action if action is not None and action.nargs is None else None
 
     def _is_option(self, token: str) -> bool:
+        """Whether ``token`` reads as an option rather than a value: any ``--word`` (known or not: a missing
+        value then gets argparse's "expected one argument"), or one of this parser's own short options."""
         if not token.startswith("-") or token == "-":
             return False
-        head = token.split("=", 1)[0]
-        if head in self._option_string_actions:
-            return True
-        return self.allow_abbrev and head.startswith("--") and len(head) > 2 and any(
-            o.startswith(head) for o in self._option_string_actions)
+        return token.startswith("--") or token.split("=", 1)[0] in self._option_string_actions
 
     def _glue_values(self, args: list[str]) -> list[str]:
-        """``["--rate", "-inf"]`` -> ``["--rate=-inf"]`` for this parser's one-value options, unless the next
-        token is itself one of the options (then the value is missing, and argparse says so)."""
+        """``["--rate", "-inf"]`` -> ``["--rate=-inf"]`` for this parser's one-value options, when the next
+        token starts with a single ``-`` and is not one of the options (a negative number, ``-x``)."""
         out, i = [], 0
         while i < len(args):
             tok = args[i]
@@ -94,11 +92,11 @@ def fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def shown(text: str, limit: int = 60) -> str:
+def shown(text: str, limit: int = 80) -> str:
     """A user-typed value as it appears in a message: bare if it is one plain word, else quoted; a very long
-    value is shortened in the middle."""
+    value (a 400-digit number) is shortened in the middle, keeping its end (a file name) readable."""
     out = text if text and text.isprintable() and not any(c.isspace() for c in text) else repr(text)
-    return out if len(out) <= limit else out[: limit - 12] + "…" + out[-10:]
+    return out if len(out) <= limit else out[: limit - 41] + "…" + out[-40:]
 
 
 def flag_message(message: str, flags: Mapping[str, str]) -> str:
@@ -115,10 +113,11 @@ def flag_message(message: str, flags: Mapping[str, str]) -> str:
 @dataclass(frozen=True)
 class Rule:
     """How to read one option value: ``convert(text)`` returns the value or raises ValueError; ``rule``
-    completes the sentence "<option> must be ..."."""
+    completes the sentence "<option> must be ..."; ``bounds`` is (lo, hi) for numeric rules (tests probe them)."""
 
     rule: str
     convert: Callable[[str], Any]
+    bounds: tuple | None = None
 
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
@@ -134,7 +133,7 @@ def int_in(lo: int | None = None, hi: int | None = None, *, unit: str = "") -> R
             raise ValueError(text)
         return _check.integer("value", int(text), lo=lo, hi=hi)
 
-    return Rule(_check.rule_text("integer", lo, hi, unit=unit), convert)
+    return Rule(_check.rule_text("integer", lo, hi, unit=unit), convert, (lo, hi))
 
 
 def number_in(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False,
@@ -146,7 +145,8 @@ def number_in(lo: float | None = None, hi: float | None = None, *, lo_open: bool
             raise ValueError(text)
         return _check.number("value", float(text), lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open)
 
-    return Rule(_check.rule_text("number", lo, hi, lo_open=lo_open, hi_open=hi_open, unit=unit), convert)
+    return Rule(_check.rule_text("number", lo, hi, lo_open=lo_open, hi_open=hi_open, unit=unit), convert,
+                (lo, hi))
 
 
 def int_at_least(lo: int) -> Rule:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._framework import EXIT_OK, Checked, Col, format_table, preset_name, print_json, text_value
+from ._framework import EXIT_OK, Checked, Col, format_table, preset_name, print_json, shown, text_value
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -35,16 +35,20 @@ def _check_save_target(text: str):
     import os
     from pathlib import Path
 
+    from .._check import path_kind
     from ..errors import SpecError
 
     path = Path(text).expanduser()
-    if path.is_dir():
-        raise SpecError(f"--save must name a file, got the directory {text!r}")
-    parent = path.parent
-    if not parent.is_dir():
-        raise SpecError(f"--save must be in an existing directory, got {text!r} ({str(parent)!r} does not exist)")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise SpecError(f"--save must be a writable file, got {text!r} (permission denied)")
+    kind, parent = path_kind(path), path_kind(path.parent)
+    if kind == "dir":
+        raise SpecError(f"--save must name a file, got the directory {shown(text)}")
+    if parent != "dir":
+        raise SpecError(f"--save must be in an existing directory, got {shown(text)} ("
+                        + (f"{str(path.parent)!r} does not exist" if parent == "missing" else parent) + ")")
+    if kind not in ("file", "missing"):
+        raise SpecError(f"--save must be a writable file, got {shown(text)} ({kind})")
+    if not os.access(path.parent, os.W_OK) or (kind == "file" and not os.access(path, os.W_OK)):
+        raise SpecError(f"--save must be a writable file, got {shown(text)} (permission denied)")
     return path
 
 
@@ -62,13 +66,19 @@ def run(args) -> int:
 
     from .. import calibrate as cal
     from .. import presets
+    from .._check import path_kind
     from ..errors import SpecError
 
-    if not Path(args.data).expanduser().is_file():
-        raise SpecError(f"--data must be an existing file, got {args.data!r}")
+    data_kind = path_kind(Path(args.data).expanduser())
+    if data_kind != "file":
+        raise SpecError(f"--data must be an existing file, got {shown(args.data)}"
+                        + ("" if data_kind == "missing" else f" ({data_kind})"))
     save = _check_save_target(args.save) if args.save else None
     start = presets.runtime(args.start)  # an unknown preset fails before the CSV is read
-    points = cal.load_points(Path(args.data).expanduser())
+    try:
+        points = cal.load_points(Path(args.data).expanduser())
+    except SpecError as exc:  # the file's problems, said of --data
+        raise SpecError(f"--data: {exc}") from None
     result = cal.fit(points, start=start, name=args.name)
     rt = result["runtime"]
     params = {f: getattr(rt, f) for f in cal.FIT_FIELDS}

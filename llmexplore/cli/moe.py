@@ -54,6 +54,8 @@ def run(args) -> int:
     from ..sweeps import moe as moe_sweeps
 
     ep = args.ep or args.gpus
+    if args.ep is None:  # errors about ep are about --gpus, whose value it took
+        args.flags = {**FLAGS, "ep": "ep (= --gpus)", "tp": "tp"}
     if args.gpus % ep:
         raise UsageError(f"--ep must divide --gpus ({args.gpus}), got {ep}")
     if args.no_eplb and args.redundant_experts:
@@ -63,6 +65,11 @@ def run(args) -> int:
               layers=moe_sweeps.LAYERS)
     md = moe_sweeps.config(args.model, args.gpu, args.gpus, tp=args.gpus // ep, ep=ep,
                            redundant=args.redundant_experts, balance=balance, **kw)
+    E = md.model.routed_experts
+    if ep > 1 and E % ep:  # the record compares with the static placement, one expert per slot
+        flag = "--ep" if args.ep is not None else "--gpus (and so ep)"
+        raise UsageError(f"{flag} must divide the routed experts of {md.model.name} ({E}) so that the static "
+                         f"placement can be compared, got {ep}")
     [rec] = moe_sweeps.moe_records(md, args.batch_tokens, args.context, args.skew)
     ref = None
     if ep != 1 and md.model.moe_intermediate % args.gpus == 0:

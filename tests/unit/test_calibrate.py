@@ -89,8 +89,8 @@ def test_overlay_round_trip(tmp_path, result, monkeypatch):
     ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,0x10,4096,,,10,ms,x", r"bad.csv:2: batch must be an integer"),
     ("prefill,llama-3-70b,h100-sxm,8,bf16,bf16,1,,100,100,10,ms,x", r"bad.csv:2: prefix_tokens must be an integer "
                                                                     r"in \[0, 99\] \[tokens\], got 100"),
-    ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,1,4096,,,10,ms,x,extra", r"bad.csv:2: the row has 14 fields, the "
-                                                                        r"header 13"),
+    ("decode,llama-3-70b,h100-sxm,8,bf16,bf16,1,4096,,,10,ms,x,extra", r"bad.csv:2: a row must have at most as "
+                                                                        r"many fields as the header \(13\), got 14"),
     ("decode,llama-9,h100-sxm,8,bf16,bf16,1,4096,,,10,ms,x", "no models preset 'llama-9'"),
     ("prefill,llama-3-70b,h100-sxm,8,bf16,bf16,1,,,0,10,ms,x", "column 'prompt_tokens' is required"),
 ])

@@ -216,7 +216,7 @@ def test_user_file_invalid_value_names_field_and_value(isolated_presets, tmp_pat
             scale_up_link: nvlink4
         """))
     with pytest.raises(SpecError, match=r"user.yaml: Hardware 'broken-gpu': hbm_GiB must be a finite number in "
-                                        r"\(0, 1e9\] \[GiB\], got 0"):
+                                        r"\[1e-6, 1e9\] \[GiB\], got 0"):
         presets.hardware("broken-gpu")
 
 
@@ -277,11 +277,11 @@ def test_a_section_that_is_not_a_mapping(isolated_presets, tmp_path):
 
 
 @pytest.mark.parametrize("hbm, rule", [
-    ("9" * 400, r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got 9999"),
-    ("1.0e+400", r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got inf"),
-    ('"80"', r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got '80'"),
-    ("true", r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got True"),
-    ("[1, 2]", r"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got \[1, 2\]"),
+    ("9" * 400, r"hbm_GiB must be a finite number in \[1e-6, 1e9\] \[GiB\], got 9999"),
+    ("1.0e+400", r"hbm_GiB must be a finite number in \[1e-6, 1e9\] \[GiB\], got inf"),
+    ('"80"', r"hbm_GiB must be a finite number in \[1e-6, 1e9\] \[GiB\], got '80'"),
+    ("true", r"hbm_GiB must be a finite number in \[1e-6, 1e9\] \[GiB\], got True"),
+    ("[1, 2]", r"hbm_GiB must be a finite number in \[1e-6, 1e9\] \[GiB\], got \[1, 2\]"),
 ])
 def test_hostile_numbers_name_entry_field_value_and_rule(isolated_presets, tmp_path, hbm, rule):
     presets.add_file(_write(tmp_path, _GPU.format(hbm=hbm)))
@@ -335,3 +335,11 @@ def test_c_loader_is_used_where_available():
 def test_a_preset_name_that_is_not_text_is_a_spec_error(value):
     with pytest.raises(SpecError, match=r"gpu must be a hardware preset name \(text\) or a Hardware, got"):
         presets.resolve("hardware", value)
+
+
+def test_hardware_links_must_exist_and_are_blamed_on_the_entry(isolated_presets, tmp_path):
+    presets.add_file(_write(tmp_path, _GPU.format(hbm=40).replace("scale_up_link: nvlink4",
+                                                                  "scale_up_link: nvlink9")))
+    with pytest.raises(SpecError, match=r"user.yaml: Hardware 'lab-gpu': scale_up_link must name a links preset, "
+                                        r"got 'nvlink9'; known: nvlink4"):
+        presets.hardware("h100-sxm")

@@ -63,7 +63,7 @@ def test_missing_required_key_named():
 
 @pytest.mark.parametrize("value", [0, -1.0])
 def test_hbm_zero_or_negative_rejected(value):
-    with pytest.raises(SpecError, match=rf"hbm_GiB must be a finite number in \(0, 1e9\] \[GiB\], got {value!r}"):
+    with pytest.raises(SpecError, match=rf"hbm_GiB must be a finite number in \[1e-6, 1e9\] \[GiB\], got {value!r}"):
         Hardware.from_dict(_hw_row(hbm_GiB=value))
 
 
@@ -105,7 +105,7 @@ def test_link_kind_and_runtime_fraction_rules():
     with pytest.raises(SpecError, match=r"kind must be one of .*got 'wifi'"):
         Link.from_dict(_link_row(kind="wifi"))
     rt = presets.runtime("default")
-    with pytest.raises(SpecError, match=r"eta_mem must be a finite number in \(0, 1\], got 1.2"):
+    with pytest.raises(SpecError, match=r"eta_mem must be a finite number in \[1e-6, 1\], got 1.2"):
         dataclasses.replace(rt, eta_mem=1.2)
     with pytest.raises(SpecError, match=r"page_tokens must be an integer in \[1, 65,536\] \[tokens\], got 0"):
         dataclasses.replace(rt, page_tokens=0)
@@ -118,7 +118,7 @@ def test_spec_error_is_value_error():
 
 def test_mla_requires_latent_dims():
     ds = presets.model("deepseek-v3")
-    with pytest.raises(SpecError, match=r"MLA needs kv_lora_rank >= 1, got 0"):
+    with pytest.raises(SpecError, match=r"kv_lora_rank must be >= 1 for MLA attention, got 0"):
         dataclasses.replace(ds, kv_lora_rank=0)
 
 

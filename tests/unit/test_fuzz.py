@@ -1,0 +1,372 @@
+"""Fuzz of the command line and of preset files (hypothesis).
+
+Every command gets hostile values on its flags (negatives, zero, huge and 400-digit integers, 1e300, nan, inf,
+-inf, words, empty text, unicode, values just past each stated bound), flags given twice, left out, or unknown;
+preset files get hostile content (not a mapping, wrong types, huge numbers, a BOM, non-UTF-8 bytes, duplicate
+and unknown keys). The only allowed outcomes are
+
+* a clean result: exit 0, nothing on stderr, and (with ``--json``) strictly valid JSON on stdout; or
+* bad input: exit 2, nothing on stdout, exactly one stderr line ``llmexplore: error: ...`` naming the flag (or
+  the preset file and field), the value and the rule.
+
+Anything else (a traceback, a hang, a second line, a silently accepted bad value) fails. Commands run
+in-process (``cli.main``); examples are capped so the whole file stays fast; no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmexplore import cli, presets, report
+from llmexplore.cli import _framework
+from llmexplore.cli._framework import Checked
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "calibration" / "aic-llama31-70b-tp8-h100.csv"
+
+#: a valid command line for each command (small and fast); the fuzz mutates it
+BASE = {
+    "layouts": ["layouts", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--ranks", "2", "--batch", "8",
+                "--context", "1024"],
+    "pd": ["pd", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--prompt", "512", "--output", "32",
+           "--prefill-tp", "1", "--decode-tp", "1"],
+    "moe": ["moe", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", "--batch-tokens", "64"],
+    "calibrate": ["calibrate", "--data", str(DATA)],
+    "presets": ["presets", "models"],
+    "report": ["report", "--out", "reports-fuzz"],
+}
+
+#: values of a prompt-length spread cost seconds per run (an exact M/G/1 tail): the fuzz gives --prompt-sigma
+#: only values the rule rejects, or 0 (valid spreads are run by tests/unit/test_disagg.py)
+EXPENSIVE = {("pd", "--prompt-sigma")}
+
+HOSTILE = ["-1", "0", "-0", "1e300", "-1e300", "1e-320", "nan", "NaN", "inf", "-inf", "Infinity", "9" * 400,
+           "-" + "9" * 30, "1.5", "2.0", "+3", "1e3", "0x10", "1_000", "\u0663", "\uff18", "abc", "", " ", "\t",
+           "ünï", "\U0001f642", "8 8", "--", "-", "-x", "--json", "None", "true", "[1, 2]", "{}", "'8'", "\x00",
+           "a\nb", "é" * 300]
+
+
+def _parser_actions(command: str) -> dict[str, object]:
+    """flag -> argparse action of one command (the options its parser declares)."""
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    p = sub.choices[command]
+    return {a.option_strings[-1]: a for a in p._actions if a.option_strings and a.option_strings[-1] != "--help"}
+
+
+def _boundary_values(action) -> list[str]:
+    """Text just inside and just past a numeric rule's bounds."""
+    check = getattr(action, "check", None)
+    if check is None or check.bounds is None:
+        return []
+    lo, hi = check.bounds
+    out = []
+    for b in (lo, hi):
+        if b is None:
+            continue
+        if isinstance(b, int):
+            out += [str(b - 1), str(b), str(b + 1)]
+        else:
+            out += [repr(b), repr(math.nextafter(b, -math.inf)), repr(math.nextafter(b, math.inf))]
+    return out
+
+
+#: plausible values (most pass the flag's own rule and reach the model: ranks that do not divide the heads,
+#: dtypes, presets, combinations of flags)
+PLAUSIBLE = st.one_of(st.integers(0, 130).map(str), st.sampled_from([2**k for k in range(13)]).map(str),
+                      st.sampled_from(["0.5", "1.0", "2.6", "0.25", "3", "8", "fp8", "bf16", "fp16", "fp32",
+                                       "default", "uncalibrated", "h200", "b200", "mi300x", "deepseek-v3",
+                                       "llama-3-70b", "qwen3-30b-a3b", "nvlink4", "tcp-100g", "roce-400g"]))
+
+
+PRESET_FLAGS = {"--model": "models", "--gpu": "hardware", "--runtime": "runtime", "--start": "runtime",
+                "--link": "links", "--scale-up-link": "links", "--scale-out-link": "links"}
+
+
+def _fitting_values(flag: str, action) -> st.SearchStrategy[str]:
+    """Values that pass the flag's own rule: the choices, preset names, numbers inside the bounds."""
+    check = action.check
+    if flag in PRESET_FLAGS:
+        return st.sampled_from(presets.names(PRESET_FLAGS[flag]))
+    if check.rule.startswith("one of "):
+        return st.sampled_from(check.rule[len("one of "):].split(", "))
+    if check.bounds is not None:
+        lo, hi = check.bounds
+        lo = 0 if lo is None else lo
+        if check.rule.startswith("an integer"):
+            top = min(hi if hi is not None else 4096, 4096)
+            return st.one_of(st.integers(lo, min(top, lo + 64)), st.sampled_from([2**k for k in range(13)
+                                                                                 if lo <= 2**k <= top])).map(str)
+        top = min(hi if hi is not None else 1e4, 1e4)
+        return st.floats(lo, top, allow_nan=False).map(repr)
+    return PLAUSIBLE
+
+
+def _values_for(command: str, flag: str, action) -> st.SearchStrategy[str]:
+    boundary = _boundary_values(action)
+    hostile = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=12), st.integers(-10**6, 10**6).map(str),
+                        st.floats(allow_nan=True, allow_infinity=True).map(repr))
+    fitting = _fitting_values(flag, action)
+    values = st.one_of(fitting, fitting, PLAUSIBLE, hostile, hostile,
+                       *([st.sampled_from(boundary)] if boundary else []))
+    if (command, flag) in EXPENSIVE:
+        values = values.filter(lambda v: not _cheap_valid(action, v))
+    return values
+
+
+def _cheap_valid(action, text: str) -> bool:
+    """True if ``text`` passes the option's rule (and would run the full model)."""
+    try:
+        return action.check.convert(text) != 0
+    except (ValueError, TypeError, OverflowError):
+        return False
+
+
+@st.composite
+def command_lines(draw, command: str):
+    """A command line of ``command`` with one to three hostile changes; returns (argv, changes), each change
+    (kind, flag, value)."""
+    argv = list(BASE[command])
+    actions = _parser_actions(command)
+    value_flags = [f for f, a in actions.items() if a.nargs is None and isinstance(a, Checked)]
+    if command == "report":  # -p values are the notebook-parameter rules' business (their own tests)
+        value_flags = [f for f in value_flags if f != "--parameter"]
+    changes = []
+    if command == "presets":  # its one argument is positional
+        kind = draw(st.one_of(st.sampled_from(["models", "hardware", "links", "runtime"]), PLAUSIBLE,
+                              st.sampled_from(HOSTILE)))
+        argv[1] = kind
+        changes.append(("value", "kind", kind))  # argparse names the positional argument "kind"
+    for _ in range(draw(st.integers(0 if command == "presets" else 1, 3))):
+        kind = draw(st.sampled_from(["value"] * 12 + ["twice", "drop", "unknown", "missing-value"]))
+        value_flags = [f for f in value_flags if f not in {c[1] for c in changes}]  # each flag changed once
+        if not value_flags:
+            break
+        if kind == "value":
+            flag = draw(st.sampled_from(value_flags))
+            value = draw(_values_for(command, flag, actions[flag]))
+            if flag in argv:
+                argv[argv.index(flag) + 1] = value
+            else:
+                argv += [flag, value]
+            changes.append(("value", flag, value))
+        elif kind == "twice":
+            present = [f for f in value_flags if f in argv]
+            if present:
+                flag = draw(st.sampled_from(present))
+                value = draw(st.sampled_from(HOSTILE[:8]))
+                argv += [flag, value]
+                changes.append(("twice", flag, value))
+        elif kind == "drop":
+            present = [f for f in value_flags if f in argv]
+            if present:
+                flag = draw(st.sampled_from(present))
+                i = argv.index(flag)
+                del argv[i:i + 2]
+                changes.append(("drop", flag, ""))
+        elif kind == "unknown":
+            flag = draw(st.sampled_from(["--tp", "--frobnicate", "-z", "--batchsize"]))
+            argv += [flag, "3"]
+            changes.append(("unknown", flag, "3"))
+        else:
+            flag = draw(st.sampled_from(value_flags))
+            if flag not in argv:
+                argv += [flag]
+                changes.append(("missing-value", flag, ""))
+    if command != "report" and draw(st.booleans()):
+        argv.append("--json")
+    return argv, changes
+
+
+RULE_WORDS = ("must", "no ", "expected", "required", "given twice", "unrecognized", "ambiguous", "invalid choice",
+              "not valid", "does not exist")
+
+
+def _value_forms(value: str) -> list[str]:
+    forms = {value, value.strip(), _framework.shown(value), repr(value)}
+    try:
+        f = float(value)
+        forms |= {repr(f), f"{f:g}"}
+        if math.isfinite(f) and f == int(f):
+            forms.add(str(int(f)))
+    except (ValueError, OverflowError):
+        pass
+    forms |= {x[:20] for x in list(forms) if len(x) > 20}  # long values are shortened in the middle
+    return [x for x in forms if x]
+
+
+def _check_outcome(code: int, out: str, err: str, argv: list[str], changes: list[tuple]) -> None:
+    if code == 0:
+        assert err == "", (argv, err)
+        if "--json" in argv:
+            json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}: {argv}"))
+        return
+    assert code == 2, (argv, code, err)
+    assert out == "", (argv, out)
+    assert err.startswith("llmexplore: error: ") and err.endswith("\n") and err.count("\n") == 1, (argv, err)
+    assert "Traceback" not in err
+    msg = err[len("llmexplore: error: "):]
+    assert any(w in msg for w in RULE_WORDS), (argv, msg)  # the rule
+    if msg.startswith("unrecognized arguments: "):  # argparse names the stray arguments themselves
+        assert all(tok in argv for tok in msg[len("unrecognized arguments: "):].strip().split(" ")), (argv, msg)
+        return
+    def said(word: str) -> bool:  # "--gpu" is not said by "--gpus must ..."
+        return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", msg) is not None
+
+    flags = [tok for tok in argv[1:] if tok.startswith("-") and said(tok) and tok in _parser_actions(argv[0])]
+    named = [c for c in changes if said(c[1])] or flags
+    assert named, (argv, msg)  # the flag
+    if "expected one argument" in msg or "required" in msg:
+        return  # a missing value or flag: there is no value to name
+    values = [c[2] for c in changes if said(c[1]) and c[0] in ("value", "twice", "unknown")]
+    values += [argv[i + 1] for i, tok in enumerate(argv[:-1]) if tok in flags]  # the value each named flag got
+    assert any(form in msg for v in values for form in _value_forms(v)), (argv, msg)  # the value
+
+
+@pytest.fixture
+def no_reports(monkeypatch):
+    """``report`` must never execute notebooks here: its inputs are checked, then a fake build returns."""
+    monkeypatch.setattr(report, "build_reports", lambda **kw: [Path(kw["out_dir"]) / "index.html"])
+
+
+FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
+                                                                         HealthCheck.function_scoped_fixture])
+
+#: examples per command: the cheap commands get more
+EXAMPLES = {"layouts": 120, "moe": 60, "pd": 40, "calibrate": 25, "presets": 15, "report": 25}
+
+
+@pytest.mark.parametrize("command", list(EXAMPLES))
+def test_cli_fuzz(command, capsys, no_reports, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # report --out and calibrate --save stay inside the test's directory
+    monkeypatch.delenv("LLMEXPLORE_PRESETS", raising=False)
+    presets.clear_cache()
+
+    @settings(FUZZ, max_examples=EXAMPLES[command])
+    @given(case=command_lines(command))
+    def run(case):
+        argv, changes = case
+        capsys.readouterr()
+        code = cli.main(argv)
+        out, err = capsys.readouterr()
+        _check_outcome(code, out, err, argv, changes)
+
+    run()
+
+
+# ---- preset files -------------------------------------------------------------------------------------------
+ENTRIES = {
+    "hardware": ("fuzz-gpu", {"hbm_GiB": "80", "hbm_bw_TBps": "3.35", "bf16_TFLOPS": "989.4", "fp8_TFLOPS": "1978.9",
+                              "scale_up_link": "nvlink4", "scale_up_size": "8"}),
+    "models": ("fuzz-model", {"attention": "gqa", "layers": "4", "hidden": "1024", "heads": "8", "kv_heads": "2",
+                              "head_dim": "128", "intermediate": "4096", "vocab": "32000",
+                              "tie_embeddings": "false"}),
+    "links": ("fuzz-link", {"kind": "scale-up", "line_rate_GBps": "450", "achievable_GBps": "370",
+                            "latency_us": "8"}),
+    "runtime": ("fuzz-rt", {"eta_mem": "0.8", "eta_compute": "0.7", "eta_attn_compute": "0.5", "eta_attn_mem": "0.8",
+                            "kernel_overhead_us": "3", "step_overhead_ms": "1", "usable_hbm_fraction": "0.9",
+                            "reserve_GiB": "3", "page_tokens": "16"}),
+}
+
+YAML_VALUES = ["-1", "0", "1.0e+300", "-1.0e+300", "1.0e-320", ".nan", ".inf", "-.inf", "9" * 400, '"80"', "'yes'",
+               "yes", "true", "null", "~", '""', "[1, 2]", "{a: 1}", "2024-01-01", "0x10", "1_000", "3.5",
+               '"\u00fcn\u00ef"', "65537", "16385", "1025", "1048577", "!!binary aGVsbG8=", "&a 3", "*a"]
+
+
+def _yaml(kind: str, name: str, fields: dict[str, str], extra_lines: list[str] = ()) -> str:
+    lines = [f"{kind}:", f"  {name}:"] + [f"    {k}: {v}" for k, v in fields.items()] + list(extra_lines)
+    return "\n".join(lines) + "\n"
+
+
+@st.composite
+def preset_files(draw):
+    """(file bytes, the kind it targets, the entry name, the changed field or None, what was done)."""
+    kind = draw(st.sampled_from(list(ENTRIES)))
+    name, fields = ENTRIES[kind]
+    fields = dict(fields)
+    what = draw(st.sampled_from(["value", "value", "value", "unknown-key", "duplicate-key", "duplicate-entry",
+                                 "section-not-mapping", "top-not-mapping", "entry-not-mapping", "bom",
+                                 "not-utf8", "unknown-section", "garbage"]))
+    field = None
+    extra: list[str] = []
+    if what == "value":
+        field = draw(st.sampled_from(list(fields)))
+        fields[field] = draw(st.one_of(st.sampled_from(YAML_VALUES), st.integers(-10**30, 10**30).map(str)))
+    elif what == "unknown-key":
+        field = draw(st.sampled_from(["layerz", "hbm_gib", "name2", "Sources"]))
+        extra = [f"    {field}: 3"]
+    elif what == "duplicate-key":
+        field = draw(st.sampled_from(list(fields)))
+        extra = [f"    {field}: {fields[field]}"]
+    text = _yaml(kind, name, fields, extra)
+    if what == "duplicate-entry":
+        text += f"  {name}:\n" + "".join(f"    {k}: {v}\n" for k, v in fields.items())
+    elif what == "section-not-mapping":
+        text = f"{kind}: " + draw(st.sampled_from(["h100", "[1, 2]", "3", "''", "true"])) + "\n"
+    elif what == "top-not-mapping":
+        text = draw(st.sampled_from(["- 1\n- 2\n", "just text\n", "3\n", "[]\n"]))
+    elif what == "entry-not-mapping":
+        text = f"{kind}:\n  {name}: 7\n"
+    elif what == "unknown-section":
+        text += "gpus:\n  x: {}\n"
+    elif what == "garbage":
+        text = draw(st.text(max_size=60))
+    raw = text.encode("utf-8")
+    if what == "bom":
+        raw = b"\xef\xbb\xbf" + raw
+    elif what == "not-utf8":
+        i = draw(st.integers(0, len(raw)))
+        raw = raw[:i] + draw(st.sampled_from([b"\xe9", b"\xff", b"\xc3\x28", b"\x80"])) + raw[i:]
+    return raw, kind, name, field, what
+
+
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=preset_files())
+def test_preset_fuzz(case, capsys, tmp_path_factory):
+    raw, kind, name, field, what = case
+    path = tmp_path_factory.mktemp("presets") / "fuzz.yaml"
+    path.write_bytes(raw)
+    old = os.environ.get("LLMEXPLORE_PRESETS")
+    os.environ["LLMEXPLORE_PRESETS"] = str(path)
+    presets.clear_cache()
+    try:
+        commands = [["presets", kind, "--json"]]
+        if kind == "models":
+            commands.append(["layouts", "--model", name, "--gpu", "h100-sxm", "--ranks", "1", "--batch", "1",
+                             "--context", "16", "--json"])
+        elif kind == "hardware":
+            commands.append(["layouts", "--model", "llama-3-8b", "--gpu", name, "--ranks", "1", "--batch", "1",
+                             "--context", "16", "--json"])
+        for argv in commands:
+            capsys.readouterr()
+            code = cli.main(argv)
+            out, err = capsys.readouterr()
+            if code == 0:
+                assert err == ""
+                json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+                continue
+            assert code == 2, (what, field, err)
+            assert out == "" and err.count("\n") == 1 and err.startswith("llmexplore: error: "), (what, err)
+            assert "Traceback" not in err
+            if what in ("garbage", "top-not-mapping", "section-not-mapping") and f"preset '{name}'" in err:
+                continue  # a file that defines no entry: the command names the preset it does not know
+            assert "fuzz.yaml" in err, (what, err)  # the file
+            if what == "value" and "must be UTF-8" not in err and "not valid YAML" not in err:
+                assert field in err or name in err, (what, field, err)  # the entry and field
+                assert "must" in err, (what, err)  # the rule
+            if what in ("unknown-key", "duplicate-key"):
+                assert field in err, (what, err)
+    finally:
+        if old is None:
+            os.environ.pop("LLMEXPLORE_PRESETS", None)
+        else:
+            os.environ["LLMEXPLORE_PRESETS"] = old
+        presets.clear_cache()
