@@ -151,3 +151,83 @@ def test_build_output_is_git_ignored(path):
 
 def test_python_is_new_enough():
     assert sys.version_info >= (3, 11)
+
+
+# ---- notebook parameters and findings ---------------------------------------------------------------------
+
+
+def _parameters_cell(nb):
+    return next(c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", []))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + FIXTURE_NOTEBOOKS, ids=lambda p: p.name)
+def test_papermill_sees_every_parameter_as_a_literal(path):
+    """papermill reads the parameters cell line by line: a second '=' (even in a comment) hides the name, and
+    then ``-p NAME`` is refused as unknown. Defaults are literals, so the report can check them up front."""
+    import papermill as pm
+
+    nb = nbformat.read(path, as_version=4)
+    assigned = [t.id for node in ast.parse(_parameters_cell(nb).source).body if isinstance(node, ast.Assign)
+                for t in node.targets if isinstance(t, ast.Name)]
+    seen = pm.inspect_notebook(str(path))
+    assert list(seen) == assigned, f"{path.name}: papermill sees {list(seen)}, the cell assigns {assigned}"
+    for name, info in seen.items():
+        try:
+            ast.literal_eval(info["default"])
+        except (ValueError, SyntaxError):
+            pytest.fail(f"{path.name}: {name} = {info['default']} is not a literal (numbers, strings, lists)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_checks_its_parameters_right_after_the_imports(path):
+    from llmexplore.nbtools import parameter_checker
+
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    imports = code[1]  # the cell after the parameters
+    assert "parameters" in code[0].metadata.get("tags", [])
+    call = f'check_parameters("{path.stem}", globals())'
+    assert call in imports.source, f"{path.name}: the imports cell must call {call}"
+    assert parameter_checker(path) is not None, f"register a parameter check for {path.stem} in nbtools"
+    import papermill as pm
+
+    defaults = {k: ast.literal_eval(v["default"]) for k, v in pm.inspect_notebook(str(path)).items()}
+    assert parameter_checker(path)(defaults) == {}, f"{path.name}: its own defaults must pass its check"
+
+
+def _sections(nb):
+    """[(heading, [cells])] for every '## ' section."""
+    out = []
+    for cell in nb.cells:
+        head = re.match(r"##\s+(.*)", cell.source) if cell.cell_type == "markdown" else None
+        if head:
+            out.append((head.group(1).strip(), []))
+        elif out:
+            out[-1][1].append(cell)
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_section_ends_with_a_generated_finding(path):
+    """Reports state their findings: every section (except the explorer and the summary) ends with
+    ``say(...)`` of a sentence built by the package."""
+    nb = nbformat.read(path, as_version=4)
+    missing = []
+    for heading, cells in _sections(nb):
+        if re.search(r"(?i)live explorer|summary", heading):
+            continue
+        last_code = [c for c in cells if c.cell_type == "code"][-1:]
+        if not last_code or not re.search(r"^say\(", last_code[0].source, re.M):
+            missing.append(heading)
+    assert not missing, f"{path.name}: sections without a closing say(...) finding: {missing}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_links_between_notebooks_point_at_notebooks_that_exist(path):
+    nb = nbformat.read(path, as_version=4)
+    targets = [m for c in nb.cells if c.cell_type == "markdown"
+               for m in re.findall(r"\]\(([^)\s:]+\.ipynb)(?:#[^)]*)?\)", c.source)]
+    missing = [t for t in targets if not (path.parent / t).is_file()]
+    assert not missing, f"{path.name}: links to missing notebooks {missing}"
+    if not path.name.startswith("00_"):
+        assert targets, f"{path.name}: link the next notebook (or the index) in its last cell"
