@@ -22,8 +22,8 @@ from .. import _check
 
 __all__ = ["PROG", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "UsageError", "Parser", "fail", "shown", "Rule",
            "int_in", "number_in", "int_at_least", "float_at_least", "one_of", "preset_name", "text_value",
-           "Checked", "ParamPairs", "flag_message", "jsonable", "print_json", "Col", "format_table", "billions",
-           "COMMON_FLAGS", "model_gpu_options", "dtype_runtime_options"]
+           "output_dir", "Checked", "ParamPairs", "flag_message", "jsonable", "print_json", "Col", "format_table",
+           "billions", "COMMON_FLAGS", "model_gpu_options", "dtype_runtime_options"]
 
 PROG = "llmexplore"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -175,6 +175,19 @@ def text_value(what: str, max_len: int = 200) -> Rule:
         return _check.text("value", text, max_len=max_len)
 
     return Rule(what, convert)
+
+
+def output_dir() -> Rule:
+    """A directory to write into: an existing directory, or a path that can be created (not an existing
+    file, not a path the OS refuses). Checked when the option is read, before any work."""
+    def convert(text: str) -> str:
+        text = _check.text("value", text, max_len=4096)
+        kind = _check.path_kind(text)
+        if kind not in ("dir", "missing"):
+            raise ValueError(text)
+        return text
+
+    return Rule("a directory (existing or to create), not a file", convert)
 
 
 def preset_name(kind: str) -> Rule:

@@ -392,3 +392,47 @@ def test_installed_entry_point_and_python_m():
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "llmexplore: error: --batch must be an integer in [1, 16,777,216], got 0\n"
+
+
+# ---- the sizes and values the fuzz found: bounded, one line, the flag the user typed -------------------
+_MOE = ["moe", "--model", "deepseek-v3", "--gpu", "h200", "--gpus", "16", "--batch-tokens", "64"]
+_PD = ["pd", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--prompt", "1024", "--output", "64"]
+FOUND_BY_FUZZ = {
+    "redundant experts 1e7 (used to hang)": ([*_MOE, "--redundant-experts", "10000000"],
+                                             "--redundant-experts must be an integer in [0, 4096], got 10000000"),
+    "redundant experts 1e12 (used to allocate terabytes)": ([*_MOE, "--redundant-experts", "1e12"],
+                                                            "--redundant-experts must be an integer in [0, 4096], "
+                                                            "got 1e12"),
+    "1e12-token lognormal prompts (used to allocate 7 TiB)": (
+        [*_PD[:5], "--prompt", "1000000000000", "--output", "64", "--prompt-sigma", "3"],
+        "--prompt must be an integer in [1, 1,048,576], got 1000000000000"),
+    "rate -inf (used to be 'expected one argument')": ([*_PD, "--rate", "-inf"],
+                                                        "--rate must be a finite number in (0, 1e9], got -inf"),
+    "prefill-tp 3 (used to say 'prefill_tp: ranks')": ([*_PD, "--prefill-tp", "3"],
+                                                       "--prefill-tp (3) must divide the query heads of "
+                                                       "llama-3-70b (64)"),
+    "an abbreviation is not expanded (--tp is not --tpot-ms)": ([*_PD, "--tp", "8"], "unrecognized arguments: --tp 8"),
+    "moe --ep does not divide the experts": ([*_MOE[:5], "--gpus", "512", "--batch-tokens", "64", "--ep", "512",
+                                              "--redundant-experts", "256"], "--ep must divide the routed experts"),
+    "skew beyond E/k": ([*_MOE, "--skew", "40"], "--skew (max/mean expert load) must be <= E/k = 256/8 = 32"),
+}
+
+
+@pytest.mark.parametrize("argv, needle", list(FOUND_BY_FUZZ.values()), ids=list(FOUND_BY_FUZZ))
+def test_found_by_fuzz_one_line_naming_the_flag(capsys, argv, needle):
+    code, out, err = run(capsys, argv)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert needle in err, (needle, err)
+
+
+def test_output_dir_rule_for_report_out(tmp_path):
+    from llmexplore.cli._framework import output_dir
+
+    rule = output_dir()
+    a_file = tmp_path / "a.html"
+    a_file.write_text("x")
+    assert rule.convert(str(tmp_path)) == str(tmp_path) and rule.convert(str(tmp_path / "new" / "dir"))
+    for bad in (str(a_file), "", "x" * 5000, "a\x00b"):
+        with pytest.raises(ValueError):
+            rule.convert(bad)
+    assert rule.rule == "a directory (existing or to create), not a file"
