@@ -222,3 +222,34 @@ def test_ridge_point_and_peak_selection():
 
 def test_runtime_preset_is_a_runtime():
     assert isinstance(presets.runtime(), Runtime)
+
+
+# ---- one integer rule everywhere: 4 and np.int64(4) yes; 4.5, True and '4' no ----------------------------------
+def _integer_sites():
+    from llmexplore import sweeps
+    from llmexplore.models import attention as att
+    from llmexplore.models import disagg, moe
+    from llmexplore.models.engine import Deployment
+
+    dep = Deployment.build("llama-3-8b", "h100-sxm", 2)
+    return {
+        "ModelSpec.layers": lambda v: ModelSpec.from_dict(_model_row(layers=v)).layers,
+        "Runtime.page_tokens": lambda v: dataclasses.replace(presets.runtime("default"), page_tokens=v).page_tokens,
+        "Deployment ranks": lambda v: Deployment.build("llama-3-8b", "h100-sxm", v).ranks,
+        "step_time batch": lambda v: float(att.step_time(dep, v, 1024, "TP")["step_s"]),
+        "MoEDeployment gpus": lambda v: moe.MoEDeployment.build("qwen3-30b-a3b", "h100-sxm", v, tp=1, ep=4).gpus,
+        "Workload prompt_tokens": lambda v: disagg.Workload(prompt_tokens=v).prompt_tokens,
+        "setup prefill_tp": lambda v: sweeps.disagg.setup("llama-3-8b", "h100-sxm", prefill_tp=v).prefill.ranks,
+        "boundaries_at batch": lambda v: len(sweeps.layouts.boundaries_at(dep, v, 1, 1000)),
+    }
+
+
+@pytest.mark.parametrize("site", list(_integer_sites()))
+def test_the_same_integer_rule_everywhere(site):
+    import numpy as np
+
+    f = _integer_sites()[site]
+    assert f(4) == f(np.int64(4)) == f(np.int32(4))
+    for bad in (4.5, True, "4", np.float64(4.5), None, 4 + 0j):
+        with pytest.raises(SpecError, match="must be an integer"):
+            f(bad)
