@@ -202,6 +202,8 @@ class Checked(argparse.Action):
     def __init__(self, option_strings, dest, check: Rule, **kwargs):
         self.check = check
         kwargs.setdefault("help", "")
+        if check.bounds is not None and kwargs["help"]:  # the help states the bounds the value is checked against
+            kwargs["help"] += f"; {check.rule}"
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
