@@ -104,7 +104,7 @@ def flag_message(message: str, flags: Mapping[str, str]) -> str:
     divide ...`` -> ``--prefill-tp (3) must divide ...``); quoted values, longer names and preset kinds ("no
     runtime preset") are left alone."""
     for name in sorted(flags, key=len, reverse=True):
-        message = re.sub(rf"(?<![\w'\"./-]){re.escape(name)}(?![\w'\"-]| preset)", lambda _m, f=flags[name]: f,
+        message = re.sub(rf"(?<![\w'\"./-]){re.escape(name)}(?![\w'\"./=-]| preset)", lambda _m, f=flags[name]: f,
                          message)
     return message
 

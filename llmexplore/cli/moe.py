@@ -20,7 +20,8 @@ __all__ = ["add", "run", "FLAGS"]
 
 #: API field names -> the flags of this command (tp is not a flag: it is --gpus / --ep)
 FLAGS = {**COMMON_FLAGS, "gpus": "--gpus", "ep": "--ep", "tp": "tp (= --gpus / --ep)",
-         "redundant": "--redundant-experts", "batch": "--batch-tokens", "context": "--context", "skew": "--skew"}
+         "ranks": "tp (= --gpus / --ep)", "redundant": "--redundant-experts", "batch": "--batch-tokens",
+         "context": "--context", "skew": "--skew"}
 
 
 def add(sub) -> None:
@@ -55,7 +56,7 @@ def run(args) -> int:
 
     ep = args.ep or args.gpus
     if args.ep is None:  # errors about ep are about --gpus, whose value it took
-        args.flags = {**FLAGS, "ep": "ep (= --gpus)", "tp": "tp"}
+        args.flags = {**FLAGS, "ep": "ep (= --gpus)", "tp": "tp", "ranks": "ranks"}
     if args.gpus % ep:
         raise UsageError(f"--ep must divide --gpus ({args.gpus}), got {ep}")
     if args.no_eplb and args.redundant_experts:
