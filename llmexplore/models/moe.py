@@ -181,11 +181,11 @@ class MoEDeployment:
             object.__setattr__(self, name, v)
         E = m.routed_experts
         if ep == 1 and self.redundant:
-            raise SpecError(f"redundant ({self.redundant}) needs expert parallelism (ep > 1); with ep = 1 "
-                            f"every GPU already holds a slice of every expert")
+            raise SpecError(f"redundant must be 0 without expert parallelism (ep = 1: every GPU already holds a "
+                            f"slice of every expert), got {self.redundant}")
         if self.redundant and self.balance != "eplb":
-            raise SpecError(f"redundant ({self.redundant}) > 0 needs balance='eplb' (the replicas must be "
-                            f"placed by EPLB)")
+            raise SpecError(f"balance must be 'eplb' with redundant > 0 (the replicas are placed by EPLB), got "
+                            f"{self.balance!r} with redundant = {self.redundant}")
         if (E + self.redundant) % ep:
             raise SpecError(f"ep ({ep}) must divide routed experts + redundant ({E} + {self.redundant} = "
                             f"{E + self.redundant})")

@@ -534,8 +534,10 @@ def test_monte_carlo_broadcasts_one_histogram_over_layer_placements():
 @pytest.mark.parametrize("kw, match", [
     (dict(gpus=16, tp=2, ep=4), r"tp \* ep must equal gpus: tp=2, ep=4, gpus=16"),
     (dict(gpus=24, tp=1, ep=24), r"ep \(24\) must divide routed experts \+ redundant \(256 \+ 0 = 256\)"),
-    (dict(gpus=16, tp=16, ep=1, redundant=16), r"redundant \(16\) needs expert parallelism \(ep > 1\)"),
-    (dict(gpus=16, tp=2, ep=8, redundant=8, balance="none"), r"redundant \(8\) > 0 needs balance='eplb'"),
+    (dict(gpus=16, tp=16, ep=1, redundant=16), r"redundant must be 0 without expert parallelism \(ep = 1: every "
+                                               r"GPU already holds a slice of every expert\), got 16"),
+    (dict(gpus=16, tp=2, ep=8, redundant=8, balance="none"), r"balance must be 'eplb' with redundant > 0 \(the "
+                                                             r"replicas are placed by EPLB\), got 'none'"),
     (dict(gpus=16, tp=2, ep=8, redundant=-1), r"redundant \(extra expert slots\) must be an integer in \[0, 4096\], got -1"),
     (dict(gpus=16, tp=2, ep=8, redundant=10**7), r"redundant \(extra expert slots\) must be an integer in \[0, 4096\]"),
     (dict(gpus=16, tp=2, ep=8, redundant=1e12), r"redundant \(extra expert slots\) must be an integer in \[0, 4096\]"),
