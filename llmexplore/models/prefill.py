@@ -22,10 +22,11 @@ import dataclasses
 
 import numpy as np
 
+from .. import _check
 from ..errors import SpecError
 from ..specs import ModelSpec
 from .attention import core_coefficients, step_time
-from .engine import Deployment, kernel_s
+from .engine import MAX_CONTEXT, Deployment, kernel_s
 
 __all__ = ["prefill_flops", "body_params_active", "prefill_time", "mixed_step_time", "prefill_mfu"]
 
@@ -47,21 +48,23 @@ def prefill_flops(model: ModelSpec, prompt_tokens, prefix_tokens=0) -> np.ndarra
     Llama-3-70B at 4096 tokens: the attention term is 3.8% of the total (docs/models.md §4.3). MLA prefill runs
     un-absorbed: d_qk = d_n + d_r = 192, d_v = 128.
     """
-    S = np.asarray(prompt_tokens, dtype=float)
-    P = np.asarray(prefix_tokens, dtype=float)
-    _check_prompt(S, P)
+    S, P = _check_prompt(prompt_tokens, prefix_tokens)
     attn = model.layers * model.heads * (model.qk_head_dim + model.o_head_dim) * (S * S - P * P)
     return 2.0 * body_params_active(model) * (S - P) + attn + 2.0 * model.vocab * model.hidden
 
 
-def _check_prompt(S: np.ndarray, P: np.ndarray) -> None:
-    if not np.all(np.isfinite(S)) or np.any(S < 1) or np.any(S != np.floor(S)):
-        raise SpecError(f"prompt_tokens must be an integer >= 1, got {float(np.ravel(S)[0]):g}")
-    if not np.all(np.isfinite(P)) or np.any(P < 0) or np.any(P != np.floor(P)):
-        raise SpecError(f"prefix_tokens must be an integer >= 0, got {float(np.ravel(P)[0]):g}")
-    if np.any(np.broadcast_to(P, np.broadcast_shapes(S.shape, P.shape))
-              >= np.broadcast_to(S, np.broadcast_shapes(S.shape, P.shape))):
+def _check_prompt(prompt_tokens, prefix_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """Validated (S, P) float arrays: integer prompts in [1, 2**30], prefixes in [0, S)."""
+    S = _check.real_array("prompt_tokens", prompt_tokens, lo=1, hi=MAX_CONTEXT, integer=True)
+    P = _check.real_array("prefix_tokens", prefix_tokens, lo=0, hi=MAX_CONTEXT, integer=True)
+    try:
+        shape = np.broadcast_shapes(S.shape, P.shape)
+    except ValueError:
+        raise SpecError(f"prompt_tokens (shape {S.shape}) and prefix_tokens (shape {P.shape}) must broadcast "
+                        "against each other") from None
+    if np.any(np.broadcast_to(P, shape) >= np.broadcast_to(S, shape)):
         raise SpecError("prefix_tokens must be < prompt_tokens (at least one new token to prefill)")
+    return S, P
 
 
 def prefill_time(dep: Deployment, prompt_tokens, prefix_tokens=0) -> dict[str, np.ndarray]:
@@ -72,10 +75,7 @@ def prefill_time(dep: Deployment, prompt_tokens, prefix_tokens=0) -> dict[str, n
     ``prompt_tokens`` against ``prefix_tokens`` in one vectorised step evaluation: q = S - P query tokens
     attending on average to P + q/2 context tokens, logits for the last token only.
     """
-    S = np.asarray(prompt_tokens, dtype=float)
-    P = np.asarray(prefix_tokens, dtype=float)
-    _check_prompt(S, P)
-    S, P = np.broadcast_arrays(S, P)
+    S, P = np.broadcast_arrays(*_check_prompt(prompt_tokens, prefix_tokens))
     q = S - P
     d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
     ctx = np.maximum(P + q / 2.0, 1.0)  # a 1-token prompt attends to itself
@@ -102,9 +102,9 @@ def mixed_step_time(dep: Deployment, decode_batch, decode_context, chunk_tokens,
     (C queries over chunk_context + C/2 keys on average, KV read once). Broadcasts over all four inputs.
     Returns ``step_s``, ``decode_core_s``, ``chunk_core_s``.
     """
-    B = np.asarray(decode_batch, dtype=float)
-    C = np.asarray(chunk_tokens, dtype=float)
-    if np.any(B < 0) or np.any(C < 0) or np.any(B + C < 1):
+    B = _check.real_array("decode_batch", decode_batch, lo=0, hi=1 << 24, integer=True)
+    C = _check.real_array("chunk_tokens", chunk_tokens, lo=0, hi=MAX_CONTEXT, integer=True)
+    if np.any(B + C < 1):
         raise SpecError("decode_batch and chunk_tokens must be >= 0 with at least one token, got "
                         f"{float(np.min(B)):g}, {float(np.min(C)):g}")
     d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
@@ -116,7 +116,7 @@ def mixed_step_time(dep: Deployment, decode_batch, decode_context, chunk_tokens,
             + lm["head_s"] + lm["comm_head_s"])
     dec = np.where(B > 0, step_time(d1, np.maximum(B, 1.0), decode_context, "TP")["core_s"], 0.0)
     co = core_coefficients(d1, 1, "TP")  # one query token; FLOPs and query/output bytes scale with C
-    ctx = np.asarray(chunk_context, dtype=float) + C / 2.0
+    ctx = _check.real_array("chunk_context", chunk_context, lo=0, hi=MAX_CONTEXT) + C / 2.0
     f = C * float(co["f1"]) * ctx
     by = C * float(co["m0"]) + float(co["m1"]) * ctx
     chunk = np.where(C > 0, L * kernel_s(dep, "attention", f, by), 0.0)

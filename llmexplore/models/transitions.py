@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _check
 from ..errors import SpecError
 from .attention import step_time
-from .engine import LAYOUTS, Deployment
+from .engine import LAYOUTS, MAX_BATCH, MAX_CONTEXT, Deployment
 from .collectives import alpha_s
 
 __all__ = ["Transition", "ownership", "transfer_volumes", "kv_transition", "weight_transition",
@@ -130,15 +131,29 @@ def _kv_cell_bytes(dep: Deployment, batch: int, context: float) -> np.ndarray:
     return np.broadcast_to(cell[None, :, None], (batch, T, heads))
 
 
-def kv_transition(dep: Deployment, src: str, dst: str, batch: int, context: float) -> Transition:
-    """KV-cache handoff X -> Y for a batch of ``batch`` sequences of ``context`` tokens (whole model)."""
+def _kv_volumes(dep: Deployment, src: str, dst: str, batch: int, context: float) -> dict:
     T = dep.ranks
     heads = _kv_heads_axis(dep)
     mla = dep.model.is_mla
-    cell = _kv_cell_bytes(dep, int(batch), context).reshape(-1)
-    ox = ownership(src, T, int(batch), heads, mla).reshape(T, -1)
-    oy = ownership(dst, T, int(batch), heads, mla).reshape(T, -1)
-    v = transfer_volumes(ox, oy, cell)
+    cell = _kv_cell_bytes(dep, batch, context).reshape(-1)
+    ox = ownership(src, T, batch, heads, mla).reshape(T, -1)
+    oy = ownership(dst, T, batch, heads, mla).reshape(T, -1)
+    return transfer_volumes(ox, oy, cell)
+
+
+def kv_transition(dep: Deployment, src: str, dst: str, batch: int, context: float) -> Transition:
+    """KV-cache handoff X -> Y for a batch of ``batch`` sequences of ``context`` tokens (whole model).
+
+    Every sequence has the same context, and which rank owns a sequence's cells depends only on the
+    sequence's index modulo T, so the cells of B = q T + r sequences move like q copies of T sequences plus r
+    sequences: exact, with memory independent of the batch.
+    """
+    batch = _check.integer("batch", batch, lo=1, hi=MAX_BATCH)
+    context = _check.number("context", context, lo=1, hi=MAX_CONTEXT)
+    full, rest = divmod(batch, dep.ranks)
+    parts = [(n, _kv_volumes(dep, src, dst, b, context)) for n, b in ((full, dep.ranks), (1, rest)) if n and b]
+    v = {k: sum(n * p[k] for n, p in parts) for k in ("recv_B", "send_B", "freed_B")}
+    v["primitive"] = parts[0][1]["primitive"]  # the first part covers every residue that occurs
     return _finish(dep, src, dst, "kv", v)
 
 

@@ -69,7 +69,14 @@ def test_mixed_step_is_cheaper_than_two_separate_steps(llama70):
 
 def test_bad_prompts():
     dep = Deployment.build("llama-3-8b", "h100-sxm", 1)
-    with pytest.raises(SpecError, match="prompt_tokens must be an integer >= 1, got 0"):
+    with pytest.raises(SpecError, match=r"prompt_tokens must be an integer in \[1, 1,073,741,824\], got 0"):
         pf.prefill_time(dep, 0)
+    for bad in ("8", 4.5, 1j, {"a": 1}, 10**400, [float("nan")]):
+        with pytest.raises(SpecError, match="prompt_tokens must be an integer"):
+            pf.prefill_time(dep, bad)
+    with pytest.raises(SpecError, match="prefix_tokens must be an integer"):
+        pf.prefill_time(dep, 100, "8")
+    with pytest.raises(SpecError, match="must broadcast"):
+        pf.prefill_time(dep, [100, 200], [1, 2, 3])
     with pytest.raises(SpecError, match="prefix_tokens must be < prompt_tokens"):
         pf.prefill_time(dep, 100, 100)
