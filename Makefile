@@ -5,6 +5,8 @@
 #   make lab      JupyterLab on notebooks/
 #   make serve    Voila serving notebooks/ on http://127.0.0.1:$(PORT)/
 #   make bench    run every benchmarks/bench_*.py
+#   make strip    remove outputs, execution counts and widget state from notebooks/*.ipynb (before a commit)
+#   make git-filter  have git strip notebook outputs on every commit in this clone (nbstripout)
 #   make clean    remove reports and caches (make distclean also removes .venv)
 #
 # Variables: PYTHON=python3.12  OUT=reports  PORT=8866  ARGS="-p BATCH 8" (report)  PYTEST_ARGS="-m 'not browser'"
@@ -25,7 +27,7 @@ STAMP := $(VENV)/.llmexplore-installed
 # offline renderer, so nothing here affects the HTML reports.
 LIVE_ENV := PLOTLY_RENDERER=plotly_mimetype
 
-.PHONY: help report test lab serve bench clean distclean venv
+.PHONY: help report test lab serve bench strip git-filter clean distclean venv
 
 help:  # the comment block at the top of this file
 	@awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' Makefile
@@ -72,6 +74,14 @@ bench: $(STAMP)
 	@shopt -s nullglob; files=(benchmarks/bench_*.py); \
 	if [ $${#files[@]} -eq 0 ]; then echo "no benchmarks/bench_*.py yet"; exit 0; fi; \
 	for f in "$${files[@]}"; do echo "== $$f"; $(VPY) "$$f"; done
+
+# JupyterLab saves outputs and widget state into the .ipynb; committed notebooks carry neither.
+strip: $(STAMP)
+	$(VENV)/bin/nbstripout notebooks/*.ipynb
+
+git-filter: $(STAMP)
+	$(VENV)/bin/nbstripout --install
+	@echo "git now commits notebooks without outputs; your working copies keep theirs (run 'make strip' to clear them)"
 
 clean:
 	rm -rf "$(OUT)" build .pytest_cache .hypothesis

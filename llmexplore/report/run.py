@@ -49,7 +49,8 @@ def _source_cell(executed: Path | None, index: int | None) -> tuple[int | None, 
         nb = nbformat.read(str(executed), as_version=4)
     except Exception:  # noqa: BLE001 - no executed copy: say what we know
         return index, ""
-    cells = nb.cells
+    # papermill marks a failure with cells of its own (tagged); its cell_index counts the notebook without them
+    cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
     if index is None:
         started = [i for i, c in enumerate(cells) if c.cell_type == "code"
                    and (c.metadata.get("papermill", {}).get("start_time") or c.get("outputs"))]

@@ -67,6 +67,7 @@ def test_build_reports_end_to_end(tmp_path, capsys):
     message = str(info.value)
     assert "1 of 3 notebook(s) failed" in message
     assert "30_broken.ipynb: cell" in message and "ZeroDivisionError: division by zero" in message and "1 / 0" in message
+    assert message.splitlines()[1] == "  30_broken.ipynb: cell 3 (`1 / 0`): ZeroDivisionError: division by zero"
 
     stderr = capsys.readouterr().err
     assert "[1/3] executing 10_plain.ipynb … " in stderr and "[3/3] executing 30_broken.ipynb … FAILED" in stderr
@@ -84,3 +85,26 @@ def test_build_reports_end_to_end(tmp_path, capsys):
     assert report.remote_resources(page) == []
     assert "Live explorer" in page and "VBox(" not in page and "<title>Explorer fixture</title>" in page
     assert page.count("Plotly.newPlot") == 1 or page.count('class="plotly-graph-div"') == 1
+
+
+def test_a_timed_out_cell_is_named_in_one_line(tmp_path, capsys):
+    src = _write_nb(tmp_path / "hang.ipynb", "import time\n\ntime.sleep(60)", params="X = 1")
+    with pytest.raises(report.ReportError) as info:
+        report.build_reports(tmp_path / "out", notebooks=[src], timeout_s=3)
+    assert str(info.value).splitlines()[1:] == [
+        "  hang.ipynb: cell 2 (`import time`) timed out after 3 s (raise it with --timeout)"]
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "IPKernelApp" not in err and "Timeout waiting" not in err
+    assert "hang.ipynb: cell 2 (`import time`) timed out after 3 s" in err
+
+
+def test_building_one_notebook_keeps_the_others_in_the_index(tmp_path):
+    plain = _write_nb(tmp_path / "10_plain.ipynb", "from llmexplore.nbtools import say\nsay('Ten is more.')")
+    other = _write_nb(tmp_path / "20_other.ipynb", "1 + 1")
+    out = tmp_path / "out"
+    report.build_reports(out, notebooks=[plain], progress=False, timeout_s=60)
+    report.build_reports(out, notebooks=[other], progress=False, timeout_s=60)
+    index = (out / "index.html").read_text()
+    assert 'href="10_plain.html"' in index and 'href="20_other.html"' in index
+    page = (out / "10_plain.html").read_text()
+    assert 'class="llmexplore-finding">Ten is more.</p>' in page

@@ -1,0 +1,287 @@
+"""Every notebook parameter is live: changing it changes a recorded value or a figure, or the notebook rejects
+it with one clear message.
+
+For each notebook the test runs a small baseline and then a few variant runs. Every parameter is changed in
+exactly one variant and names its *signal*: a recorded value, one trace of one figure, or a text the notebook
+records. Parameters share a variant only when none of the others changed in that run can move their signals
+(a new MODEL moves every number, so it runs alone; the trace length of the reasoning trace and the batch grid
+of the phase diagram can share a run), so one parameter cannot mask another. A last group of runs changes a
+parameter to a value that makes no sense and expects the notebook's parameter check to stop it with one
+line naming the parameter.
+
+To keep this to about a minute on two cores, all runs share one kernel: each run clears the namespace
+(``%reset -f``), injects the parameters with papermill's own ``parameterize_notebook`` and executes the code
+cells in order (imports stay cached). Figures are compared through plotly's JSON (renderer
+``plotly_mimetype``), records through :func:`llmexplore.nbtools.record`'s MIME bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from llmexplore.nbtools import RECORD_MIME, _unjson
+
+NB_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+PLOTLY = "application/vnd.plotly.v1+json"
+CELL_TIMEOUT_S = 120
+
+
+# ---- running a notebook in a shared kernel ------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    cells: list[tuple[str, list[dict]]]  # (source, display bundles) per code cell
+    records: dict[str, Any]
+    error: dict | None = None  # {"cell", "ename", "evalue"} of the first failing cell
+
+    def figure(self, marker: str) -> dict:
+        for source, outs in self.cells:
+            if marker in source:
+                figs = [o[PLOTLY] for o in outs if PLOTLY in o]
+                if figs:
+                    return figs[0]
+        raise AssertionError(f"no figure in a cell containing {marker!r}")
+
+
+class Kernel:
+    def __init__(self):
+        from jupyter_client.manager import start_new_kernel
+
+        env = {**os.environ, "PLOTLY_RENDERER": "plotly_mimetype"}
+        self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(NB_DIR), env=env,
+                                            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                                            stderr=subprocess.DEVNULL)
+
+    def close(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+    def _execute(self, source: str) -> tuple[list[dict], dict | None]:
+        outs, errors = [], []
+
+        def hook(msg):
+            kind = msg["msg_type"]
+            if kind in ("display_data", "execute_result"):
+                outs.append(msg["content"]["data"])
+            elif kind == "error":
+                errors.append(msg["content"])
+
+        reply = self.kc.execute_interactive(source, output_hook=hook, timeout=CELL_TIMEOUT_S, store_history=False,
+                                            allow_stdin=False)
+        if reply["content"]["status"] == "error" and not errors:
+            errors.append(reply["content"])
+        return outs, (errors[0] if errors else None)
+
+    def run(self, name: str, params: dict) -> Run:
+        from papermill.iorw import load_notebook_node
+        from papermill.parameterize import parameterize_notebook
+
+        nb = load_notebook_node(str(NB_DIR / f"{name}.ipynb"))  # as papermill loads it (every cell has tags)
+        nb = parameterize_notebook(nb, params, kernel_name="python3", language="python")
+        self._execute("%reset -f")
+        cells, records = [], {}
+        for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+            outs, error = self._execute(cell.source)
+            cells.append((cell.source, outs))
+            for o in outs:
+                if RECORD_MIME in o:
+                    records[o[RECORD_MIME]["name"]] = _unjson(o[RECORD_MIME]["value"])
+            if error:
+                return Run(cells, records, {"cell": i, "ename": error.get("ename"), "evalue": error.get("evalue")})
+        return Run(cells, records)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = Kernel()
+    yield k
+    k.close()
+
+
+# ---- signals: what a parameter must move ----------------------------------------------------------------------
+
+
+@dataclass
+class Signal:
+    """``value(run)`` must differ between the baseline and the variant (or ``check(run)`` hold in it)."""
+
+    what: str
+    value: Callable[[Run], Any] | None = None
+    check: Callable[[Run], bool] | None = None
+
+    def moved(self, base: Run, variant: Run) -> bool:
+        if self.check is not None:
+            return self.check(variant)
+        return json.dumps(self.value(base), sort_keys=True, default=str) != json.dumps(
+            self.value(variant), sort_keys=True, default=str)
+
+
+def rec(name: str, part: Callable[[Any], Any] = lambda v: v) -> Signal:
+    """The recorded value ``name`` (or a part of it)."""
+    return Signal(f"record {name}", value=lambda r: part(r.records[name]))
+
+
+def fig(marker: str, attr: str = "y", trace: int | str = 0) -> Signal:
+    """``attr`` of one trace (index, or the first trace with that name) of the figure in the cell containing
+    ``marker``."""
+    def value(r):
+        data = r.figure(marker)["data"]
+        tr = data[trace] if isinstance(trace, int) else next(t for t in data if t.get("name") == trace)
+        return tr.get(attr)
+    return Signal(f"{attr} of trace {trace!r} in the figure of `{marker}`", value=value)
+
+
+def fig_has_line_at(marker: str, y: float) -> Signal:
+    """The figure in the cell containing ``marker`` has a horizontal line at ``y`` (a reference line)."""
+    def check(r):
+        return any(isinstance(t.get("y"), list) and len(t["y"]) >= 2 and all(v == y for v in t["y"])
+                   for t in r.figure(marker)["data"])
+    return Signal(f"a line at y = {y} in the figure of `{marker}`", check=check)
+
+
+def out(marker: str) -> Signal:
+    """Everything the cell containing ``marker`` displays (a table, a sentence), records left out."""
+    def value(r):
+        return next([o for o in outs if RECORD_MIME not in o] for src, outs in r.cells if marker in src)
+    return Signal(f"the output of `{marker}`", value=value)
+
+
+def says(name: str, text: str) -> Signal:
+    """The recorded text ``name`` mentions ``text`` (e.g. the deployment's label names the new GPU)."""
+    return Signal(f"record {name} mentions {text!r}", check=lambda r: text in str(r.records[name]))
+
+
+# ---- the cases ------------------------------------------------------------------------------------------------
+
+#: the smallest settings each notebook runs in (the baseline); variants change a few names from here
+BASE = {
+    "00_index": {},
+    "10_attention_layouts": dict(N_CONTEXT=12, N_BATCH=5, TRACE_BATCH=64, TRACE_SEGMENT=4096, FLUCT_SEGMENTS=12),
+    "20_pd_disaggregation": dict(N_RATES=4, N_BANDWIDTHS=6, PROMPTS=[1024, 4096], OUTPUTS=[128, 512], GRID_MAX=6,
+                                 SIM_REQUESTS=5000, PROMPT_SIGMAS=[0.0]),
+    "30_moe_expert_parallel": dict(BATCHES=[64, 256, 1024], N_SKEWS=3, MC_TRIALS=20, REDUNDANT=[32]),
+}
+
+STEP = "step_time_figure("
+PHASE = "phase_diagram_figure(phase"
+TRACE = "scheduler_figure(trace"
+STEADY = "scheduler_figure(steady"
+#: (changes, {parameter: signal}) per variant run; each parameter appears once
+CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
+    "00_index": [
+        (dict(KIND="links"), {"KIND": rec("first_table_rows")}),
+    ],
+    "10_attention_layouts": [
+        # the deployment: every section moves, the label says which parameter reached it; the GQA contrast
+        # case is a separate deployment with its own label
+        (dict(MODEL="llama-3-70b", GPU="b200", RANKS=4, WEIGHT_DTYPE="bf16", KV_DTYPE="fp8", GQA_MODEL="qwen3-4b",
+              GQA_GPU="h200", GQA_RANKS=8),
+         {"MODEL": says("deployment", "Llama-3-70B"), "GPU": says("deployment", "B200"),
+          "RANKS": says("deployment", "on 4x"), "WEIGHT_DTYPE": says("deployment", "weights bf16"),
+          "KV_DTYPE": says("deployment", "KV fp8"), "GQA_MODEL": says("gqa_deployment", "Qwen3-4B"),
+          "GQA_GPU": says("gqa_deployment", "H200"), "GQA_RANKS": says("gqa_deployment", "on 8x")}),
+        (dict(BATCH=32, N_CONTEXT=8, BATCH_MAX=256, TRACE_BATCH=48, FLUCT_MEAN_BATCH=12),
+         {"BATCH": rec("boundaries_at_batch", lambda b: [x["batch"] for x in b]), "N_CONTEXT": fig(STEP, "x"),
+          "BATCH_MAX": fig(PHASE, "y"), "TRACE_BATCH": rec("policy_total_s"),
+          "FLUCT_MEAN_BATCH": rec("steady_policy_total_s")}),
+        (dict(CONTEXT=4096, CONTEXT_MIN=512, N_BATCH=4, TRACE_PROMPT=1024, FLUCT_BATCH_SD=1, SEED=1),
+         {"CONTEXT": rec("total_GB"), "CONTEXT_MIN": fig(STEP, "x"), "N_BATCH": fig(PHASE, "y"),
+          "TRACE_PROMPT": rec("policy_total_s"), "FLUCT_BATCH_SD": rec("steady_policy_total_s"),
+          "SEED": fig(TRACE, "y", "active sequences")}),
+        (dict(CONTEXT_MAX=65536, TRACE_MEAN_OUTPUT=8192, FLUCT_CONTEXT=8192),
+         {"CONTEXT_MAX": rec("boundaries_at_batch"), "TRACE_MEAN_OUTPUT": rec("policy_total_s"),
+          "FLUCT_CONTEXT": rec("steady_policy_total_s")}),
+        (dict(TRACE_SEGMENT=1024, FLUCT_SEGMENTS=8),
+         {"TRACE_SEGMENT": rec("policy_total_s"), "FLUCT_SEGMENTS": rec("steady_policy_total_s")}),
+        (dict(HORIZON_STEPS=32, FLUCT_SEGMENT_STEPS=32),
+         {"HORIZON_STEPS": rec("policy_total_s"), "FLUCT_SEGMENT_STEPS": fig(STEADY, "x", "active sequences")}),
+    ],
+    "20_pd_disaggregation": [
+        # grids and axes, the prompt (its KV bytes move with nothing else here) and the SLO lines
+        (dict(N_RATES=3, N_BANDWIDTHS=5, PROMPTS=[2048, 8192], OUTPUTS=[256, 1024], GRID_MAX=4, PROMPT_SIGMAS=[0.25],
+              PROMPT=2048, TTFT_SLO_MS=800.0, TPOT_SLO_MS=50.0),
+         {"N_RATES": fig("latency_figure(", "x"), "N_BANDWIDTHS": fig("exposed_transfer_figure(", "x"),
+          "PROMPTS": rec("pd_ratio_by_prompt", sorted), "OUTPUTS": fig("ratio_figure(by_output", "x"),
+          "GRID_MAX": fig("goodput_heatmap_figure(", "x"), "PROMPT_SIGMAS": rec("gpus_by_prompt_sigma", sorted),
+          "PROMPT": rec("kv_transfer_GB"), "TTFT_SLO_MS": fig_has_line_at("latency_figure(", 800.0),
+          "TPOT_SLO_MS": fig_has_line_at("latency_figure(", 50.0)}),
+        (dict(PREFILL_TP=4, DECODE_TP=4, RATE=30.0),
+         {"PREFILL_TP": rec("prefill_ms"), "DECODE_TP": rec("decode_step_ms"), "RATE": fig("latency_figure(", "x")}),
+        # the link moves the transfer (not the decode step), the output length the decode step (not the transfer)
+        (dict(LINK="ib-ndr400", SIM_REQUESTS=4000, OUTPUT=1024),
+         {"LINK": out("say(sweeps.disagg.transfer_sentence"), "SIM_REQUESTS": rec("queue_check_max_abs_error_pct"),
+          "OUTPUT": rec("decode_step_ms")}),
+        (dict(MODEL="qwen3-32b"), {"MODEL": rec("kv_transfer_GB")}),
+        (dict(GPU="h200"), {"GPU": rec("prefill_ms")}),
+    ],
+    "30_moe_expert_parallel": [
+        (dict(MODEL="qwen3-30b-a3b"), {"MODEL": rec("step_ms_at_batch")}),
+        (dict(GPU="b200"), {"GPU": rec("step_ms_at_batch")}),
+        (dict(GPUS=8), {"GPUS": rec("step_ms_at_batch", sorted)}),
+        (dict(TP=4, N_SKEWS=4, BATCHES=[64, 256, 512], BATCH=64),
+         {"TP": rec("rank_load_max_before_after", sorted), "N_SKEWS": fig("skew_figure(by_skew,", "x"),
+          "BATCHES": fig("scenario_figure(", "x"), "BATCH": rec("dispatch_combine_us_at_batch")}),
+        (dict(CONTEXT=4096, MC_TRIALS=10), {"CONTEXT": rec("step_ms_at_batch"), "MC_TRIALS": rec("max_load_error_pct")}),
+        (dict(SKEW=3.0, REDUNDANT=[16]),
+         {"SKEW": rec("dispatch_combine_us_at_batch"), "REDUNDANT": rec("rank_load_max_before_after", sorted)}),
+    ],
+}
+
+#: values that make no sense for a notebook: its parameter check must stop the run in the imports cell
+REJECTED = [
+    ("00_index", dict(KIND="gpus"), r"KIND must be one of"),
+    ("10_attention_layouts", dict(WEIGHT_DTYPE="fp32"), r"WEIGHT_DTYPE must be one of bf16, fp8"),
+    ("10_attention_layouts", dict(CONTEXT_MAX=128), r"CONTEXT_MAX must be greater than CONTEXT_MIN"),
+    ("20_pd_disaggregation", dict(PREFILL_TP=3), r"PREFILL_TP \(3\) must divide"),
+    ("30_moe_expert_parallel", dict(MODEL="llama-3-70b"), r"MODEL = 'llama-3-70b' does not apply to this notebook"),
+]
+
+
+def _parameters(name: str) -> list[str]:
+    import papermill as pm
+
+    return list(pm.inspect_notebook(str(NB_DIR / f"{name}.ipynb")))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_parameter_has_exactly_one_live_case(name):
+    covered = [p for changes, signals in CASES[name] for p in changes]
+    assert sorted(covered) == sorted(_parameters(name)), (
+        f"{name}: each parameter must be changed in exactly one case; missing "
+        f"{sorted(set(_parameters(name)) - set(covered))}, repeated {sorted({p for p in covered if covered.count(p) > 1})}")
+    for changes, signals in CASES[name]:
+        assert set(signals) == set(changes), f"{name}: every changed parameter names its signal ({changes})"
+        for p, v in changes.items():
+            assert v != BASE[name].get(p, object()), f"{name}: {p} is not changed from the baseline"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_parameter_moves_its_signal(kernel, name):
+    base = kernel.run(name, BASE[name])
+    assert base.error is None, f"{name} baseline failed: {base.error}"
+    dead = []
+    for changes, signals in CASES[name]:
+        run = kernel.run(name, {**BASE[name], **changes})
+        assert run.error is None, f"{name} with {changes} failed: {run.error}"
+        dead += [f"{p} = {changes[p]!r} did not move {s.what}" for p, s in signals.items() if not s.moved(base, run)]
+    assert not dead, f"{name}: dead parameters:\n  " + "\n  ".join(dead)
+
+
+@pytest.mark.parametrize("name, changes, message", REJECTED, ids=[f"{n}-{next(iter(c))}" for n, c, _ in REJECTED])
+def test_a_value_that_makes_no_sense_is_rejected_in_one_line(kernel, name, changes, message):
+    import re
+
+    run = kernel.run(name, {**BASE[name], **changes})
+    assert run.error is not None, f"{name} ran with {changes}; its parameter check should have stopped it"
+    imports = next(i for i, (src, _) in enumerate(run.cells) if "check_parameters(" in src)
+    assert run.error["cell"] == imports, f"{name}: stopped in cell {run.error['cell']}, not at the parameter check"
+    assert run.error["ename"] == "SpecError" and "\n" not in run.error["evalue"]
+    assert re.search(message, run.error["evalue"]), run.error["evalue"]
