@@ -40,11 +40,12 @@ from ..errors import ReportError, SpecError
 from .pages import (MANIFEST, TEMPLATE_DIR, TEMPLATE_NAME, WIDGET_NOTE, clean_for_report, export_html,
                     notebook_description, notebook_title, remote_resources, write_index)
 from .params import parameters_banner, parse_param_value, plan_parameters
-from .run import _describe_failure, describe_failure, execute_notebook
+from .run import _describe_failure, describe_failure, execute_notebook  # noqa: F401 (old name)
 
 __all__ = ["ReportError", "build_reports", "execute_notebook", "clean_for_report", "export_html", "write_index",
            "remote_resources", "parse_param_value", "notebook_title", "notebook_description", "plan_parameters",
-           "notebook_names"]
+           "notebook_names", "describe_failure", "parameters_banner", "MANIFEST", "TEMPLATE_DIR", "TEMPLATE_NAME",
+           "WIDGET_NOTE"]
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

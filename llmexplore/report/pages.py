@@ -9,7 +9,7 @@ import html
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from .params import _shown
 
@@ -243,7 +243,7 @@ def _load_manifest(out_dir: Path) -> dict[str, dict]:
 
 
 
-def _entry(o: _Outcome) -> dict:
+def _entry(o: Any) -> dict:
     return {"notebook": o.notebook.name, "title": o.title or o.notebook.stem, "description": o.description,
             "html": o.html.name if o.html is not None else None, "error": o.error,
             "parameters": {k: _shown(v) for k, v in o.parameters.items()},
@@ -251,7 +251,7 @@ def _entry(o: _Outcome) -> dict:
 
 
 
-def write_index(outcomes: list[_Outcome], out_dir: Path, parameters: Mapping[str, Any] | None = None) -> Path:
+def write_index(outcomes: list[Any], out_dir: Path, parameters: Mapping[str, Any] | None = None) -> Path:
     """Write ``out_dir/index.html``: one link per report in ``out_dir`` with its title, a one-sentence
     description, when and with which parameters it was built, and any skipped parameter (offline).
 
