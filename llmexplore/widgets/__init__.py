@@ -32,15 +32,17 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, NamedTuple
 
+import anywidget
 import ipywidgets as W
 import plotly.graph_objects as go
+import traitlets
 
 from .. import _check, presets
 from ..errors import LlmexploreError, SpecError
 from ..plots import TEMPLATE, fmt, update_from, wrap_title
 from ..units import DTYPE_BYTES
 
-__all__ = ["Explorer", "Draw", "choice_slider", "log_options", "nice_options", "mark_stale", "preset_name",
+__all__ = ["Explorer", "Draw", "FitWidth", "choice_slider", "log_options", "nice_options", "mark_stale", "preset_name",
            "dtype_name", "layouts", "disagg", "moe"]
 
 #: what a figure looks like while it shows a configuration that could not be evaluated
@@ -78,6 +80,40 @@ def mark_stale(fig: go.Figure, reason: str) -> None:
         fig.layout.title = dict(text=wrap_title(STALE_PREFIX + _short(reason)), font=dict(color="#b00"))
         fig.layout.paper_bgcolor = STALE_BACKGROUND
         fig.layout.plot_bgcolor = STALE_BACKGROUND
+
+
+class FitWidth(anywidget.AnyWidget):
+    """An invisible widget that reports the width its box has, so the box's figures can take it.
+
+    plotly's FigureWidget (plotly 7, anywidget) sizes itself once, when it is first drawn, and never again: in
+    JupyterLab it is drawn before the output area has its width and stays at plotly's default 700 px however
+    wide the notebook is. This widget spans the explorer's box, watches its own width in the browser and
+    sends it to Python (debounced) whenever it changes: on display, when the file browser is hidden, when the
+    window is resized. :class:`Explorer` then sets that width on its figures.
+    """
+
+    width = traitlets.Int(0).tag(sync=True)
+    _esm = """
+    export default {
+      render({ model, el }) {
+        el.style.height = "0px";
+        let timer = null;
+        const observer = new ResizeObserver((entries) => {
+          const width = Math.floor(entries[0].contentRect.width);
+          if (width > 0 && width !== model.get("width")) {
+            clearTimeout(timer);
+            timer = setTimeout(() => { model.set("width", width); model.save_changes(); }, 150);
+          }
+        });
+        observer.observe(el);
+        return () => { observer.disconnect(); clearTimeout(timer); };
+      },
+    };
+    """
+
+
+#: narrowest width an explorer's figures are drawn at [px] (below it they scroll sideways)
+MIN_FIGURE_WIDTH = 480
 
 
 def _placeholder(reason: str) -> go.FigureWidget:
@@ -151,6 +187,13 @@ class Explorer:
             self.memo.move_to_end(key)
         return hit
 
+    def fit_width(self, change) -> None:
+        """Draw every figure at the width the explorer's box has in the browser (see :class:`FitWidth`)."""
+        width = max(int(change["new"]), MIN_FIGURE_WIDTH)
+        for fig in self.figures.values():
+            if fig.layout.width != width:
+                fig.layout.width = width
+
     def update(self, *_) -> None:
         """Recompute the tables for the current controls and redraw every figure in place (by trace name)."""
         try:
@@ -180,8 +223,10 @@ class Explorer:
             app.status.value, app.last = text, last
         columns = [W.VBox([controls[name] for name in col], layout=W.Layout(margin="0 16px 0 0"))
                    for col in rows]
+        fit = FitWidth(layout=W.Layout(width="100%"))
+        fit.observe(app.fit_width, names="width")
         app.view = W.VBox([W.HBox(columns, layout=W.Layout(flex_flow="row wrap")), status,
-                           *app.figures.values()])
+                           *app.figures.values(), fit])
         app.view.add_class("llmexplore-explorer")
         for w in controls.values():
             w.observe(app.update, names="value")

@@ -319,3 +319,16 @@ def test_moving_a_slider_back_reuses_the_tables():
     assert len(calls) == 1 and "batch 64" in _flat(app.figures["step"].layout.title.text)
     app.controls["batch"].value = 128
     assert len(calls) == 1 and "batch 128" in _flat(app.figures["step"].layout.title.text)
+
+
+def test_figures_take_the_width_the_browser_reports(moe_app):
+    fit = moe_app.view.children[-1]
+    assert isinstance(fit, widgets.FitWidth)
+    assert all(f.layout.width is None for f in moe_app.figures.values())  # headless: plotly's autosize
+    fit.width = 1100  # what the browser reports for the explorer's box
+    assert [f.layout.width for f in moe_app.figures.values()] == [1100, 1100]
+    fit.width = 200  # a very narrow box: the figures keep a readable width
+    assert [f.layout.width for f in moe_app.figures.values()] == [widgets.MIN_FIGURE_WIDTH] * 2
+    moe_app.controls["batch"].value = 512  # a redraw keeps the width
+    assert [f.layout.width for f in moe_app.figures.values()] == [widgets.MIN_FIGURE_WIDTH] * 2
+    moe_app.controls["batch"].value = 256
