@@ -14,6 +14,7 @@ Every test in this folder is marked ``notebooks``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,31 @@ def execute(src: Path, out: Path, params: dict, timeout_s: float = EXECUTION_TIM
                     f"(limit {max_cell_s} s; an ipywidgets stall looks like this, jupyter/nbclient#312)",
                     pytrace=False)
     return read_records(out)
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """``default_run(name) -> (out_path, records)``: the notebook executed once per session with its default
+    parameters, as ``make report`` runs it. test_all_notebooks and the notebook tests that assert on the
+    defaults share these runs (the PD notebook's default run alone takes about a minute on 2 cores)."""
+    cache: dict[str, tuple[Path, dict]] = {}
+
+    def _run(name):
+        src = resolve_notebook(name)
+        if src.name not in cache:
+            out = tmp_path_factory.mktemp(src.stem) / src.name
+            old = os.environ.get("PLOTLY_RENDERER")
+            os.environ["PLOTLY_RENDERER"] = "plotly_mimetype+notebook"  # as in the reports
+            try:
+                cache[src.name] = (out, execute(src, out, {}))
+            finally:
+                if old is None:
+                    os.environ.pop("PLOTLY_RENDERER", None)
+                else:
+                    os.environ["PLOTLY_RENDERER"] = old
+        return cache[src.name]
+
+    return _run
 
 
 @pytest.fixture

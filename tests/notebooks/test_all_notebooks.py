@@ -14,8 +14,8 @@ def test_workbook_has_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_with_defaults(run_notebook, path):
-    out, records = run_notebook(path.name)
+def test_notebook_runs_with_defaults(default_run, path):
+    out, records = default_run(path.name)
     assert records, f"{path.name} recorded nothing; call nbtools.record() for its headline numbers"
     nb = nbformat.read(out, as_version=4)
     assert not [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]

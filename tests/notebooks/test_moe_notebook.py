@@ -1,18 +1,14 @@
-"""notebooks/30_moe_expert_parallel.ipynb with a small sweep: recorded values against the package."""
+"""notebooks/30_moe_expert_parallel.ipynb with its defaults (the run test_all_notebooks makes, shared): recorded
+values against the package."""
 
 import pytest
 
 from llmexplore import sweeps
 
-SMALL = dict(BATCHES=[64, 256, 4096], N_SKEWS=5, MC_TRIALS=100, REDUNDANT=[32])
-
 
 @pytest.fixture(scope="module")
-def rec(tmp_path_factory):
-    from conftest import execute, resolve_notebook
-
-    src = resolve_notebook("30_moe_expert_parallel.ipynb")
-    return execute(src, tmp_path_factory.mktemp("nb30") / src.name, SMALL)
+def rec(default_run):
+    return default_run("30_moe_expert_parallel.ipynb")[1]
 
 
 def test_scenario_values_match_the_package(rec):

@@ -3,9 +3,10 @@ it with one clear message.
 
 For each notebook the test runs a small baseline and then a few variant runs. Every parameter is changed in
 exactly one variant and names its *signal*: a recorded value, one trace of one figure, or a text the notebook
-records. Parameters share a variant only when none of the others changed in that run can move their signals
-(a new MODEL moves every number, so it runs alone; the trace length of the reasoning trace and the batch grid
-of the phase diagram can share a run), so one parameter cannot mask another. A last group of runs changes a
+records. Parameters share a variant only when none of the others changed in that run can move their signals,
+so one parameter cannot mask another: a new MODEL moves every number, so the deployment's parameters are told
+apart by the deployment the notebook records (its label names model, GPU, ranks and dtypes), while the grid of
+the phase diagram and the length of the reasoning trace can share a run. A last group of runs changes a
 parameter to a value that makes no sense and expects the notebook's parameter check to stop it with one
 line naming the parameter.
 
@@ -213,14 +214,16 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
           "GRID_MAX": fig("goodput_heatmap_figure(", "x"), "PROMPT_SIGMAS": rec("gpus_by_prompt_sigma", sorted),
           "PROMPT": rec("kv_transfer_GB"), "TTFT_SLO_MS": fig_has_line_at("latency_figure(", 800.0),
           "TPOT_SLO_MS": fig_has_line_at("latency_figure(", 50.0)}),
-        (dict(PREFILL_TP=4, DECODE_TP=4, RATE=30.0),
-         {"PREFILL_TP": rec("prefill_ms"), "DECODE_TP": rec("decode_step_ms"), "RATE": fig("latency_figure(", "x")}),
+        # the deployments: the recorded labels say which parameter reached which pool; the rate axis of the
+        # latency figure depends on RATE alone
+        (dict(MODEL="qwen3-32b", GPU="h200", PREFILL_TP=4, DECODE_TP=2, RATE=30.0),
+         {"MODEL": says("deployment", "Qwen3-32B"), "GPU": says("deployment", "H200"),
+          "PREFILL_TP": says("deployment", "'prefill': 'Qwen3-32B on 4x"),
+          "DECODE_TP": says("deployment", "'decode': 'Qwen3-32B on 2x"), "RATE": fig("latency_figure(", "x")}),
         # the link moves the transfer (not the decode step), the output length the decode step (not the transfer)
         (dict(LINK="ib-ndr400", SIM_REQUESTS=4000, OUTPUT=1024),
          {"LINK": out("say(sweeps.disagg.transfer_sentence"), "SIM_REQUESTS": rec("queue_check_max_abs_error_pct"),
           "OUTPUT": rec("decode_step_ms")}),
-        (dict(MODEL="qwen3-32b"), {"MODEL": rec("kv_transfer_GB")}),
-        (dict(GPU="h200"), {"GPU": rec("prefill_ms")}),
     ],
     "30_moe_expert_parallel": [
         (dict(MODEL="qwen3-30b-a3b"), {"MODEL": rec("step_ms_at_batch")}),

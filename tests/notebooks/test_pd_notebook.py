@@ -1,18 +1,16 @@
-"""notebooks/20_pd_disaggregation.ipynb with small sweeps: recorded values against the package and the world."""
+"""notebooks/20_pd_disaggregation.ipynb with its defaults (the run test_all_notebooks makes, shared): recorded
+values against the package and the world."""
 
 import pytest
 
 from llmexplore import presets, sweeps
 
-SMALL = dict(N_RATES=8, N_BANDWIDTHS=14, PROMPTS=[1024, 4096], OUTPUTS=[128, 512], GRID_MAX=12)
+GRID_MAX = 32  # the notebook's default
 
 
 @pytest.fixture(scope="module")
-def rec(tmp_path_factory):
-    from conftest import execute, resolve_notebook
-
-    src = resolve_notebook("20_pd_disaggregation.ipynb")
-    return execute(src, tmp_path_factory.mktemp("nb20") / src.name, SMALL)
+def rec(default_run):
+    return default_run("20_pd_disaggregation.ipynb")[1]
 
 
 def test_one_request_matches_calibration_and_package(rec):
@@ -54,7 +52,7 @@ def test_queue_formulas_agree_with_simulation(rec):
 
 def test_goodput_matches_the_package(rec):
     s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
-    grid = sweeps.disagg.goodput_grid(s, link="roce-400g", n_max=SMALL["GRID_MAX"])
+    grid = sweeps.disagg.goodput_grid(s, link="roce-400g", n_max=GRID_MAX)
     assert rec["best_goodput_per_gpu"] == pytest.approx(float(grid["rate_per_gpu"].max()), rel=1e-9)
     # rate matching beats the pools sized for 36 req/s (72 GPUs -> 0.5 req/s/GPU) only by filling them up
     assert rec["best_goodput_per_gpu"] >= 36 / 72 * 0.99
