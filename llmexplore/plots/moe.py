@@ -59,7 +59,7 @@ def skew_figure(df: pd.DataFrame, *, title: str = "Decode step vs hot-expert ske
                               name="chosen skew", color="#555", dash="longdash", legendrank=RANK_MARKER,
                               hover=f"chosen skew: {fmt(skew_marker, trim=True)}×"))
     for ax in ("xaxis", "xaxis2"):
-        layout[ax].update(title=dict(text="hot-expert skew (max / mean expert load)"))
+        layout[ax].update(title=dict(text="skew (max / mean expert load)"))
     layout["yaxis"].update(title=dict(text="step time (ms)"))
     layout["yaxis2"].update(title=dict(text="MoE layer (µs)"))
     return {"data": data, "layout": layout}

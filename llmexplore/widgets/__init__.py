@@ -39,7 +39,7 @@ import traitlets
 
 from .. import _check, presets
 from ..errors import LlmexploreError, SpecError
-from ..plots import TEMPLATE, fmt, update_from, wrap_title
+from ..plots import TEMPLATE, TITLE_CHARS, fmt, update_from, wrap_title
 from ..units import DTYPE_BYTES
 
 __all__ = ["Explorer", "Draw", "FitWidth", "choice_slider", "log_options", "nice_options", "mark_stale", "preset_name",
@@ -114,6 +114,23 @@ class FitWidth(anywidget.AnyWidget):
 
 #: narrowest width an explorer's figures are drawn at [px] (below it they scroll sideways)
 MIN_FIGURE_WIDTH = 480
+#: average width of a character of plotly's 17 px title font [px], and the title's left offset
+TITLE_CHAR_PX, TITLE_OFFSET_PX = 9, 60
+
+
+def fit_title(fig: go.Figure, width: int) -> None:
+    """Re-wrap the title of a figure drawn ``width`` px wide so that no line is cut off, growing the top margin
+    (and the height, so the plot keeps its size) by one title line per extra line."""
+    text = fig.layout.title.text or ""
+    chars = max(30, min(TITLE_CHARS, (int(width) - TITLE_OFFSET_PX) // TITLE_CHAR_PX))
+    wrapped = wrap_title(text.replace(" —<br>", " — ").replace("<br>", " "), chars)
+    extra = wrapped.count("<br>") - text.count("<br>")
+    if wrapped != text:
+        with fig.batch_update():
+            fig.layout.title.text = wrapped
+            if extra:
+                fig.layout.margin.t = (fig.layout.margin.t or 70) + 22 * extra
+                fig.layout.height = (fig.layout.height or 420) + 22 * extra
 
 
 def _placeholder(reason: str) -> go.FigureWidget:
@@ -171,6 +188,8 @@ class Explorer:
         self.last = {"error": reason}
         for fig in self.figures.values():
             mark_stale(fig, reason)
+            if fig.layout.width:
+                fit_title(fig, fig.layout.width)
 
     def evaluated(self) -> tuple[dict[str, Draw], str, dict]:
         """:meth:`evaluate`, remembered for the last ``MEMO_SIZE`` parameter sets (errors are not remembered)."""
@@ -188,11 +207,13 @@ class Explorer:
         return hit
 
     def fit_width(self, change) -> None:
-        """Draw every figure at the width the explorer's box has in the browser (see :class:`FitWidth`)."""
+        """Draw every figure at the width the explorer's box has in the browser (see :class:`FitWidth`), its
+        title wrapped to that width."""
         width = max(int(change["new"]), MIN_FIGURE_WIDTH)
         for fig in self.figures.values():
             if fig.layout.width != width:
                 fig.layout.width = width
+            fit_title(fig, width)
 
     def update(self, *_) -> None:
         """Recompute the tables for the current controls and redraw every figure in place (by trace name)."""
@@ -202,7 +223,10 @@ class Explorer:
             self.fail(exc)
             return
         for key, draw in draws.items():
-            update_from(self.figures[key], draw.spec())
+            fig = self.figures[key]
+            update_from(fig, draw.spec())
+            if fig.layout.width:
+                fit_title(fig, fig.layout.width)
         self.status.value = status
         self.last = last
 
@@ -236,8 +260,8 @@ class Explorer:
 # --------------------------------------------------------------------------------------------------
 # controls
 
-STYLE = {"description_width": "120px"}
-SLIDER_LAYOUT = {"width": "400px"}
+STYLE = {"description_width": "140px"}
+SLIDER_LAYOUT = {"width": "430px"}
 
 
 def log_options(lo: int, hi: int) -> list[int]:
@@ -279,7 +303,7 @@ def dropdown(options, value, description: str) -> W.Dropdown:
     if value not in values:
         opts.append(value)
     return W.Dropdown(options=opts, value=value, description=description, style=STYLE,
-                      layout=W.Layout(width="400px"))
+                      layout=W.Layout(width="430px"))
 
 
 def preset_name(kind: str, field_name: str, value) -> str:

@@ -332,3 +332,19 @@ def test_figures_take_the_width_the_browser_reports(moe_app):
     moe_app.controls["batch"].value = 512  # a redraw keeps the width
     assert [f.layout.width for f in moe_app.figures.values()] == [widgets.MIN_FIGURE_WIDTH] * 2
     moe_app.controls["batch"].value = 256
+
+
+def test_titles_are_wrapped_to_the_width_the_figures_get():
+    app = widgets.layouts.layout_explorer()
+    fig = app.figures["step"]
+    height, top = fig.layout.height, fig.layout.margin.t
+    app.view.children[-1].width = 500  # a narrow notebook
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) > 2 and all(len(x) * widgets.TITLE_CHAR_PX + widgets.TITLE_OFFSET_PX <= 500 for x in lines)
+    assert fig.layout.margin.t - top == fig.layout.height - height == 22 * (len(lines) - 2)
+    app.controls["batch"].value = 128  # a redraw keeps the narrow wrapping
+    assert fig.layout.title.text.split("<br>")[0].startswith("Decode step time")
+    assert all(len(x) * widgets.TITLE_CHAR_PX + widgets.TITLE_OFFSET_PX <= 500
+               for x in fig.layout.title.text.split("<br>"))
+    app.view.children[-1].width = 1200  # wide again: back to the static figure's wrapping
+    assert fig.layout.title.text.count("<br>") == 1 and fig.layout.margin.t == top
