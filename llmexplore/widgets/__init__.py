@@ -49,6 +49,8 @@ __all__ = ["Explorer", "Draw", "FitWidth", "choice_slider", "log_options", "nice
 STALE_OPACITY = 0.25
 STALE_BACKGROUND = "#efefef"
 STALE_PREFIX = "Not updated: "
+#: class of the parts of a status line that only make sense next to the live figures (left out of status_text)
+LIVE_ONLY = "llmexplore-live-only"
 
 
 class Draw(NamedTuple):
@@ -175,7 +177,8 @@ class Explorer:
     @property
     def status_text(self) -> str:
         """The status line as plain text (no HTML): what a static report shows in the explorer's place."""
-        text = re.sub(r"<br\s*/?>", " ", self.status.value or "")
+        text = re.sub(rf'<i class="{LIVE_ONLY}">.*?</i>', "", self.status.value or "", flags=re.S)
+        text = re.sub(r"<br\s*/?>", " ", text)
         return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).split())
 
     def fail(self, exc: Exception) -> None:
@@ -183,8 +186,8 @@ class Explorer:
         as not current."""
         reason = str(exc)
         self.status.value = (f'<span style="color:#b00"><b>Cannot evaluate:</b> {html.escape(reason)}</span> '
-                             "<i>The figures below are greyed out: they still show the last configuration "
-                             "that could be evaluated.</i>")
+                             f'<i class="{LIVE_ONLY}">The figures below are greyed out: they still show the last '
+                             "configuration that could be evaluated.</i>")
         self.last = {"error": reason}
         for fig in self.figures.values():
             mark_stale(fig, reason)

@@ -348,3 +348,9 @@ def test_titles_are_wrapped_to_the_width_the_figures_get():
                for x in fig.layout.title.text.split("<br>"))
     app.view.children[-1].width = 1200  # wide again: back to the static figure's wrapping
     assert fig.layout.title.text.count("<br>") == 1 and fig.layout.margin.t == top
+
+
+def test_status_text_of_an_error_leaves_out_the_hint_about_the_figures():
+    app = widgets.layouts.layout_explorer(ranks=3)
+    assert "greyed out" in app.status.value
+    assert app.status_text == "Cannot evaluate: ranks (3) must divide the query heads of deepseek-v3 (128)"
