@@ -170,11 +170,9 @@ def build_reports(out_dir: str | os.PathLike = "reports", parameters: Mapping[st
             outcomes.append(o)
             source_nb = nbformat.read(str(src), as_version=4)
             o.title, o.description = notebook_title(source_nb), notebook_description(source_nb)
-            _progress(progress, f"[{i}/{n}] executing {src.name} … ", end="")
             for note in o.notes:
-                _progress(progress, f"\n      note: {note}", end="")
-            if o.notes:
-                _progress(progress, "\n      … ", end="")
+                _progress(progress, f"[{i}/{n}] {src.name}: note: {note}")
+            _progress(progress, f"[{i}/{n}] executing {src.name} … ", end="")
             t0 = time.perf_counter()
             try:
                 execute_notebook(src, o.executed, per_nb_params[src], timeout_s)

@@ -129,11 +129,15 @@ def plan_parameters(paths: Iterable[Path], parameters: Mapping[str, Any]
 
 
 def parameters_banner(parameters: Mapping[str, Any], notes: Iterable[str]) -> str:
-    """Markdown for the top of a report: the parameters it was built with and the ones skipped."""
+    """The top of a report (HTML in a markdown cell): the parameters it was built with and the ones skipped;
+    '' when it was built with the defaults and nothing was skipped."""
+    import html
+
     lines = []
     if parameters:
-        lines.append("Built with " + ", ".join(f"`{k} = {_shown(v)}`" for k, v in parameters.items())
+        lines.append("Built with " + ", ".join(f"<code>{html.escape(f'{k} = {_shown(v)}')}</code>"
+                                               for k, v in parameters.items())
                      + "; the other parameters have the notebook's defaults.")
-    lines += [f"Note: {n}." if not n.endswith(".") else f"Note: {n}" for n in notes]
-    return "\n\n".join(lines)
+    lines += [f"<strong>Note:</strong> {html.escape(n if n.endswith('.') else n + '.')}" for n in notes]
+    return f'<div class="llmexplore-banner">{"<br>".join(lines)}</div>' if lines else ""
 

@@ -236,7 +236,10 @@ def test_clean_for_report_drops_records_links_reports_and_adds_the_banner():
     banner = report.parameters_banner({"BATCH": 32}, ["-p MODEL 'llama-3-70b' skipped here: dense"])
     cleaned, _ = report.clean_for_report(nb, banner=banner)
     assert [c.cell_type for c in cleaned.cells] == ["markdown", "markdown", "markdown", "code"]
-    assert "`BATCH = 32`" in cleaned.cells[1].source and "Note: -p MODEL" in cleaned.cells[1].source
+    assert cleaned.cells[1].source == ('<div class="llmexplore-banner">Built with <code>BATCH = 32</code>; the other '
+                                       "parameters have the notebook's defaults.<br><strong>Note:</strong> -p MODEL "
+                                       "&#x27;llama-3-70b&#x27; skipped here: dense.</div>")
+    assert report.parameters_banner({}, []) == ""
     assert cleaned.cells[2].source == ("Next: [PD](20_pd_disaggregation.html), [sec](10_a.html#top), "
                                        "[web](https://x.org/a.ipynb) and [file](data/x.yaml).")
     assert [o["data"] for o in cleaned.cells[3].outputs] == [{"text/html": "<p>kept</p>"}]
