@@ -77,39 +77,44 @@ def _outside(v, lo, hi, lo_open: bool, hi_open: bool) -> bool:
 
 def integer(name: str, value: Any, *, lo: int | None = None, hi: int | None = None, unit: str = "") -> int:
     """``value`` as a Python int if it is an integer in [lo, hi]; SpecError otherwise."""
-    rule = rule_text("integer", lo, hi, unit=unit)
+    def fail() -> SpecError:
+        return SpecError(f"{name} must be {rule_text('integer', lo, hi, unit=unit)}, got {shown(value)}")
+
     if not _is_real(value):
-        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+        raise fail()
     if isinstance(value, (int, np.integer)):
         v = int(value)
     else:
         f = float(value)
         if not math.isfinite(f) or f != math.floor(f):
-            raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+            raise fail()
         v = int(f)
     if _outside(v, lo, hi, False, False):
-        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+        raise fail()
     return v
 
 
 def number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
            hi_open: bool = False, allow_inf: bool = False, unit: str = "") -> float:
     """``value`` as a float if it is a real number within the bounds (finite unless ``allow_inf``)."""
-    rule = rule_text("number", lo, hi, lo_open=lo_open, hi_open=hi_open, unit=unit)
-    if allow_inf:
-        rule = rule.replace("a finite number", "a number")
+    def fail() -> SpecError:
+        rule = rule_text("number", lo, hi, lo_open=lo_open, hi_open=hi_open, unit=unit)
+        if allow_inf:
+            rule = rule.replace("a finite number", "a number")
+        return SpecError(f"{name} must be {rule}, got {shown(value)}")
+
     if not _is_real(value):
-        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+        raise fail()
     if isinstance(value, (int, np.integer)) and _outside(int(value), lo, hi, lo_open, hi_open):
-        raise SpecError(f"{name} must be {rule}, got {shown(value)}")  # before float(): no OverflowError
+        raise fail()  # before float(): no OverflowError
     try:
         v = float(value)
     except OverflowError:
-        raise SpecError(f"{name} must be {rule}, got {shown(value)}") from None
+        raise fail() from None
     if math.isnan(v) or (math.isinf(v) and not allow_inf):
-        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+        raise fail()
     if _outside(v, lo, hi, lo_open, hi_open):
-        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+        raise fail()
     return v
 
 
@@ -192,24 +197,28 @@ def real_array(name: str, value: Any, *, lo: float | None = None, hi: float | No
     numbers are rejected, as are arrays of more than ``max_size`` elements; the message shows the first
     offending element. ``rule`` replaces the generated rule text in messages (e.g. "a probability in [0, 1]").
     """
-    if rule is None:
-        rule = rule_text("integer" if integer else "number", lo, hi, lo_open=lo_open, unit=unit)
-        if allow_inf:
-            rule = rule.replace("a finite number", "a number")
+    def fail(got) -> SpecError:  # the rule text is only built when a value breaks it
+        text = rule
+        if text is None:
+            text = rule_text("integer" if integer else "number", lo, hi, lo_open=lo_open, unit=unit)
+            if allow_inf:
+                text = text.replace("a finite number", "a number")
+        return SpecError(f"{name} must be {text}, got {shown(got)}")
+
     if isinstance(value, (str, bytes)) or (not isinstance(value, (np.ndarray, list, tuple)) and not _is_real(value)):
-        raise SpecError(f"{name} must be {rule}, got {shown(value)}")
+        raise fail(value)
     try:
         raw = np.asarray(value)
     except (ValueError, TypeError, OverflowError):
-        raise SpecError(f"{name} must be {rule}, got {shown(value)}") from None
+        raise fail(value) from None
     if raw.dtype.kind not in "iuf":
         if raw.dtype.kind == "O":  # e.g. a huge Python int, or mixed types
             bad = next((v for v in raw.ravel() if not _is_real(v)), None)
             if bad is None:
                 bad = next((v for v in raw.ravel() if _outside(v, lo, hi, lo_open, False)), raw.ravel()[0])
-            raise SpecError(f"{name} must be {rule}, got {shown(bad)}")
+            raise fail(bad)
         first = raw.ravel()[0] if raw.size else value
-        raise SpecError(f"{name} must be {rule}, got {shown(first)}")
+        raise fail(first)
     if raw.size > max_size:
         raise SpecError(f"{name} must have at most {max_size:,} elements, got {raw.size:,}")
     if raw.size == 0 and not allow_empty:
@@ -219,12 +228,12 @@ def real_array(name: str, value: Any, *, lo: float | None = None, hi: float | No
     if integer:
         bad |= np.isfinite(a) & (a != np.floor(a))
     if bad.any():
-        raise SpecError(f"{name} must be {rule}, got {shown(raw[bad].ravel()[0])}")
+        raise fail(raw[bad].ravel()[0])
     out = np.zeros(a.shape, dtype=bool)
     if lo is not None:
         out |= (a < lo) | ((a == lo) if lo_open else False)
     if hi is not None:
         out |= a > hi
     if out.any():
-        raise SpecError(f"{name} must be {rule}, got {shown(raw[out].ravel()[0])}")
+        raise fail(raw[out].ravel()[0])
     return a

@@ -45,6 +45,7 @@ _MD1_SWITCH = 40
 _MD1_TERMS = 22
 _INV_FACT = np.array([1.0 / math.factorial(j) for j in range(_MD1_TERMS + 1)])
 MAX_SERVERS = 1 << 20  # servers (instances) in one queue
+_ERLANG_GRID = 1 << 22  # terms of the one-pass Erlang B evaluation (servers x largest c); recursion beyond
 MAX_PROMPT_TOKENS = 1 << 24  # longest prompt a distribution may reach [tokens]
 
 
@@ -392,14 +393,35 @@ def erlang_b(servers: ArrayLike, offered_load: ArrayLike) -> np.ndarray:
 
     Notes
     -----
-    Recursion ``B(0, a) = 1``, ``B(k, a) = a B(k-1, a) / (k + a B(k-1, a))``: every step is a ratio of
-    positive numbers, no factorials or powers (which overflow beyond c ~ 170).
+    ``B(c, a) = (a^c / c!) / sum_{k<=c} a^k / k!``, evaluated in log space (log-sum-exp over k, log c! as a
+    cumulative sum of logs) in one vectorised pass, so it neither overflows nor loops over c. Beyond
+    ``_ERLANG_GRID`` terms in all it falls back to the recursion ``B(0, a) = 1``, ``B(k, a) = a B(k-1, a) /
+    (k + a B(k-1, a))`` (every step a ratio of positive numbers); the two agree to ~1e-13 (tested).
     """
-    c = _servers("servers", servers)
-    a = _rate("offered_load", offered_load)
+    return _erlang_b(_servers("servers", servers), _rate("offered_load", offered_load))
+
+
+def _erlang_b(c: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """:func:`erlang_b` on validated arrays."""
     c, a = np.broadcast_arrays(c, a)
+    cmax = int(c.max(initial=1))
+    if c.size * (cmax + 1) > _ERLANG_GRID:
+        return _erlang_b_recursion(c, a, cmax)
+    k = np.arange(cmax + 1.0)
+    log_fact = np.concatenate([[0.0], np.cumsum(np.log(k[1:]))])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = k * np.log(a)[..., None] - log_fact  # log(a^k / k!)
+    terms[..., 0] = 0.0  # a^0 / 0! = 1, also for a = 0
+    terms = np.where(k <= c[..., None], terms, -np.inf)
+    top = terms.max(-1, keepdims=True)
+    log_sum = top[..., 0] + np.log(np.exp(terms - top).sum(-1))
+    last = np.take_along_axis(terms, c.astype(np.intp)[..., None], -1)[..., 0]
+    return np.exp(last - log_sum)
+
+
+def _erlang_b_recursion(c: np.ndarray, a: np.ndarray, cmax: int) -> np.ndarray:
     B = np.ones(c.shape)
-    for k in range(1, int(c.max(initial=1)) + 1):
+    for k in range(1, cmax + 1):
         nxt = a * B / (k + a * B)
         B = np.where(k <= c, nxt, B)
     return B
@@ -410,9 +432,12 @@ def erlang_c(servers: ArrayLike, offered_load: ArrayLike) -> np.ndarray:
 
     1 where rho >= 1 (everyone waits). Uses :func:`erlang_b`, so it is stable for large c.
     """
-    c = _servers("servers", servers)
-    a = _rate("offered_load", offered_load)
-    B = erlang_b(c, a)
+    return _erlang_c(_servers("servers", servers), _rate("offered_load", offered_load))
+
+
+def _erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """:func:`erlang_c` on validated arrays."""
+    B = _erlang_b(c, a)
     rho = a / c
     return np.where(rho < 1.0, B / (1.0 - rho * (1.0 - B)), 1.0)
 
@@ -423,7 +448,7 @@ def _mgc_common(lam_per_s, mean_service_s, servers, cs2):
     c = _servers("servers", servers)
     v = _nonneg_finite("cs2", cs2, unit="-")
     a = lam * m1                                                   # offered load [Erlang]
-    pw = erlang_c(c, a)                                            # P(wait) for M/M/c
+    pw = _erlang_c(c, a)                                           # P(wait) for M/M/c
     gap = c / m1 - lam                                             # c mu - lam [1/s]
     return lam, m1, c, v, a, pw, gap
 

@@ -496,3 +496,15 @@ def test_zero_load():
 def test_bad_input_raises_spec_error_naming_field(call, field):
     with pytest.raises(SpecError, match=field):
         call()
+
+
+def test_erlang_b_one_pass_equals_the_recursion():
+    """The vectorised log-space Erlang B against the stable ratio recursion it replaced (and falls back to)."""
+    rng = np.random.default_rng(0)
+    c = rng.integers(1, 200, 4000).astype(float)
+    a = rng.uniform(0.0, 300.0, 4000)
+    a[:10] = 0.0
+    cc, aa = np.broadcast_arrays(c, a)
+    np.testing.assert_allclose(q.erlang_b(c, a), q._erlang_b_recursion(cc, aa, int(c.max())), rtol=1e-11,
+                               atol=1e-300)
+    assert q.erlang_b(3, 0.0) == 0.0 and q.erlang_b(1, 1.0) == pytest.approx(0.5)
