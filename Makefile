@@ -66,9 +66,14 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: $(STAMP)
 	$(LIVE_ENV) $(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ROOT)
 
+# Voila with the project's template (share/jupyter/voila/templates/llmexplore: nothing from a CDN; static
+# figures through plotly's offline HTML) and the classic tree page (the JavaScript one starts the widget
+# plugins without a kernel and logs errors). tests/browser/test_voila.py serves the same way.
+SERVE_ENV := JUPYTER_PATH=$(CURDIR)/share/jupyter PLOTLY_RENDERER=plotly_mimetype+notebook
+
 serve: $(STAMP)
 	@echo "Voila: http://127.0.0.1:$(PORT)/ (Ctrl-C to stop)"
-	$(LIVE_ENV) $(VENV)/bin/voila notebooks --no-browser --port=$(PORT) --Voila.ip=127.0.0.1
+	$(SERVE_ENV) $(VENV)/bin/voila notebooks --template=llmexplore --classic-tree --no-browser --port=$(PORT) --Voila.ip=127.0.0.1
 
 bench: $(STAMP)
 	@shopt -s nullglob; files=(benchmarks/bench_*.py); \

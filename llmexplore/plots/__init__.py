@@ -276,4 +276,4 @@ def update_from(fig: go.Figure, new) -> None:
                 fig.layout[key] = empty
 
 
-from . import disagg, layouts, moe  # noqa: E402  (area modules use the style above)
+from . import disagg, layouts, moe, tables  # noqa: E402  (area modules use the style above)

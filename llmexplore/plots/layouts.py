@@ -151,7 +151,7 @@ def transition_figure(table: pd.DataFrame, *, value: str = "exposed_ms",
     text = prim.pivot(index="src", columns="dst", values="label").loc[order, order]
     fig = go.Figure(go.Heatmap(z=z.to_numpy(), x=order, y=order, text=text.to_numpy(), texttemplate="%{text}",
                                colorscale="Blues", colorbar=dict(title="ms"), hoverinfo="text"))
-    fig.update_xaxes(title_text="switch to layout", side="top")
+    fig.update_xaxes(title_text="switch to layout")  # at the bottom: a top axis title collides with the title
     fig.update_yaxes(title_text="switch from layout", autorange="reversed")
     return base(fig, title, height=480)
 

@@ -25,7 +25,7 @@ from ..specs import Link
 from ..units import dtype_bytes, from_si
 from . import tidy
 
-__all__ = ["PDSetup", "setup", "custom_link", "MODES", "mode_rows", "fewest_gpus", "link_comparison",
+__all__ = ["PDSetup", "setup", "custom_link", "MODES", "mode_rows", "fewest_gpus", "fewest_gpus_mode", "link_comparison",
            "latency_vs_rate", "exposed_vs_bandwidth", "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs",
            "queue_check", "prompt_spread_table", "max_abs_error_by_model", "goodput_grid", "point_summary"]
 
@@ -87,6 +87,16 @@ def custom_link(achievable_GBps: float, *, like="roce-400g") -> Link:
                                achievable_GBps=achievable_GBps)
 
 
+def _link(link) -> Link:
+    """A link spec from a spec or a preset name (SpecError/UnknownPresetError otherwise)."""
+    return link if isinstance(link, Link) else presets.resolve("links", link)
+
+
+def _bandwidths(bandwidths_GBps) -> np.ndarray:
+    return _check.real_array("bandwidths_GBps", np.atleast_1d(bandwidths_GBps), lo=0.0, lo_open=True, hi=1e6,
+                             unit="GB/s")
+
+
 def _disagg_row(s: PDSetup, pre, dec, link: Link, pipelined: bool, nics) -> dict:
     x = dg.transfer_side(pre, dec, link, s.workload, pipelined=pipelined, nics=nics, batched_ops=s.batched_ops)
     z = dg.size_pools(pre, dec, x, s.workload)
@@ -111,7 +121,7 @@ def mode_rows(s: PDSetup, link="roce-400g", *, nics=None, colocated: bool = True
     ``n_decode``, ``pd_gpu_ratio``, ``ttft_ms``, ``tpot_ms``, ``transfer_ms``, ``exposed_ms``, ``kv_GB``,
     ``reason``). ``nics``: NICs per instance for this link (default: the setup's)."""
     pre, dec = s.sides()
-    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    lk = _link(link)
     rows = [_colocated_row(s)] if colocated else []
     for pipelined in (False, True):
         rows.append(_disagg_row(s, pre, dec, lk, pipelined, s.nics if nics is None else nics))
@@ -126,6 +136,12 @@ def fewest_gpus(rows) -> dict | None:
     if not ok:
         return None
     return min(ok, key=lambda r: (r["gpus"], MODES.index(r["mode"])))
+
+
+def fewest_gpus_mode(rows) -> str | None:
+    """The ``mode`` of :func:`fewest_gpus` (None when no mode meets the SLOs)."""
+    best = fewest_gpus(rows)
+    return None if best is None else best["mode"]
 
 
 def link_comparison(s: PDSetup, links=(("nvlink4", None), ("roce-400g", None), ("tcp-100g", 1))) -> pd.DataFrame:
@@ -146,14 +162,14 @@ def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_de
     rate), colocated and disaggregated (pipelined). Equal GPU budgets make the comparison fair: unless given,
     the colocated pool gets as many GPUs as the disaggregated one."""
     pre, dec = s.sides()
-    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    lk = _link(link)
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=True, nics=s.nics, batched_ops=s.batched_ops)
     z = dg.size_pools(pre, dec, x, s.workload)
     n_p = n_prefill or (z["n_p"] if z["feasible"] else 1)
     n_d = n_decode or (z["n_d"] if z["feasible"] else 1)
     gpus = n_p * s.prefill.ranks + n_d * s.decode.ranks
     n_c = n_colocated or max(1, gpus // s.prefill.ranks)
-    rates = np.asarray(rates, dtype=float)
+    rates = _check.real_array("rates", np.atleast_1d(rates), lo=0.0, lo_open=True, hi=1e7, unit="req/s")
     rows = []
     for lam in rates:
         wl = dataclasses.replace(s.workload, rate_per_s=float(lam))
@@ -173,7 +189,7 @@ def exposed_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
     bandwidth (it scales as 1/bandwidth), so one evaluation at 1 GB/s serves every bandwidth."""
     pre, _ = s.sides()
     m = s.prefill.model
-    bw = np.asarray(bandwidths_GBps, dtype=float).ravel()
+    bw = _bandwidths(bandwidths_GBps).ravel()
     tr = transfer_time(m, custom_link(1.0), s.workload.prompt_tokens, kv_dtype=s.decode.kv_dtype,
                        page_tokens=s.decode.runtime.page_tokens, prefill_tp=s.prefill.ranks,
                        decode_tp=s.decode.ranks, batched_ops=s.batched_ops, nics=s.nics)
@@ -192,7 +208,7 @@ def gpus_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
     pre, dec = s.sides()
     co = _colocated_row(s)
     rows = []
-    for bw in np.asarray(bandwidths_GBps, dtype=float):
+    for bw in _bandwidths(bandwidths_GBps).ravel():
         for pipelined in (False, True):
             r = _disagg_row(s, pre, dec, custom_link(bw), pipelined, s.nics)
             rows.append({"bandwidth_GBps": bw, "mode": r["mode"], "gpus": r["gpus"],
@@ -242,7 +258,7 @@ def pool_sizes_vs(s: PDSetup, field: str, values, *, links=(("roce-400g", None),
 def goodput_grid(s: PDSetup, *, link="roce-400g", n_max: int = 64) -> dict:
     """Highest rate per GPU for every (n_prefill, n_decode) up to ``n_max`` (see disagg.max_rate_grid)."""
     pre, dec = s.sides()
-    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    lk = _link(link)
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=True, nics=s.nics, batched_ops=s.batched_ops)
     return dg.max_rate_grid(pre, dec, x, s.workload, n_max=n_max)
 
@@ -257,7 +273,7 @@ def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipel
     """
     decode_batch = _check.integer("decode_batch", decode_batch, lo=1, hi=1 << 20)
     pre, dec = s.sides()
-    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    lk = _link(link)
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=pipelined, nics=s.nics, batched_ops=s.batched_ops)
     z = dg.size_pools(pre, dec, x, s.workload)
     co = dg.size_colocated(s.prefill, s.workload)
@@ -314,7 +330,7 @@ def prompt_spread_table(s: PDSetup, sigmas=(0.0, 0.5, 1.0), *, link="roce-400g")
     """Sized pools when prompt lengths are lognormal around the same median: variability lengthens the
     prefill queue's tail (and the mean prompt), so TTFT needs more prefill instances."""
     rows = []
-    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    lk = _link(link)
     for sigma in sigmas:
         wl = dataclasses.replace(s.workload, prompt_sigma=float(sigma))
         s2 = dataclasses.replace(s, workload=wl)
@@ -354,7 +370,7 @@ def request_sentence(point: dict, s: PDSetup) -> str:
 
 def transfer_sentence(point: dict, link="roce-400g", *, short: bool = False) -> str:
     """Section 2: the KV transfer of one request over the chosen link, serial vs layer-wise pipelined."""
-    lk = presets.resolve("links", link) if isinstance(link, str) else link
+    lk = _link(link)
     serial, exposed = point["transfer_serial_ms"], point["transfer_exposed_ms"]
     if short:
         return f"Pipelined KV transfer: {_n(exposed)} ms exposed instead of {_n(serial)} ms over {lk.name}"

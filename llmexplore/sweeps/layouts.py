@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..models import attention as att
 from ..models import crossover, transitions
-from ..models.engine import LAYOUTS, Deployment
+from ..models.engine import LAYOUTS, Deployment, check_batch_context
 from ..units import from_si
 from . import tidy
 
@@ -63,8 +63,7 @@ def layout_curves(dep: Deployment, batch, context, layouts=LAYOUTS) -> pd.DataFr
 
     ``batch`` and ``context`` are 1-D; every combination is evaluated in one broadcast call per layout.
     """
-    b = np.asarray(batch, float).ravel()
-    s = np.asarray(context, float).ravel()
+    b, s = (x.ravel() for x in check_batch_context(np.atleast_1d(batch), np.atleast_1d(context)))
     frames = []
     shape = (b.size, s.size)
     for lay in layouts:
@@ -105,8 +104,7 @@ def phase_diagram(dep: Deployment, batch, context, layouts=LAYOUTS) -> dict:
     Returns ``{"batch", "context", "best" (labels, "none" where nothing fits) [len(batch), len(context)],
     "boundaries" (DataFrame: batch, context, before, after, kind)}``.
     """
-    b = np.asarray(batch, float).ravel()
-    s = np.asarray(context, float).ravel()
+    b, s = (x.ravel() for x in check_batch_context(np.atleast_1d(batch), np.atleast_1d(context)))
     g = best_layout_grid(dep, b[:, None], s[None, :], layouts)
     labels = np.array([*layouts, "none"], dtype=object)
     best = labels[np.where(g["best"] < 0, len(layouts), g["best"])]

@@ -75,7 +75,8 @@ def moe_records(md: MoEDeployment, batch, context, skew) -> list[dict]:
     ``load_straggler``, ``expected_imbalance``, ``load_max_over_mean_before`` / ``_after``,
     ``distinct_ranks``, ``tokens_per_s``, ``weights_GB``, ``memory_GB``, ``usable_GB``.
     """
-    batches = np.atleast_1d(np.asarray(batch))
+    batches = _check.real_array("batch", np.atleast_1d(batch) if batch is not None else batch, lo=1, hi=1 << 24,
+                                integer=True)
     context = _check.integer("context", context, lo=1, hi=1 << 30)
     skew = _check.number("skew", skew, lo=1.0)
     r = moe_model.step_time(md, batches, context, skew=skew)
@@ -139,7 +140,7 @@ def step_vs_skew(model="deepseek-v3", gpu="h200", gpus: int = 16, *, tp: int, ep
                  batch: int = 256, context: int = 2048, skews=np.linspace(1.0, 4.0, 25),
                  layers: int | None = LAYERS, weight_dtype=None) -> pd.DataFrame:
     """Decode step and MoE-layer time vs hot-expert skew for static, EPLB and EPLB + redundant placements."""
-    skews = np.asarray(skews, dtype=float)
+    skews = _check.real_array("skews", np.atleast_1d(skews), lo=1.0, hi=1e4)
     frames = []
     for label, bal, red in _balances(ep, redundant):
         md = config(model, gpu, gpus, tp=tp, ep=ep, redundant=red, balance=bal, layers=layers,
@@ -158,7 +159,7 @@ def step_vs_batch(model="deepseek-v3", gpu="h200", gpus: int = 16, *, batches=(1
                   context: int = 2048, skew: float = 2.6, layers: int | None = LAYERS,
                   weight_dtype=None) -> pd.DataFrame:
     """Per MoE layer: routed GEMMs, dispatch and combine time vs batch, for every tp x ep split (static)."""
-    b = np.asarray(batches, dtype=float)
+    b = _check.real_array("batches", np.atleast_1d(batches), lo=1, hi=1 << 24, integer=True)
     frames = []
     for label, tp, ep in layout_options(gpus, model, gpu):
         md = config(model, gpu, gpus, tp=tp, ep=ep, layers=layers, weight_dtype=weight_dtype)

@@ -250,3 +250,19 @@ def test_makefile_offers_strip_and_git_filter():
     text = (ROOT / "Makefile").read_text()
     assert re.search(r"^strip:.*\n\t\$\(VENV\)/bin/nbstripout notebooks/\*\.ipynb", text, re.M)
     assert re.search(r"^git-filter:.*\n\t\$\(VENV\)/bin/nbstripout --install", text, re.M)
+
+
+def test_make_serve_uses_what_the_voila_browser_test_checks():
+    """`make serve` and tests/browser/test_voila.py must serve the same way (template, tree page, renderer)."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = text[text.index("\nserve:"):].split("\n\n")[0]
+    env_line = next(line for line in text.splitlines() if line.startswith("SERVE_ENV :="))
+    source = (ROOT / "tests" / "browser" / "test_voila.py").read_text()
+    tree = ast.parse(source)
+    values = {t.id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+              for t in n.targets if isinstance(t, ast.Name) and t.id == "SERVE_ARGS"}
+    assert values["SERVE_ARGS"]
+    for arg in values["SERVE_ARGS"]:
+        assert arg in recipe, f"make serve lacks {arg} (tests/browser/test_voila.py serves with it)"
+    assert "$(SERVE_ENV)" in recipe
+    assert "PLOTLY_RENDERER=plotly_mimetype+notebook" in env_line and "share/jupyter" in env_line
