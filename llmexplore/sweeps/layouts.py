@@ -63,7 +63,8 @@ def layout_curves(dep: Deployment, batch, context, layouts=LAYOUTS) -> pd.DataFr
 
     ``batch`` and ``context`` are 1-D; every combination is evaluated in one broadcast call per layout.
     """
-    b, s = (x.ravel() for x in check_batch_context(np.atleast_1d(batch), np.atleast_1d(context)))
+    b = check_batch_context(np.atleast_1d(batch), 1)[0].ravel()  # two axes of a grid: checked apart
+    s = check_batch_context(1, np.atleast_1d(context))[1].ravel()
     frames = []
     shape = (b.size, s.size)
     for lay in layouts:
@@ -104,7 +105,8 @@ def phase_diagram(dep: Deployment, batch, context, layouts=LAYOUTS) -> dict:
     Returns ``{"batch", "context", "best" (labels, "none" where nothing fits) [len(batch), len(context)],
     "boundaries" (DataFrame: batch, context, before, after, kind)}``.
     """
-    b, s = (x.ravel() for x in check_batch_context(np.atleast_1d(batch), np.atleast_1d(context)))
+    b = check_batch_context(np.atleast_1d(batch), 1)[0].ravel()  # two axes of a grid: checked apart
+    s = check_batch_context(1, np.atleast_1d(context))[1].ravel()
     g = best_layout_grid(dep, b[:, None], s[None, :], layouts)
     labels = np.array([*layouts, "none"], dtype=object)
     best = labels[np.where(g["best"] < 0, len(layouts), g["best"])]

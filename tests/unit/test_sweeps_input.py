@@ -39,3 +39,10 @@ def test_sweeps_reject_hostile_input_naming_the_field(dep, pd_setup, call, field
 
 def test_a_scalar_rate_is_a_one_point_sweep(pd_setup):
     assert len(sweeps.disagg.latency_vs_rate(pd_setup, 10.0)) == 2  # colocated and disaggregated
+
+
+def test_grid_axes_need_not_broadcast(dep):
+    """batch and context are the two axes of a grid (any lengths), not arrays to broadcast."""
+    assert len(sweeps.layouts.layout_curves(dep, [1, 2, 4], [1024, 2048])) == 3 * 2 * 4
+    phase = sweeps.layouts.phase_diagram(dep, [1, 8, 64], [1024, 4096])
+    assert phase["best"].shape == (3, 2)
