@@ -129,6 +129,8 @@ def probability(name: str, value: Any, *, open_ends: bool = False) -> float:
 
 def choice(name: str, value: Any, options: Iterable[Any]) -> Any:
     """``value`` if it is one of ``options`` (compared by equality, strings exactly); SpecError listing them."""
+    if isinstance(value, str) and isinstance(options, (tuple, list, frozenset, set)) and value in options:
+        return value  # the common case, without building anything
     opts = list(options)
     try:
         ok = any(type(value) is type(o) and value == o for o in opts) or (
@@ -197,6 +199,13 @@ def real_array(name: str, value: Any, *, lo: float | None = None, hi: float | No
     numbers are rejected, as are arrays of more than ``max_size`` elements; the message shows the first
     offending element. ``rule`` replaces the generated rule text in messages (e.g. "a probability in [0, 1]").
     """
+    if type(value) is float or (type(value) is int and -(2**53) <= value <= 2**53):  # fast path: a plain scalar
+        f = float(value)
+        ok = (f == f) and (allow_inf or math.isfinite(f)) and (not integer or f.is_integer() or math.isinf(f))
+        ok = ok and (lo is None or (f > lo if lo_open else f >= lo)) and (hi is None or f <= hi)
+        if ok:
+            return np.asarray(f)
+
     def fail(got) -> SpecError:  # the rule text is only built when a value breaks it
         text = rule
         if text is None:

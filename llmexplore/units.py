@@ -6,6 +6,8 @@ One multiply-accumulate = 2 FLOPs; peak TFLOPS are dense (datasheets often quote
 
 from __future__ import annotations
 
+from .errors import SpecError
+
 KB = 1e3
 MB = 1e6
 GB = 1e9
@@ -22,8 +24,6 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1
 
 def dtype_bytes(dtype: str, field: str = "dtype") -> float:
     """Bytes per element of ``dtype``; SpecError naming ``field`` if the dtype is unknown."""
-    from .errors import SpecError
-
     try:
         return DTYPE_BYTES[dtype]
     except (KeyError, TypeError):
@@ -41,8 +41,6 @@ _BASE_OF = {"s": "s", "ms": "s", "us": "s", "B": "B", "KB": "B", "MB": "B", "GB"
 
 def from_si(value, unit: str):
     """``value`` in seconds or bytes expressed in ``unit`` (``"ms"``, ``"us"``, ``"GB"``, ``"GiB"``, ...)."""
-    from .errors import SpecError
-
     try:
         op, k = _FROM_SI[unit]
     except KeyError:
@@ -64,8 +62,6 @@ def si_unit_of(name: str) -> str | None:
 
 def display_name(name: str, unit: str) -> str:
     """``"step_s"`` shown in ms is ``"step_ms"``; the base of ``unit`` must match the name's suffix."""
-    from .errors import SpecError
-
     base = si_unit_of(name)
     if base is None or _BASE_OF.get(unit) != base:
         raise SpecError(f"cannot show {name!r} in {unit!r}: names end in _s (time) or _B (bytes)")
