@@ -28,7 +28,7 @@ import numpy as np
 
 from .errors import SpecError
 
-__all__ = ["integer", "number", "probability", "choice", "boolean", "text", "real_array", "grid_size", "path_kind", "shown",
+__all__ = ["read_text", "integer", "number", "probability", "choice", "boolean", "text", "real_array", "grid_size", "path_kind", "shown",
            "rule_text", "MAX_GRID_POINTS"]
 
 #: most points one vectorised model call may evaluate (broadcast of all its array arguments): every
@@ -246,3 +246,26 @@ def real_array(name: str, value: Any, *, lo: float | None = None, hi: float | No
     if out.any():
         raise fail(raw[out].ravel()[0])
     return a
+
+
+def read_text(path, where: str, max_bytes: int) -> str:
+    """The text of a user file: UTF-8 (a byte-order mark is accepted), at most ``max_bytes`` (read no further,
+    so a special file such as /dev/zero cannot hang or exhaust memory). SpecError naming ``where`` otherwise."""
+    limit = f"{max_bytes:,} bytes" + (f" ({max_bytes / 2**20:g} MiB)" if max_bytes >= 2**20 else "")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise SpecError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > max_bytes:
+        try:
+            size = f"{os.stat(path).st_size:,} bytes"
+        except OSError:
+            size = "more"
+        raise SpecError(f"{where} must be at most {limit}, got {size if size != '0 bytes' else 'more'}")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(f"{where} must be UTF-8 text, got byte 0x{raw[exc.start]:02x} on line {line} "
+                        f"(offset {exc.start}); save it as UTF-8") from None

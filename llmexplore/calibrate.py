@@ -108,18 +108,7 @@ def _read_rows(p: Path) -> tuple[list[str], list[tuple[int, dict]]]:
     """(header, [(line, row)]) of a calibration CSV: UTF-8 (a BOM is accepted), at most MAX_CSV_BYTES, every
     quote closed on its own line and no row with more fields than the header (SpecError naming the line)."""
     where = f"calibration CSV {p.name!r}"
-    try:
-        if p.stat().st_size > MAX_CSV_BYTES:
-            raise SpecError(f"{where} must be at most {MAX_CSV_BYTES:,} bytes (1 MiB), got {p.stat().st_size:,}")
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise SpecError(f"{where} cannot be read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise SpecError(f"{where} must be UTF-8 text, got byte 0x{raw[exc.start]:02x} on line {line}; save it "
-                        f"as UTF-8") from None
+    text = _check.read_text(p, where, MAX_CSV_BYTES)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     header: list[str] | None = None
     rows: list[tuple[int, dict]] = []

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from ._check import path_kind, shown
+from ._check import path_kind, read_text, shown
 from .errors import SpecError, UnknownPresetError
 from .specs import Hardware, Link, ModelSpec, Runtime
 
@@ -114,21 +114,7 @@ def _read_yaml(path: Path) -> dict:
     """The mapping at the top of a preset file: UTF-8 (a BOM is accepted), at most MAX_PRESET_BYTES, no key
     given twice; SpecError naming the file otherwise."""
     where = f"preset file {str(path)!r}"
-    try:
-        size = path.stat().st_size
-        if size > MAX_PRESET_BYTES:
-            raise SpecError(f"{where} must be at most {MAX_PRESET_BYTES:,} bytes (1 MiB), got {size:,} bytes")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError(f"{where} cannot be read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_PRESET_BYTES:  # grew since stat (or a special file)
-        raise SpecError(f"{where} must be at most {MAX_PRESET_BYTES:,} bytes (1 MiB), got more")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise SpecError(f"{where} must be UTF-8 text, got byte 0x{raw[exc.start]:02x} on line {line} "
-                        f"(offset {exc.start}); save it as UTF-8") from None
+    text = read_text(path, where, MAX_PRESET_BYTES)
     try:
         data = yaml.load(text, Loader=_PresetLoader)
     except yaml.YAMLError as exc:

@@ -25,7 +25,7 @@ from ..errors import SpecError
 
 __all__ = ["TEMPLATE", "TITLE_CHARS", "NOT_FIT", "RANK_SERIES", "RANK_KEY", "RANK_MARKER", "ref_line",
            "ref_trace", "base", "base_layout", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
-           "not_fit_key", "update_from", "layouts", "disagg", "moe"]
+           "not_fit_key", "update_from", "layouts", "disagg", "moe", "tables"]
 
 TEMPLATE = "plotly_white"
 #: longest title line [characters]: plotly never wraps titles, and 80 characters of its 17 px title font fill

@@ -130,7 +130,7 @@ def test_csv_not_utf8_is_one_clear_error(tmp_path):
     f = tmp_path / "latin1.csv"
     f.write_bytes(_csv_text().replace("AIConfigurator", "AIConfigurat\xe9r", 1).encode("latin-1"))
     with pytest.raises(SpecError, match=r"calibration CSV 'latin1.csv' must be UTF-8 text, got byte 0xe9 on "
-                                        r"line 2; save it as UTF-8"):
+                                        r"line 2 \(offset \d+\); save it as UTF-8"):
         calibrate.load_points(f)
 
 

@@ -343,3 +343,12 @@ def test_hardware_links_must_exist_and_are_blamed_on_the_entry(isolated_presets,
     with pytest.raises(SpecError, match=r"user.yaml: Hardware 'lab-gpu': scale_up_link must name a links preset, "
                                         r"got 'nvlink9'; known: nvlink4"):
         presets.hardware("h100-sxm")
+
+
+
+def test_a_special_file_is_read_no_further_than_the_limit(monkeypatch):
+    """/dev/zero reports size 0 and never ends: the reader stops at the limit instead of hanging."""
+    from llmexplore import _check
+
+    with pytest.raises(SpecError, match="must be at most 1,024 bytes, got more"):
+        _check.read_text("/dev/zero", "preset file '/dev/zero'", 1024)
