@@ -25,7 +25,7 @@ from ..errors import SpecError
 
 __all__ = ["TEMPLATE", "TITLE_CHARS", "NOT_FIT", "RANK_SERIES", "RANK_KEY", "RANK_MARKER", "ref_line",
            "ref_trace", "base", "base_layout", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
-           "not_fit_key", "update_from", "layouts", "disagg", "moe", "tables"]
+           "not_fit_key", "chosen_marker", "update_from", "layouts", "disagg", "moe", "tables"]
 
 TEMPLATE = "plotly_white"
 #: longest title line [characters]: plotly never wraps titles, and 80 characters of its 17 px title font fill
@@ -152,6 +152,12 @@ def ref_trace(*, y=None, x=None, span, name: str, color: str = "#c00", dash: str
         tr["yaxis"] = yaxis
     return tr
 
+
+def chosen_marker(x: float, spans, *, what: str, hover: str) -> dict:
+    """The dashed vertical "chosen <what>" line at ``x`` over the y-range of the finite values in ``spans``
+    (a list of arrays): the explorers' current slider value, drawn the same way in every figure."""
+    return ref_trace(x=float(x), span=np.concatenate(spans) if spans else [], name=f"chosen {what}", color="#555",
+                     dash="longdash", legendrank=RANK_MARKER, hover=hover)
 
 def ref_line(fig: go.Figure, *, y=None, x=None, span, name: str, color: str = "#c00", dash: str = "dash",
              row=None, col=None, showlegend: bool = True) -> None:

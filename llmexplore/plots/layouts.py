@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, fmt, grid_layout,  # noqa: F401
-               not_fit_key, ref_line, ref_trace, spec_builder)
+               chosen_marker, not_fit_key, ref_line, ref_trace, spec_builder)
 
 __all__ = ["LAYOUT_COLORS", "LAYOUT_SYMBOLS", "PART_COLORS", "step_time_figure", "phase_diagram_figure",
            "memory_figure", "transition_figure", "scheduler_figure", "policy_figure"]
@@ -57,9 +57,8 @@ def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs 
         ]
     data.append(not_fit_key(any_bad))
     if context_marker is not None:
-        data.append(ref_trace(x=float(context_marker), span=np.concatenate(finite) if finite else [],
-                              name="chosen context", color="#555", dash="longdash", legendrank=RANK_MARKER,
-                              hover=f"chosen context: {fmt(context_marker, 'tokens')}"))
+        data.append(chosen_marker(context_marker, finite, what="context",
+                                  hover=f"chosen context: {fmt(context_marker, 'tokens')}"))
     for ax in ("xaxis", "xaxis2"):
         layout[ax].update(type="log", title=dict(text="context length (tokens)"))
     layout["yaxis"].update(type="log", title=dict(text="step time (ms)"))

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, fmt, grid_layout,  # noqa: F401
-               not_fit_key, ref_line, ref_trace, spec_builder)
+               chosen_marker, not_fit_key, ref_line, ref_trace, spec_builder)
 
 __all__ = ["PLACEMENT_COLORS", "skew_figure", "rank_load_figure", "comm_figure", "scenario_figure"]
 
@@ -55,9 +54,8 @@ def skew_figure(df: pd.DataFrame, *, title: str = "Decode step vs hot-expert ske
         ]
     data.append(not_fit_key(any_bad))
     if skew_marker is not None:
-        data.append(ref_trace(x=float(skew_marker), span=np.concatenate(finite) if finite else [],
-                              name="chosen skew", color="#555", dash="longdash", legendrank=RANK_MARKER,
-                              hover=f"chosen skew: {fmt(skew_marker, trim=True)}×"))
+        data.append(chosen_marker(skew_marker, finite, what="skew",
+                                  hover=f"chosen skew: {fmt(skew_marker, trim=True)}×"))
     for ax in ("xaxis", "xaxis2"):
         layout[ax].update(title=dict(text="skew (max / mean expert load)"))
     layout["yaxis"].update(title=dict(text="step time (ms)"))
