@@ -23,9 +23,9 @@ from ..models.engine import MAX_RANKS, Deployment, resolve_deployment
 from ..models.kv_transfer import pipelined_exposed_s, transfer_time
 from ..specs import Link
 from ..units import dtype_bytes, from_si
-from . import tidy
+from . import built, int_param, preset_param, tidy
 
-__all__ = ["PDSetup", "setup", "custom_link", "MODES", "mode_rows", "fewest_gpus", "fewest_gpus_mode", "link_comparison",
+__all__ = ["PDSetup", "setup", "custom_link", "MODES", "resolve_link", "mode_rows", "fewest_gpus", "fewest_gpus_mode", "link_comparison",
            "latency_vs_rate", "exposed_vs_bandwidth", "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs",
            "queue_check", "prompt_spread_table", "max_abs_error_by_model", "goodput_grid", "point_summary"]
 
@@ -87,7 +87,7 @@ def custom_link(achievable_GBps: float, *, like="roce-400g") -> Link:
                                achievable_GBps=achievable_GBps)
 
 
-def _link(link) -> Link:
+def resolve_link(link) -> Link:
     """A link spec from a spec or a preset name (SpecError/UnknownPresetError otherwise)."""
     return link if isinstance(link, Link) else presets.resolve("links", link)
 
@@ -121,7 +121,7 @@ def mode_rows(s: PDSetup, link="roce-400g", *, nics=None, colocated: bool = True
     ``n_decode``, ``pd_gpu_ratio``, ``ttft_ms``, ``tpot_ms``, ``transfer_ms``, ``exposed_ms``, ``kv_GB``,
     ``reason``). ``nics``: NICs per instance for this link (default: the setup's)."""
     pre, dec = s.sides()
-    lk = _link(link)
+    lk = resolve_link(link)
     rows = [_colocated_row(s)] if colocated else []
     for pipelined in (False, True):
         rows.append(_disagg_row(s, pre, dec, lk, pipelined, s.nics if nics is None else nics))
@@ -162,7 +162,7 @@ def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_de
     rate), colocated and disaggregated (pipelined). Equal GPU budgets make the comparison fair: unless given,
     the colocated pool gets as many GPUs as the disaggregated one."""
     pre, dec = s.sides()
-    lk = _link(link)
+    lk = resolve_link(link)
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=True, nics=s.nics, batched_ops=s.batched_ops)
     z = dg.size_pools(pre, dec, x, s.workload)
     n_p = n_prefill or (z["n_p"] if z["feasible"] else 1)
@@ -258,7 +258,7 @@ def pool_sizes_vs(s: PDSetup, field: str, values, *, links=(("roce-400g", None),
 def goodput_grid(s: PDSetup, *, link="roce-400g", n_max: int = 64) -> dict:
     """Highest rate per GPU for every (n_prefill, n_decode) up to ``n_max`` (see disagg.max_rate_grid)."""
     pre, dec = s.sides()
-    lk = _link(link)
+    lk = resolve_link(link)
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=True, nics=s.nics, batched_ops=s.batched_ops)
     return dg.max_rate_grid(pre, dec, x, s.workload, n_max=n_max)
 
@@ -273,7 +273,7 @@ def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipel
     """
     decode_batch = _check.integer("decode_batch", decode_batch, lo=1, hi=1 << 20)
     pre, dec = s.sides()
-    lk = _link(link)
+    lk = resolve_link(link)
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=pipelined, nics=s.nics, batched_ops=s.batched_ops)
     z = dg.size_pools(pre, dec, x, s.workload)
     co = dg.size_colocated(s.prefill, s.workload)
@@ -330,7 +330,7 @@ def prompt_spread_table(s: PDSetup, sigmas=(0.0, 0.5, 1.0), *, link="roce-400g")
     """Sized pools when prompt lengths are lognormal around the same median: variability lengthens the
     prefill queue's tail (and the mean prompt), so TTFT needs more prefill instances."""
     rows = []
-    lk = _link(link)
+    lk = resolve_link(link)
     for sigma in sigmas:
         wl = dataclasses.replace(s.workload, prompt_sigma=float(sigma))
         s2 = dataclasses.replace(s, workload=wl)
@@ -348,201 +348,7 @@ def max_abs_error_by_model(check: pd.DataFrame) -> dict[str, float]:
     return check.groupby("model", sort=False)["error_pct"].agg(lambda e: float(e.abs().max())).to_dict()
 
 
-# ---- findings in words and notebook parameters ------------------------------------------------------------
-# The sentences each section of notebooks/20_pd_disaggregation.ipynb ends with, and the figure titles built
-# from them (``short=True``), computed from the same tables the figures show.
-
-
-def _n(x: float, digits: int = 3) -> str:
-    from .layouts import _n as n
-
-    return n(x, digits)
-
-
-def request_sentence(point: dict, s: PDSetup) -> str:
-    """Section 1: one prefill, one decode step and the KV bytes of one request."""
-    wl = s.workload
-    return (f"One {wl.prompt_tokens:,}-token prompt takes {_n(point['prefill_ms'])} ms to prefill on "
-            f"TP{s.prefill.ranks} {s.prefill.hardware.label}; a decode step at batch {point['decode_batch']:,} "
-            f"takes {_n(point['decode_step_ms'])} ms on TP{s.decode.ranks}, and each request's KV cache is "
-            f"{point['kv_transfer_GB']:.2f} GB.")
-
-
-def transfer_sentence(point: dict, link="roce-400g", *, short: bool = False) -> str:
-    """Section 2: the KV transfer of one request over the chosen link, serial vs layer-wise pipelined."""
-    lk = _link(link)
-    serial, exposed = point["transfer_serial_ms"], point["transfer_exposed_ms"]
-    if short:
-        return f"Pipelined KV transfer: {_n(exposed)} ms exposed instead of {_n(serial)} ms over {lk.name}"
-    return (f"Over {lk.name} ({lk.achievable_GBps:g} GB/s per GPU), one request's KV transfer adds "
-            f"{_n(serial)} ms to TTFT when sent after the prefill, and only {_n(exposed)} ms when streamed "
-            f"layer by layer.")
-
-
-def _gpus(v) -> str:
-    return f"{v:,.0f} GPUs" if np.isfinite(v) else "no pool that meets the SLOs"
-
-
-def comparison_sentence(comparison: pd.DataFrame, s: PDSetup, *, link: str | None = None,
-                        short: bool = False) -> str:
-    """Section 3: the fewest GPUs that meet both SLOs at the target rate, by serving mode and link (a tie goes
-    to ``link``, the notebook's link)."""
-    wl = s.workload
-    best = fewest_gpus(comparison)
-    if best is not None and link is not None:
-        tied = comparison[(comparison["gpus"] == best["gpus"]) & (comparison["link"] == link)]
-        best = fewest_gpus(tied) or best
-    co = comparison[comparison["mode"] == "colocated"].iloc[0]
-    disagg = comparison[comparison["mode"] != "colocated"]
-    worst = disagg.loc[disagg["gpus"].idxmax()] if len(disagg) else None
-    if best is None:
-        return f"Nothing meets TTFT p99 ≤ {wl.ttft_slo_ms:g} ms and TPOT p99 ≤ {wl.tpot_slo_ms:g} ms at {wl.rate_per_s:g} req/s."
-    where = "colocated" if best["mode"] == "colocated" else f"{best['mode']} over {best['link']}"
-    if short:
-        return f"{_gpus(best['gpus'])} for {wl.rate_per_s:g} req/s: {where} (colocated {co['gpus']:,.0f})"
-    text = (f"At {wl.rate_per_s:g} req/s with TTFT p99 ≤ {wl.ttft_slo_ms:,g} ms and TPOT p99 ≤ {wl.tpot_slo_ms:,g} ms, "
-            f"the fewest GPUs are {best['gpus']:,.0f} ({where})")
-    if best["mode"] != "colocated":
-        text += f", against {_gpus(co['gpus'])} colocated"
-    if worst is not None and worst["gpus"] > best["gpus"]:
-        text += f"; {worst['mode']} over {worst['link']} needs {_gpus(worst['gpus'])}"
-    return text + "."
-
-
-def latency_sentence(latency: pd.DataFrame, s: PDSetup, *, short: bool = False) -> str:
-    """Section 4: up to which arrival rate each pool meets both p99 targets."""
-    wl = s.workload
-    parts = []
-    for mode, g in latency.groupby("mode", sort=False):
-        g = g.sort_values("rate_per_s")
-        ok = ((g["ttft_ms"] <= wl.ttft_slo_ms) & (g["tpot_ms"] <= wl.tpot_slo_ms)).to_numpy()
-        rates = g["rate_per_s"].to_numpy()
-        if not ok[0]:
-            parts.append((mode, f"misses a target already at {_n(rates[0])} req/s"))
-        elif ok.all():
-            parts.append((mode, f"up to {_n(rates[-1])} req/s and beyond"))
-        else:
-            parts.append((mode, f"up to {_n(rates[np.argmin(ok) - 1])} req/s"))
-    if short:
-        return "Both p99 targets met " + ", ".join(f"{t} {m.split()[0]}" for m, t in parts)
-    text = "; ".join(f"{m} {t}" for m, t in parts[1:])
-    return (f"With equal GPU budgets, {parts[0][0]} meets both p99 targets {parts[0][1]}"
-            + (f"; {text}" if text else "") + ".")
-
-
-def breakeven_sentence(one_nic: dict, per_gpu: dict | None = None, *, slow_link: str = "tcp-100g",
-                       short: bool = False) -> str:
-    """Section 5: the link bandwidth below which disaggregation needs more GPUs than colocation."""
-    serial, piped = one_nic.get("disaggregated, serial", np.nan), one_nic.get("disaggregated, pipelined", np.nan)
-    lk = presets.resolve("links", slow_link)
-    if not np.isfinite(serial) and not np.isfinite(piped):
-        return "On this bandwidth axis disaggregation never needs fewer GPUs than colocation."
-    ref = np.nanmax([serial, piped])
-    side = "below" if lk.achievable_GBps < ref else "above"
-    if short:
-        return f"One NIC per instance: disaggregation pays from {_n(serial)} GB/s ({_n(piped)} GB/s pipelined)"
-    text = (f"With one NIC per instance, disaggregation stops paying below {_n(serial)} GB/s "
-            f"({_n(piped)} GB/s pipelined), and {lk.label} ({lk.achievable_GBps:g} GB/s achievable) is {side} it")
-    if per_gpu:
-        lo = np.nanmin(list(per_gpu.values()))
-        text += f"; with a NIC per GPU it pays from {_n(lo)} GB/s"
-    return text + "."
-
-
-def _ratio_ends(df: pd.DataFrame, col: str):
-    mode = next(m for m in df["mode"] if m != "colocated")
-    g = df[(df["mode"] == mode) & np.isfinite(df["pd_gpu_ratio"].astype(float))].sort_values(col)
-    return mode, (None if g.empty else (g.iloc[0][col], g.iloc[0]["pd_gpu_ratio"], g.iloc[-1][col],
-                                        g.iloc[-1]["pd_gpu_ratio"]))
-
-
-def ratio_title(df: pd.DataFrame, col: str) -> str:
-    """Title of a :func:`pool_sizes_vs` figure: how the P:D GPU ratio moves along ``col`` (first link)."""
-    what = {"prompt_tokens": "prompt", "output_tokens": "output", "rate_per_s": "rate"}[col]
-    mode, e = _ratio_ends(df, col)
-    if e is None:
-        return f"No disaggregated pool meets the SLOs at these {what} lengths"
-    unit = " req/s" if col == "rate_per_s" else " tokens"
-    return (f"P:D GPU ratio {mode.replace('disaggregated ', '')}: {_n(e[1])} at {e[0]:,.0f}{unit}, "
-            f"{_n(e[3])} at {e[2]:,.0f}{unit}")
-
-
-def ratio_sentence(by_prompt: pd.DataFrame, by_output: pd.DataFrame) -> str:
-    """Section 6: how the prefill:decode GPU ratio moves with prompt and output length (first link)."""
-    mode, p = _ratio_ends(by_prompt, "prompt_tokens")
-    _, o = _ratio_ends(by_output, "output_tokens")
-    parts = []
-    if p:
-        parts.append(f"the P:D GPU ratio goes from {_n(p[1])} at {p[0]:,.0f}-token prompts to {_n(p[3])} at "
-                     f"{p[2]:,.0f}")
-    if o:
-        parts.append(f"from {_n(o[1])} at {o[0]:,.0f}-token outputs to {_n(o[3])} at {o[2]:,.0f}")
-    if not parts:
-        return f"No pool {mode} meets the SLOs at these lengths."
-    return f"{mode[0].upper() + mode[1:]}, " + "; ".join(parts) + "."
-
-
-def point_table(point: dict) -> pd.DataFrame:
-    """A :func:`point_summary` as a two-column table for people (quantity, value with its unit)."""
-    d, c = point["disaggregated"], point["colocated"]
-    ttft = next(k for k in d if k.startswith("ttft_"))
-    tpot = next(k for k in d if k.startswith("tpot_"))
-    pct = ttft.split("_")[1]
-
-    def pools(r, what):
-        return f"{what} ({r['gpus']:,.0f} GPUs)" if r["feasible"] else f"none meets the SLOs: {r['reason']}"
-
-    rows = [
-        ("prefill of one prompt", f"{_n(point['prefill_ms'])} ms"),
-        (f"decode step at batch {point['decode_batch']:,}", f"{_n(point['decode_step_ms'])} ms"),
-        ("largest decode batch that fits", f"{point['decode_batch_cap']:,.0f} sequences"),
-        ("KV cache per request", f"{point['kv_transfer_GB']:.3g} GB"),
-        ("KV transfer: serial / pipelined (exposed)",
-         f"{_n(point['transfer_serial_ms'])} ms / {_n(point['transfer_exposed_ms'])} ms"),
-        ("disaggregated pools", pools(d, f"{d['prefill_instances']:,.0f} prefill + {d['decode_instances']:,.0f} decode")),
-        ("disaggregated goodput", f"{d['goodput_per_gpu']:.3g} req/s per GPU"),
-        (f"disaggregated TTFT / TPOT {pct}", f"{_n(d[ttft])} ms / {_n(d[tpot])} ms"),
-        ("colocated pool", pools(c, f"{c['instances']:,.0f} instances, {c['chunk_tokens']:,}-token chunks")),
-        ("colocated goodput", f"{c['goodput_per_gpu']:.3g} req/s per GPU"),
-        (f"colocated TTFT / TPOT {pct}", f"{_n(c[ttft])} ms / {_n(c[tpot])} ms"),
-    ]
-    return pd.DataFrame(rows, columns=["quantity", "value"])
-
-
-def goodput_sentence(grid: dict, s: PDSetup, *, short: bool = False) -> str:
-    """Section 7: the most efficient (prefill, decode) pool sizes and their goodput per GPU."""
-    rpg = np.asarray(grid["rate_per_gpu"])
-    if not np.isfinite(rpg).any() or np.nanmax(rpg) <= 0:
-        return "No pool size on this grid meets both SLOs."
-    i, j = np.unravel_index(int(np.nanargmax(rpg)), rpg.shape)
-    n = np.asarray(grid["n"])
-    rate = float(np.asarray(grid["rate"])[i, j])
-    best = float(rpg[i, j])
-    if short:
-        return f"Most efficient: {int(n[i])} prefill + {int(n[j])} decode instances, {_n(best)} req/s per GPU"
-    return (f"{int(n[i])} prefill + {int(n[j])} decode instances serve the most per GPU: {_n(best)} req/s per GPU "
-            f"({_n(rate)} req/s on {int(np.asarray(grid['gpus'])[i, j]):,} GPUs), against "
-            f"{s.workload.rate_per_s:g} req/s targeted.")
-
-
-def spread_sentence(spread: pd.DataFrame) -> str:
-    """Section 8: GPUs needed as prompt lengths spread around the same median."""
-    parts = [f"{_gpus(r.gpus)} at σ = {r.prompt_sigma:g}" for r in spread.itertuples()]
-    return "Spread-out prompts need more GPUs for the same TTFT target: " + ", ".join(parts) + "."
-
-
-def queue_sentence(check: pd.DataFrame) -> str:
-    """Section 9: how close each queue formula is to the simulation (largest |error| over loads)."""
-    err = max_abs_error_by_model(check)
-    exact = {k: v for k, v in err.items() if "exact" in k}
-    approx = {k: v for k, v in err.items() if "exact" not in k}
-    parts = []
-    if exact:
-        parts.append(f"the exact {' and '.join(k.split()[0] for k in exact)} formulas stay within "
-                     f"{max(exact.values()):.1f}% of the simulation")
-    if approx:
-        parts.append(f"the Allen-Cunneen pool approximation within {max(approx.values()):.1f}%")
-    return f"Over {check['requests'].iloc[0]:,.0f} simulated requests per point, " + ", and ".join(parts) + "."
+# ---- notebook parameters ---------------------------------------------------------------------------------
 
 
 def check_notebook_parameters(p) -> dict[str, str]:
@@ -551,26 +357,25 @@ def check_notebook_parameters(p) -> dict[str, str]:
     Raises SpecError naming the parameter, the value and the rule; returns ``{}`` (every valid value applies).
     Bounds keep a report run to minutes (grids of at most 1,000 points, 20 million simulated requests).
     """
-    from .layouts import _built, _int_param, _preset_param
 
     for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("LINK", "links")):
-        _preset_param(name, kind, p[name])
-    _int_param("PREFILL_TP", p["PREFILL_TP"], 1, MAX_RANKS)
-    _int_param("DECODE_TP", p["DECODE_TP"], 1, MAX_RANKS)
-    _int_param("PROMPT", p["PROMPT"], 1, 1 << 24)
-    _int_param("OUTPUT", p["OUTPUT"], 1, 1 << 24)
+        preset_param(name, kind, p[name])
+    int_param("PREFILL_TP", p["PREFILL_TP"], 1, MAX_RANKS)
+    int_param("DECODE_TP", p["DECODE_TP"], 1, MAX_RANKS)
+    int_param("PROMPT", p["PROMPT"], 1, 1 << 24)
+    int_param("OUTPUT", p["OUTPUT"], 1, 1 << 24)
     _check.number("RATE", p["RATE"], lo=0, lo_open=True, hi=1e6)
     _check.number("TTFT_SLO_MS", p["TTFT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
     _check.number("TPOT_SLO_MS", p["TPOT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
-    _int_param("N_RATES", p["N_RATES"], 2, 1000)
-    _int_param("N_BANDWIDTHS", p["N_BANDWIDTHS"], 2, 1000)
+    int_param("N_RATES", p["N_RATES"], 2, 1000)
+    int_param("N_BANDWIDTHS", p["N_BANDWIDTHS"], 2, 1000)
     for name in ("PROMPTS", "OUTPUTS"):
         if not isinstance(p[name], (list, tuple)) or not 1 <= len(p[name]) <= 100:
             raise SpecError(f"{name} must be a list of 1 to 100 token counts, e.g. [512, 1024], got {p[name]!r}")
         for i, v in enumerate(p[name]):
-            _int_param(f"{name}[{i}]", v, 1, 1 << 24)
-    _int_param("GRID_MAX", p["GRID_MAX"], 1, 256)
-    _int_param("SIM_REQUESTS", p["SIM_REQUESTS"], 1000, 20_000_000)
+            int_param(f"{name}[{i}]", v, 1, 1 << 24)
+    int_param("GRID_MAX", p["GRID_MAX"], 1, 256)
+    int_param("SIM_REQUESTS", p["SIM_REQUESTS"], 1000, 20_000_000)
     sig = p["PROMPT_SIGMAS"]
     if not isinstance(sig, (list, tuple)) or not 1 <= len(sig) <= 20:
         raise SpecError(f"PROMPT_SIGMAS must be a list of 1 to 20 log-sds, e.g. [0.0, 0.5], got {sig!r}")
@@ -579,7 +384,7 @@ def check_notebook_parameters(p) -> dict[str, str]:
     names = {"prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "prompt_tokens": "PROMPT",
              "output_tokens": "OUTPUT", "rate_per_s": "RATE", "ttft_slo_ms": "TTFT_SLO_MS",
              "tpot_slo_ms": "TPOT_SLO_MS", "model": "MODEL", "gpu": "GPU"}
-    _built("MODEL, GPU, PREFILL_TP, DECODE_TP", lambda: setup(
+    built("MODEL, GPU, PREFILL_TP, DECODE_TP", lambda: setup(
         p["MODEL"], p["GPU"], prefill_tp=p["PREFILL_TP"], decode_tp=p["DECODE_TP"], prompt_tokens=p["PROMPT"],
         output_tokens=p["OUTPUT"], rate_per_s=p["RATE"], ttft_slo_ms=p["TTFT_SLO_MS"],
         tpot_slo_ms=p["TPOT_SLO_MS"]), names)

@@ -16,7 +16,7 @@ from ..errors import SpecError
 from ..models import moe as moe_model
 from ..models import eplb, routing
 from ..models.moe import MoEDeployment
-from . import tidy
+from . import built, int_param, preset_param, tidy
 
 __all__ = ["LAYERS", "layout_options", "scenario_splits", "config", "moe_records", "scenario_table",
            "step_vs_skew", "step_vs_batch", "rank_loads", "max_load_check", "redundancy_gain_pct", "comm_at_batch",
@@ -231,26 +231,7 @@ def max_relative_load(loads: pd.DataFrame) -> dict[str, float]:
     return loads.groupby("placement", sort=False)["relative_load"].max().astype(float).to_dict()
 
 
-# ---- findings in words and notebook parameters ------------------------------------------------------------
-# The sentences each section of notebooks/30_moe_expert_parallel.ipynb ends with, and the figure titles built
-# from them (``short=True``), computed from the same tables the figures show.
-
-
-def _n(x: float, digits: int = 3) -> str:
-    from .layouts import _n as n
-
-    return n(x, digits)
-
-
-def pretty_label(label: str) -> str:
-    """A configuration label in words: ``"TP2xEP8 +32 EPLB"`` -> ``"TP2xEP8 with EPLB and 32 redundant experts"``."""
-    head, _, rest = label.partition(" ")
-    if rest == "static":
-        return f"{head} (static placement)"
-    if rest.endswith("EPLB"):
-        n = rest.split()[0].lstrip("+")
-        return f"{head} with EPLB" + ("" if n in ("", "0") else f" and {n} redundant experts")
-    return label
+# ---- notebook parameters ---------------------------------------------------------------------------------
 
 
 def batch_axis(batches, batch: int) -> list[int]:
@@ -259,104 +240,21 @@ def batch_axis(batches, batch: int) -> list[int]:
     return sorted({*values, _check.integer("BATCH", batch, lo=1, hi=1 << 24)})
 
 
-def scenario_sentence(scenario: pd.DataFrame, batch: int, *, short: bool = False) -> str:
-    """Section 1: the fastest feasible configuration at one batch against pure TP."""
-    at = scenario[scenario["batch"] == batch]
-    ok = at[at["feasible"]]
-    if ok.empty:
-        return f"Nothing fits at batch {batch:,}."
-    best = ok.loc[ok["step_ms"].idxmin()]
-    tp = at[at["ep"] == 1]
-    if short:
-        head = f"{pretty_label(best['layout'])} fastest at batch {batch:,}: {_n(best['step_ms'])} ms/step"
-        return head + (f" vs {_n(tp.iloc[0]['step_ms'])} ms for {tp.iloc[0]['layout']}" if len(tp) else "")
-    text = (f"At batch {batch:,} the fastest configuration is {pretty_label(best['layout'])}, at "
-            f"{_n(best['step_ms'])} ms per step")
-    if len(tp) and tp.iloc[0]["layout"] != best["layout"]:
-        r = tp.iloc[0]
-        fits = "" if r["feasible"] else ", and it does not fit in memory"
-        text += f", against {_n(r['step_ms'])} ms for pure {r['layout']}{fits}"
-    bad = at[~at["feasible"]]["layout"].tolist()
-    if bad and not (len(tp) and bad == [tp.iloc[0]["layout"]]):
-        text += f"; {', '.join(bad)} do not fit"
-    return text + "."
-
-
-def redundancy_sentence(small: pd.DataFrame, large: pd.DataFrame, skew: float, batch: int, large_batch: int
-                        ) -> str:
-    """Section 2: what redundant experts do to the step time at a small and at a large batch."""
-    g_small, g_large = redundancy_gain_pct(small, skew), redundancy_gain_pct(large, skew)
-    red = next(p for p in small["placement"] if "redundant" in p)
-    verdict = ("they pay only at the large batch" if g_small < 0 < g_large else
-               "they pay at both batches" if g_small > 0 and g_large > 0 else
-               "they do not pay at either batch" if g_small <= 0 and g_large <= 0 else "they pay only at the small batch")
-
-    def effect(g):
-        return f"{abs(g):.1f}% {'faster' if g > 0 else 'slower'}"
-
-    return (f"At skew {skew:g}, {red.replace('EPLB + ', '')} experts make the step {effect(g_small)} on "
-            f"{small['layout'].iloc[0].split(' ')[0]} at batch {batch:,} and {effect(g_large)} on "
-            f"{large['layout'].iloc[0].split(' ')[0]} at batch {large_batch:,}: {verdict}.")
-
-
-def skew_title(by_skew: pd.DataFrame, skew: float, batch: int) -> str:
-    """Title of a :func:`step_vs_skew` figure: the redundancy gain at the skew, in words."""
-    gain = redundancy_gain_pct(by_skew, skew)
-    layout = by_skew["layout"].iloc[0].split(" ")[0]
-    effect = f"{abs(gain):.1f}% {'faster' if gain > 0 else 'slower'}"
-    return f"{layout} at batch {batch:,}: redundant experts make the step {effect} at skew {skew:g}"
-
-
-def load_sentence(loads: pd.DataFrame, *, short: bool = False) -> str:
-    """Section 3: the busiest EP rank's load over the mean, static vs the placement."""
-    mx = max_relative_load(loads)
-    placed = next(k for k in mx if k != "static")
-    if short:
-        return f"Busiest EP rank: {mx['static']:.3f}× the mean load static, {mx[placed]:.3f}× with {placed}"
-    return (f"The busiest EP rank carries {mx['static']:.3f}× the mean load with the static placement and "
-            f"{mx[placed]:.3f}× with {pretty_label(placed).replace(' with ', ', ', 1)}.")
-
-
-def comm_sentence(by_batch: pd.DataFrame, batch: int, *, short: bool = False) -> str:
-    """Section 4: dispatch + combine per MoE layer at one batch, cheapest and dearest EP split."""
-    comm = comm_at_batch(by_batch, batch)
-    ep = {k: v for k, v in comm.items() if v > 0}
-    if not ep:
-        return f"No split of these GPUs uses expert parallelism at batch {batch:,}."
-    lo, hi = min(ep, key=ep.get), max(ep, key=ep.get)
-    none = [k for k, v in comm.items() if v == 0]
-    if short:
-        return f"All-to-alls per MoE layer at batch {batch:,}: {_n(ep[lo])} µs on {lo} to {_n(ep[hi])} µs on {hi}"
-    text = (f"At batch {batch:,}, dispatch and combine cost {_n(ep[lo])} µs per MoE layer on {lo} and "
-            f"{_n(ep[hi])} µs on {hi}")
-    if none:
-        text += f"; {', '.join(none)} {'has' if len(none) == 1 else 'have'} no all-to-all"
-    return text + "."
-
-
-def max_load_sentence(mc: pd.DataFrame, trials: int) -> str:
-    """Section 5: the analytic busiest-rank load against Monte Carlo."""
-    err = mc["error_pct"].abs().max()
-    return (f"The analytic expected busiest-rank load is within {err:.2f}% of {trials:,} Monte Carlo routings "
-            f"for {mc['tokens'].min():,}–{mc['tokens'].max():,} tokens.")
-
-
 def check_notebook_parameters(p) -> dict[str, str]:
     """Validate the parameters of ``notebooks/30_moe_expert_parallel.ipynb`` (``{NAME: value}``).
 
     Raises SpecError naming the parameter, the value and the rule. Returns ``{"MODEL": why}`` for a dense
     model: a valid preset that this notebook cannot use (the report builder then keeps the default here).
     """
-    from .layouts import _built, _int_param, _preset_param
 
-    m = _preset_param("MODEL", "models", p["MODEL"])
-    _preset_param("GPU", "hardware", p["GPU"])
+    m = preset_param("MODEL", "models", p["MODEL"])
+    preset_param("GPU", "hardware", p["GPU"])
     if not m.is_moe:
         moe_names = [n for n, x in presets.table("models").items() if x.is_moe]
         return {"MODEL": f"{m.name} is a dense model; this notebook needs a MoE model ({', '.join(moe_names)})"}
-    gpus = _int_param("GPUS", p["GPUS"], 1, moe_model.MAX_GPUS)
-    tp = _int_param("TP", p["TP"], 1, moe_model.MAX_GPUS)
-    options = _built("MODEL, GPU, GPUS", lambda: layout_options(gpus, m.name, p["GPU"]))
+    gpus = int_param("GPUS", p["GPUS"], 1, moe_model.MAX_GPUS)
+    tp = int_param("TP", p["TP"], 1, moe_model.MAX_GPUS)
+    options = built("MODEL, GPU, GPUS", lambda: layout_options(gpus, m.name, p["GPU"]))
     tps = [t for _, t, e in options if e > 1]
     if tp not in tps:
         raise SpecError(f"TP must be one of {tps} (a TP group inside one node that leaves expert parallelism "
@@ -365,22 +263,22 @@ def check_notebook_parameters(p) -> dict[str, str]:
         raise SpecError(f"GPUS must be a divisor of the routed experts of {m.name} ({m.routed_experts}) so that "
                         f"DPA + EP{gpus} exists, got {p['GPUS']!r}")
     _check.number("SKEW", p["SKEW"], lo=1.0, hi=1000.0)
-    _int_param("BATCH", p["BATCH"], 1, 1 << 24)
-    _int_param("CONTEXT", p["CONTEXT"], 1, 1 << 30)
+    int_param("BATCH", p["BATCH"], 1, 1 << 24)
+    int_param("CONTEXT", p["CONTEXT"], 1, 1 << 30)
     for name, most in (("REDUNDANT", 16), ("BATCHES", 64)):
         if not isinstance(p[name], (list, tuple)) or not 1 <= len(p[name]) <= most:
             raise SpecError(f"{name} must be a list of 1 to {most} integers, got {p[name]!r}")
     for i, r in enumerate(p["REDUNDANT"]):
-        _int_param(f"REDUNDANT[{i}]", r, 0, moe_model.MAX_REDUNDANT)
+        int_param(f"REDUNDANT[{i}]", r, 0, moe_model.MAX_REDUNDANT)
     for i, b in enumerate(p["BATCHES"]):
-        _int_param(f"BATCHES[{i}]", b, 1, 1 << 24)
-    _int_param("N_SKEWS", p["N_SKEWS"], 2, 500)
-    _int_param("MC_TRIALS", p["MC_TRIALS"], 1, 100_000)
+        int_param(f"BATCHES[{i}]", b, 1, 1 << 24)
+    int_param("N_SKEWS", p["N_SKEWS"], 2, 500)
+    int_param("MC_TRIALS", p["MC_TRIALS"], 1, 100_000)
     red = max(p["REDUNDANT"])
     if red == 0:
         raise SpecError(f"REDUNDANT must hold at least one count > 0 to compare against, got {p['REDUNDANT']!r}")
-    _built("TP, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=tp, ep=gpus // tp, redundant=red))
-    _built("GPUS, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=1, ep=gpus, redundant=red))
+    built("TP, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=tp, ep=gpus // tp, redundant=red))
+    built("GPUS, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=1, ep=gpus, redundant=red))
     return {}
 
 

@@ -222,7 +222,7 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
           "DECODE_TP": says("deployment", "'decode': 'Qwen3-32B on 2x"), "RATE": fig("latency_figure(", "x")}),
         # the link moves the transfer (not the decode step), the output length the decode step (not the transfer)
         (dict(LINK="ib-ndr400", SIM_REQUESTS=4000, OUTPUT=1024),
-         {"LINK": out("say(sweeps.disagg.transfer_sentence"), "SIM_REQUESTS": rec("queue_check_max_abs_error_pct"),
+         {"LINK": out("say(findings.disagg.transfer_sentence"), "SIM_REQUESTS": rec("queue_check_max_abs_error_pct"),
           "OUTPUT": rec("decode_step_ms")}),
     ],
     "30_moe_expert_parallel": [

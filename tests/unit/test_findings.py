@@ -4,7 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llmexplore import sweeps
+from llmexplore import findings
+from llmexplore.findings import disagg as fd
+from llmexplore.findings import layouts as fl
+from llmexplore.findings import moe as fm
 from llmexplore.models.engine import Deployment
 from llmexplore.sweeps import disagg as sd
 from llmexplore.sweeps import layouts as sl
@@ -21,45 +24,45 @@ def dsv3():
 
 def test_best_layout_sentence_states_the_headline(dsv3):
     dep, table, bounds = dsv3
-    assert sl.best_layout_sentence(table, bounds, batch=64, context=8192, short=True) == (
+    assert fl.best_layout_sentence(table, bounds, batch=64, context=8192, short=True) == (
         "DOP is fastest at 26.4 ms per step; TP overtakes it below 1,186 tokens")
-    assert sl.best_layout_sentence(table, bounds, batch=64, context=8192) == (
+    assert fl.best_layout_sentence(table, bounds, batch=64, context=8192) == (
         "DOP is fastest at batch 64 and 8,192 tokens, at 26.4 ms per step (next: DPA, 26.7 ms); TP overtakes "
         "it below 1,186 tokens and it stops fitting above 83,184 tokens.")
     nothing = table.assign(feasible=False)
-    assert sl.best_layout_sentence(nothing, batch=64, context=8192) == "Nothing fits at batch 64 and 8,192 tokens."
+    assert fl.best_layout_sentence(nothing, batch=64, context=8192) == "Nothing fits at batch 64 and 8,192 tokens."
 
 
 def test_memory_boundaries_and_closed_form_sentences(dsv3):
     dep, table, bounds = dsv3
-    assert sl.memory_sentence(table, 64, 8192) == (
+    assert fl.memory_sentence(table, 64, 8192) == (
         "At batch 64 × 8,192 tokens every layout fits: TP needs the most memory, 125.8 GB per rank of 135.7 GB "
         "usable, and DOP the least, 93.5 GB.")
     some = table.assign(feasible=table["layout"] != "TP")
-    assert "TP does not fit" in sl.memory_sentence(some, 64, 8192)
-    assert sl.boundaries_sentence(bounds, 64, 256, 262144) == (
+    assert "TP does not fit" in fl.memory_sentence(some, 64, 8192)
+    assert fl.boundaries_sentence(bounds, 64, 256, 262144) == (
         "At batch 64, TP is best up to 1,186 tokens, then DOP up to 83,184 tokens, and beyond that nothing fits.")
-    assert "does not change" in sl.boundaries_sentence(bounds.iloc[:0], 64, 256, 512)
+    assert "does not change" in fl.boundaries_sentence(bounds.iloc[:0], 64, 256, 512)
     assert "B·s* = 149,276 context tokens per step (2,332 tokens per sequence at batch 64)" in (
-        sl.closed_form_sentence(dep, 171_966_464 / 1152, bounds, 64))
+        fl.closed_form_sentence(dep, 171_966_464 / 1152, bounds, 64))
     gqa = Deployment.build("llama-3-70b", "h100-sxm", 8)
-    assert sl.closed_form_sentence(gqa, None, bounds, 64) == (
+    assert fl.closed_form_sentence(gqa, None, bounds, 64) == (
         "The closed form applies to MLA models only; Llama-3-70B uses GQA.")
-    assert "DeepSeek-V3 (MLA, 671B parameters) on 8 × H200" in sl.deployment_sentence(dep)
-    assert "85.1 GB of weights per rank under TP and DOP" in sl.deployment_sentence(dep)
+    assert "DeepSeek-V3 (MLA, 671B parameters) on 8 × H200" in fl.deployment_sentence(dep)
+    assert "85.1 GB of weights per rank under TP and DOP" in fl.deployment_sentence(dep)
 
 
 def test_phase_and_transition_sentences(dsv3):
     dep, _, _ = dsv3
     phase = {"batch": np.array([1, 2]), "context": np.array([256, 512]),
              "best": np.array([["TP", "TP"], ["DOP", "none"]], dtype=object)}
-    assert sl.phase_sentence(phase) == (
+    assert fl.phase_sentence(phase) == (
         "Over batches 1–2 and contexts 256–512 tokens, TP is the best layout on 50% of the grid (DOP 25%); "
         "nothing fits on 25%.")
-    assert sl.phase_sentence(phase, short=True, subject="X") == "X: TP is the best layout on 50% of the batch × context grid"
+    assert fl.phase_sentence(phase, short=True, subject="X") == "X: TP is the best layout on 50% of the batch × context grid"
     tr = sl.transition_table(dep, 64, 8192)
-    assert sl.transition_sentence(tr, short=True) == "Switching into TP costs up to 54.4 ms of exposed handoff"
-    assert sl.transition_sentence(tr).startswith("Switching into TP is the expensive direction: 54.4 ms of exposed "
+    assert fl.transition_sentence(tr, short=True) == "Switching into TP costs up to 54.4 ms of exposed handoff"
+    assert fl.transition_sentence(tr).startswith("Switching into TP is the expensive direction: 54.4 ms of exposed "
                                                  "handoff from CP, DPA and DOP (KV all-gather)")
 
 
@@ -69,10 +72,10 @@ def test_phase_and_transition_sentences(dsv3):
 def test_policy_sentence(aware, text):
     policies = pd.DataFrame({"policy": ["aware", "myopic", "DOP", "TP"], "total_s": [aware, 95.0, 100.0, 200.0],
                              "switches": [2, 9, 0, 0], "capped_segments": [0, 0, 0, 3]})
-    sentence = sl.policy_sentence(policies)
+    sentence = fl.policy_sentence(policies)
     assert text in sentence and "with 2 switches" in sentence and "(95.0 s, 9 switches)" in sentence
-    assert len(sl.policy_sentence(policies, short=True)) <= TITLE_CHARS
-    assert sl.schedule_title({"switches": 3, "capped_segments": 1}, "myopic") == (
+    assert len(fl.policy_sentence(policies, short=True)) <= TITLE_CHARS
+    assert fl.schedule_title({"switches": 3, "capped_segments": 1}, "myopic") == (
         "The myopic schedule switched layout 3 times, capped the batch in 1 segment")
 
 
@@ -84,46 +87,46 @@ def pd_default():
 
 def test_pd_sentences(pd_default):
     s, point, comparison = pd_default
-    assert sd.request_sentence(point, s).startswith("One 4,096-token prompt takes 172 ms to prefill on TP8")
-    assert "1.34 GB" in sd.request_sentence(point, s)
-    assert sd.comparison_sentence(comparison, s, link="roce-400g") == (
+    assert fd.request_sentence(point, s).startswith("One 4,096-token prompt takes 172 ms to prefill on TP8")
+    assert "1.34 GB" in fd.request_sentence(point, s)
+    assert fd.comparison_sentence(comparison, s, link="roce-400g") == (
         "At 36 req/s with TTFT p99 ≤ 1,000 ms and TPOT p99 ≤ 40 ms, the fewest GPUs are 72 (disaggregated, "
         "pipelined over roce-400g), against 136 GPUs colocated; disaggregated, serial over tcp-100g "
         "(1 NIC/instance) needs 160 GPUs.")
     none = comparison.assign(gpus=np.inf)
-    assert sd.comparison_sentence(none, s).startswith("Nothing meets TTFT p99 ≤ 1000 ms")
-    table = sd.point_table(point)
+    assert fd.comparison_sentence(none, s).startswith("Nothing meets TTFT p99 ≤ 1000 ms")
+    table = fd.point_table(point)
     assert list(table.columns) == ["quantity", "value"] and not table["quantity"].str.contains(r"\.|_").any()
     assert "7 prefill + 2 decode (72 GPUs)" in table["value"].tolist()
-    for short in (sd.transfer_sentence(point, "roce-400g", short=True),
-                  sd.comparison_sentence(comparison, s, link="roce-400g", short=True)):
+    for short in (fd.transfer_sentence(point, "roce-400g", short=True),
+                  fd.comparison_sentence(comparison, s, link="roce-400g", short=True)):
         assert len(short) <= TITLE_CHARS
 
 
 def test_pd_threshold_sentences():
     one = {"disaggregated, serial": 11.68, "disaggregated, pipelined": 10.02}
-    assert sd.breakeven_sentence(one, {"disaggregated, serial": 1.37}) == (
+    assert fd.breakeven_sentence(one, {"disaggregated, serial": 1.37}) == (
         "With one NIC per instance, disaggregation stops paying below 11.7 GB/s (10.0 GB/s pipelined), and "
         "100 GbE TCP (9 GB/s achievable) is below it; with a NIC per GPU it pays from 1.37 GB/s.")
-    assert "never" in sd.breakeven_sentence({"disaggregated, serial": np.nan, "disaggregated, pipelined": np.nan})
+    assert "never" in fd.breakeven_sentence({"disaggregated, serial": np.nan, "disaggregated, pipelined": np.nan})
     lat = pd.DataFrame({"rate_per_s": [10, 20, 30] * 2, "mode": ["disaggregated 7P+2D"] * 3 + ["colocated 9"] * 3,
                         "ttft_ms": [200, 300, 2000, 900, 1200, 5000], "tpot_ms": [20] * 6})
     s = sd.setup()
-    assert sd.latency_sentence(lat, s) == ("With equal GPU budgets, disaggregated 7P+2D meets both p99 targets up "
+    assert fd.latency_sentence(lat, s) == ("With equal GPU budgets, disaggregated 7P+2D meets both p99 targets up "
                                            "to 20.0 req/s; colocated 9 up to 10.0 req/s.")
     spread = pd.DataFrame({"prompt_sigma": [0.0, 1.0], "gpus": [72.0, np.inf]})
-    assert sd.spread_sentence(spread).endswith("72 GPUs at σ = 0, no pool that meets the SLOs at σ = 1.")
+    assert fd.spread_sentence(spread).endswith("72 GPUs at σ = 0, no pool that meets the SLOs at σ = 1.")
     check = pd.DataFrame({"model": ["M/D/1 exact", "M/D/c Allen-Cunneen"], "error_pct": [-0.8, 5.2],
                           "requests": [4_000_000] * 2})
-    assert sd.queue_sentence(check) == ("Over 4,000,000 simulated requests per point, the exact M/D/1 formulas stay "
+    assert fd.queue_sentence(check) == ("Over 4,000,000 simulated requests per point, the exact M/D/1 formulas stay "
                                         "within 0.8% of the simulation, and the Allen-Cunneen pool approximation "
                                         "within 5.2%.")
     grid = {"n": np.array([1, 2]), "rate": np.array([[1.0, 2.0], [3.0, 8.0]]),
             "gpus": np.array([[16, 24], [24, 32]]), "rate_per_gpu": np.array([[1 / 16, 2 / 24], [3 / 24, 0.25]])}
-    assert sd.goodput_sentence(grid, s, short=True) == "Most efficient: 2 prefill + 2 decode instances, 0.250 req/s per GPU"
+    assert fd.goodput_sentence(grid, s, short=True) == "Most efficient: 2 prefill + 2 decode instances, 0.250 req/s per GPU"
     by = pd.DataFrame({"prompt_tokens": [512, 4096, 512], "mode": ["disaggregated over roce-400g"] * 2 + ["colocated"],
                        "pd_gpu_ratio": [1.0, 3.5, np.nan]})
-    assert sd.ratio_title(by, "prompt_tokens") == "P:D GPU ratio over roce-400g: 1.00 at 512 tokens, 3.50 at 4,096 tokens"
+    assert fd.ratio_title(by, "prompt_tokens") == "P:D GPU ratio over roce-400g: 1.00 at 512 tokens, 3.50 at 4,096 tokens"
 
 
 @pytest.fixture(scope="module")
@@ -133,13 +136,13 @@ def moe_default():
 
 
 def test_moe_sentences(moe_default):
-    text = sm.scenario_sentence(moe_default, 256)
+    text = fm.scenario_sentence(moe_default, 256)
     assert text.startswith("At batch 256 the fastest configuration is DPA+EP16 with EPLB, at 23.1 ms per step, "
                            "against 37.5 ms for pure TP16")
-    assert len(sm.scenario_sentence(moe_default, 256, short=True)) <= TITLE_CHARS
-    assert sm.scenario_sentence(moe_default.assign(feasible=False), 256) == "Nothing fits at batch 256."
-    assert sm.pretty_label("TP2xEP8 +32 EPLB") == "TP2xEP8 with EPLB and 32 redundant experts"
-    assert sm.pretty_label("TP2xEP8 static") == "TP2xEP8 (static placement)"
+    assert len(fm.scenario_sentence(moe_default, 256, short=True)) <= TITLE_CHARS
+    assert fm.scenario_sentence(moe_default.assign(feasible=False), 256) == "Nothing fits at batch 256."
+    assert fm.pretty_label("TP2xEP8 +32 EPLB") == "TP2xEP8 with EPLB and 32 redundant experts"
+    assert fm.pretty_label("TP2xEP8 static") == "TP2xEP8 (static placement)"
     assert sm.batch_axis([16, 64, 256], 100) == [16, 64, 100, 256] and sm.batch_axis([64], 64) == [64]
 
 
@@ -149,24 +152,24 @@ def test_moe_skew_load_comm_sentences():
                              "layout": [f"{layout} static", f"{layout} +32 EPLB"], "step_ms": [10.0, red_ms]})
 
     small, large = by_skew("TP2xEP8", 10.5), by_skew("DPA+EP16", 9.9)
-    assert sm.redundancy_sentence(small, large, 2.6, 256, 4096) == (
+    assert fm.redundancy_sentence(small, large, 2.6, 256, 4096) == (
         "At skew 2.6, 32 redundant experts make the step 5.0% slower on TP2xEP8 at batch 256 and 1.0% faster on "
         "DPA+EP16 at batch 4,096: they pay only at the large batch.")
-    assert sm.skew_title(small, 2.6, 256) == "TP2xEP8 at batch 256: redundant experts make the step 5.0% slower at skew 2.6"
+    assert fm.skew_title(small, 2.6, 256) == "TP2xEP8 at batch 256: redundant experts make the step 5.0% slower at skew 2.6"
     loads = pd.DataFrame({"placement": ["static", "static", "TP2xEP8 +32 EPLB", "TP2xEP8 +32 EPLB"],
                           "relative_load": [1.06, 0.94, 1.002, 0.998]})
-    assert sm.load_sentence(loads) == ("The busiest EP rank carries 1.060× the mean load with the static placement "
+    assert fm.load_sentence(loads) == ("The busiest EP rank carries 1.060× the mean load with the static placement "
                                        "and 1.002× with TP2xEP8, EPLB and 32 redundant experts.")
     by_batch = pd.DataFrame({"batch": [256] * 3, "layout": ["TP16", "TP2xEP8", "DPA+EP16"],
                              "dispatch_layer_us": [0.0, 50.0, 40.0], "combine_layer_us": [0.0, 52.4, 51.9]})
-    assert sm.comm_sentence(by_batch, 256) == ("At batch 256, dispatch and combine cost 91.9 µs per MoE layer on "
+    assert fm.comm_sentence(by_batch, 256) == ("At batch 256, dispatch and combine cost 91.9 µs per MoE layer on "
                                                "DPA+EP16 and 102 µs on TP2xEP8; TP16 has no all-to-all.")
     mc = pd.DataFrame({"tokens": [64, 1024], "error_pct": [-0.01, 0.19]})
-    assert sm.max_load_sentence(mc, 200) == ("The analytic expected busiest-rank load is within 0.19% of 200 Monte "
+    assert fm.max_load_sentence(mc, 200) == ("The analytic expected busiest-rank load is within 0.19% of 200 Monte "
                                              "Carlo routings for 64–1,024 tokens.")
 
 
 def test_sentence_numbers_read_well():
-    assert [sl._n(x) for x in (171.6, 23.03, 8.071, 0.07361, 1186.3, 0)] == ["172", "23.0", "8.07", "0.0736",
+    assert [findings.num(x) for x in (171.6, 23.03, 8.071, 0.07361, 1186.3, 0)] == ["172", "23.0", "8.07", "0.0736",
                                                                               "1,186", "0"]
-    assert sweeps.layouts._n(float("inf")) == "∞"
+    assert findings.num(float("inf")) == "∞"
