@@ -201,7 +201,7 @@ def inline_html(text: str) -> str:
 def say(text: str) -> None:
     """Display one generated finding (a sentence with the headline number) as a paragraph.
 
-    The sentence comes from a package function (e.g. :func:`llmexplore.sweeps.layouts.best_layout_sentence`);
+    The sentence comes from a package function (e.g. :func:`llmexplore.findings.layouts.best_layout_sentence`);
     JupyterLab and the reports show it as a paragraph, not as a code output.
     """
     from IPython.display import display
