@@ -3,6 +3,8 @@ also subclasses the builtin a caller would expect to catch.
 
 * :class:`SpecError` (ValueError): a spec, preset or input violates a rule. The message names the field, the
   value and the rule.
+* :class:`UnsupportedPDLayoutError` (a SpecError, so a ValueError): a prefill/decode layout pair, buffer layout,
+  plan or wire frame of the KV transfer planner (:mod:`llmexplore.transfer`) breaks a rule.
 * :class:`UnknownPresetError` (KeyError): no preset of that name; the message lists the known names.
 * :class:`ReportError` (RuntimeError): building the HTML reports failed (which notebook, which cell, why).
 * :class:`UsageError` (TypeError): a workbook helper was called with the wrong kind of argument (e.g.
@@ -21,6 +23,12 @@ class LlmexploreError(Exception):
 
 class SpecError(LlmexploreError, ValueError):
     """A spec, preset file or user input breaks a rule."""
+
+
+class UnsupportedPDLayoutError(SpecError):
+    """The KV transfer planner cannot serve this layout pair, buffer, plan or wire frame (the message names the
+    field, the value and the rule). The name and its ValueError base match the runtime planner's (TokenSpeed
+    ``transfer_plan.UnsupportedPDLayoutError``)."""
 
 
 class UnknownPresetError(LlmexploreError, KeyError):

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import SpecError
 from ..specs import Link, ModelSpec
 
-__all__ = ["kv_request_bytes", "transfer_time", "pipelined_exposed_s"]
+__all__ = ["kv_request_bytes", "transfer_time", "link_time_s", "pipelined_exposed_s"]
 
 
 def _check_tp(name: str, tp: int, model: ModelSpec) -> int:
@@ -95,14 +95,26 @@ def transfer_time(model: ModelSpec, link: Link, prompt_tokens, *, kv_dtype: str 
     n_ops = model.layers * per_layer_ops
     if nics is not None and (int(nics) != nics or nics < 1):
         raise SpecError(f"nics must be an integer >= 1, got {nics!r}")
-    bw = link.achievable_GBps * 1e9
     share_out = 1.0 if nics is None else max(1.0, kv["senders"] / nics)  # ranks sharing one NIC
     share_in = 1.0 if nics is None else max(1.0, kv["receivers"] / nics)
-    bandwidth = np.maximum(kv["in_per_rank_B"] * share_in, kv["out_per_rank_B"] * share_out) / bw
-    ops = n_ops * op_overhead_us * 1e-6
+    busiest = np.maximum(kv["in_per_rank_B"] * share_in, kv["out_per_rank_B"] * share_out)
+    return {**kv, **link_time_s(link, busiest, n_ops, op_overhead_us), "n_ops": n_ops}
+
+
+def link_time_s(link: Link, busiest_B, n_ops, op_overhead_us: float = 1.0) -> dict:
+    """Time to move one request's KV over ``link`` [s]: alpha + n_ops * o_op + busiest_B / (eta B).
+
+    ``busiest_B``: bytes through the busiest NIC (the most any one rank sends or receives, with one NIC per
+    rank); ``n_ops``: the operations (RDMA writes) that rank posts. Returns ``transfer_s``, ``bandwidth_s``,
+    ``ops_s`` and ``latency_s``, broadcast over the array arguments. Shared by :func:`transfer_time` and the
+    plan cost of :mod:`llmexplore.transfer.cost`.
+    """
+    bandwidth = np.asarray(busiest_B, dtype=float) / (link.achievable_GBps * 1e9)
+    ops = np.asarray(n_ops, dtype=float) * op_overhead_us * 1e-6
     latency = link.latency_us * 1e-6
-    return {**kv, "transfer_s": latency + ops + bandwidth, "bandwidth_s": bandwidth, "ops_s": ops,
-            "latency_s": np.full(np.shape(bandwidth), latency), "n_ops": n_ops}
+    total = latency + ops + bandwidth
+    return {"transfer_s": total, "bandwidth_s": bandwidth + 0 * total, "ops_s": ops + 0 * total,
+            "latency_s": np.full(np.shape(total), latency)}
 
 
 def pipelined_exposed_s(transfer_s, compute_s, layers: int, *, latency_s=0.0) -> np.ndarray:

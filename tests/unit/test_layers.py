@@ -17,6 +17,7 @@ PKG = Path(__file__).resolve().parents[2] / "llmexplore"
 LAYERS = {
     "errors": 0, "units": 0, "_check": 0, "specs": 0, "presets": 0, "catalog": 0,
     "models": 1,
+    "transfer": 1,
     "calibrate": 2, "sweeps": 2, "findings": 2,
     "plots": 3,
     "widgets": 4, "nbtools": 4,

@@ -1,0 +1,258 @@
+"""KV transfer planning sweeps: tidy tables built from :mod:`llmexplore.transfer`.
+
+One :class:`TransferSetup` fixes the model, the two layouts, the page size, the dtype, the link and the prompt;
+the functions return the tables the notebook, the explorer and the command line all read (built once here):
+the prefill-rank x decode-rank byte matrix (:func:`byte_matrix`), fan-out and traffic per prefill rank
+(:func:`prefill_rank_table`), per decode rank (:func:`decode_rank_table`), the fragment table
+(:func:`fragment_table`), the one-layout-pair summary (:func:`plan_summary`) and the comparison of layout
+pairs (:func:`layout_pairs`). A layout pair the planner cannot serve is a row with ``feasible = False`` and the
+planner's reason, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .. import _check, presets
+from ..errors import LlmexploreError, SpecError
+from ..models.engine import Deployment, resolve_deployment
+from ..models.prefill import prefill_time
+from ..specs import Link, ModelSpec
+from ..transfer.buffers import MAX_PAGE_TOKENS, ModelTransfer, model_transfer
+from ..transfer.cost import PlanTraffic, plan_traffic, transfer_time
+from ..transfer.planner import DP_PAIRINGS
+from ..transfer.roundtrip import roundtrip_check
+from ..units import dtype_bytes
+from . import built, int_param, preset_param, tidy
+
+__all__ = ["TransferSetup", "setup", "byte_matrix", "prefill_rank_table", "decode_rank_table", "fragment_table",
+           "plan_summary", "layout_pairs", "candidate_tps", "time_vs_prompt", "check_notebook_parameters", "MAX_TP",
+           "MAX_DP"]
+
+MAX_TP = 1024
+MAX_DP = 1024
+
+
+@dataclass(frozen=True)
+class TransferSetup:
+    """One layout pair of one model: the plan (``mt``), its traffic for one request, the link and the prompt."""
+
+    mt: ModelTransfer
+    traffic: PlanTraffic
+    gpu: str
+    runtime: str
+    link: Link
+    prompt_tokens: int
+    op_overhead_us: float = 1.0
+    batched_ops: bool = True
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.mt.model
+
+    @property
+    def label(self) -> str:
+        return self.mt.label
+
+
+def setup(model="llama-3-70b", *, prefill_tp: int = 8, decode_tp: int = 4, prefill_dp: int = 1, decode_dp: int = 1,
+          page_size: int = 16, kv_dtype: str = "bf16", prompt_tokens: int = 4096, link="roce-400g",
+          gpu="h100-sxm", runtime="default", dp_pairing: str = "index", draft_layers: int = 0,
+          op_overhead_us: float = 1.0, batched_ops: bool = True) -> TransferSetup:
+    """Build a :class:`TransferSetup` from preset names (validated; errors name the argument and the rule,
+    :class:`~llmexplore.errors.UnsupportedPDLayoutError` for a layout pair the planner cannot serve)."""
+    m, hw, rt, _ = resolve_deployment(model, gpu, runtime)
+    lk = link if isinstance(link, Link) else presets.resolve("links", link)
+    dtype_bytes(kv_dtype, "kv_dtype")
+    prompt_tokens = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=1 << 24, unit="tokens")
+    op_overhead_us = _check.number("op_overhead_us", op_overhead_us, lo=0.0, hi=1e6, unit="us")
+    batched_ops = _check.boolean("batched_ops", batched_ops)
+    for name, v, hi in (("prefill_tp", prefill_tp, MAX_TP), ("decode_tp", decode_tp, MAX_TP),
+                        ("prefill_dp", prefill_dp, MAX_DP), ("decode_dp", decode_dp, MAX_DP)):
+        _check.integer(name, v, lo=1, hi=hi)
+    _check.choice("dp_pairing", dp_pairing, DP_PAIRINGS)
+    mt = model_transfer(m, prefill_tp=prefill_tp, decode_tp=decode_tp, prefill_dp=prefill_dp, decode_dp=decode_dp,
+                        page_size=page_size, kv_dtype=kv_dtype, draft_layers=draft_layers, dp_pairing=dp_pairing)
+    return TransferSetup(mt, plan_traffic(mt), hw.name, rt.name, lk, prompt_tokens, op_overhead_us, batched_ops)
+
+
+def _prefill_s(s: TransferSetup, prompt_tokens) -> np.ndarray | None:
+    """Prefill compute time of the prompts on one prefill DP group (TP ranks) [s], or None when the model
+    cannot run at that TP (e.g. TP does not divide the query heads)."""
+    try:
+        dep = Deployment.build(s.model, s.gpu, s.mt.prefill_layout.tp_size_per_dp, runtime=s.runtime,
+                               kv_dtype=s.mt.kv_dtype)
+        return prefill_time(dep, prompt_tokens)["prefill_s"]
+    except LlmexploreError:
+        return None
+
+
+def _times(s: TransferSetup, prompt_tokens) -> dict:
+    pre = _prefill_s(s, prompt_tokens)
+    return transfer_time(s.traffic, s.link, prompt_tokens, prefill_s=pre, op_overhead_us=s.op_overhead_us,
+                         batched_ops=s.batched_ops) | ({"prefill_s": pre} if pre is not None else {})
+
+
+def _pages(s: TransferSetup) -> int:
+    return -(-s.prompt_tokens // s.mt.page_size)
+
+
+def byte_matrix(s: TransferSetup) -> pd.DataFrame:
+    """Bytes of one request each prefill rank sends each decode rank, as a matrix (rows: prefill ranks,
+    columns: decode ranks) [MB]; ranks outside the request's group pair are zero."""
+    mb = s.traffic.matrix_B * _pages(s) / 1e6
+    return pd.DataFrame(mb, index=pd.Index(range(mb.shape[0]), name="prefill_rank"),
+                        columns=pd.Index(range(mb.shape[1]), name="decode_rank"))
+
+
+def prefill_rank_table(s: TransferSetup) -> pd.DataFrame:
+    """One row per prefill rank of the source group: fan-out, bytes sent for one request [MB], writes
+    (fragments x layers) and whether the rank is idle (a non-representative replica)."""
+    tr = s.traffic
+    ranks = sorted(tr.fanout)
+    pages = _pages(s)
+    idle = set(tr.idle_prefill_ranks)
+    return pd.DataFrame({"prefill_rank": ranks, "fanout": [tr.fanout[p] for p in ranks],
+                         "sent_MB": [tr.sent_B[p] * pages / 1e6 for p in ranks],
+                         "writes": [tr.fragments[p].sum() for p in ranks],
+                         "idle": [p in idle for p in ranks]})
+
+
+def decode_rank_table(s: TransferSetup) -> pd.DataFrame:
+    """One row per decode rank of the request's group: sources, bytes received [MB], writes, and bytes that
+    must be copied locally because the rank is a non-representative replica [MB]."""
+    tr, pl = s.traffic, s.mt.planner
+    h = tr.decode_dp_group
+    ranks = range(h * pl.decode_tp, (h + 1) * pl.decode_tp)
+    pages = _pages(s)
+    return pd.DataFrame({"decode_rank": list(ranks),
+                         "sources": [int((tr.matrix_B[:, r] > 0).sum()) for r in ranks],
+                         "received_MB": [tr.received_B[r] * pages / 1e6 for r in ranks],
+                         "writes": [tr.fragments[:, r].sum() for r in ranks],
+                         "local_copy_MB": [tr.unsent_B[r] * pages / 1e6 for r in ranks]})
+
+
+def fragment_table(s: TransferSetup, decode_ranks=None, *, limit: int = 2000) -> pd.DataFrame:
+    """The fragments of the plans of ``decode_ranks`` (default: the request's decode group), at most
+    ``limit`` rows: one row per fragment with its byte offsets, length and strides [B] (one layer; every layer
+    repeats them), and the plan kind (identity plans are listed in their explicit form)."""
+    pl, tr = s.mt.planner, s.traffic
+    if decode_ranks is None:
+        h = tr.decode_dp_group
+        decode_ranks = range(h * pl.decode_tp, (h + 1) * pl.decode_tp)
+    rows = []
+    for r in decode_ranks:
+        kind = pl.plan_for_decode_rank(r, tr.prefill_dp_group if pl.dp_pairing == "any" else None).plan_kind
+        for f in pl.explicit_plan(r, tr.prefill_dp_group if pl.dp_pairing == "any" else None).fragments:
+            rows.append({"decode_rank": r, "plan": kind, "prefill_rank": f.src_rank, "buffer": f.buffer_index,
+                         "kind": f.buffer_kind.value, "src_offset_B": f.src_byte_offset,
+                         "dst_offset_B": f.dst_byte_offset, "bytes_per_page": f.bytes_per_page,
+                         "src_stride_B": f.src_page_stride_bytes, "dst_stride_B": f.dst_page_stride_bytes})
+            if len(rows) >= limit:
+                return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["decode_rank", "plan", "prefill_rank", "buffer", "kind", "src_offset_B",
+                                       "dst_offset_B", "bytes_per_page", "src_stride_B", "dst_stride_B"])
+
+
+def plan_summary(s: TransferSetup, *, check: bool = True) -> dict:
+    """The headline record of one layout pair (plain Python values): plan kind, sources per decode rank, most
+    fan-out, fragments, bytes of one request over the network and the busiest NIC, bytes decode replicas copy
+    locally, serial and layer-pipelined transfer time [ms], and (``check``) the round-trip check."""
+    pl, tr = s.mt.planner, s.traffic
+    t = _times(s, s.prompt_tokens)
+    h = tr.decode_dp_group
+    ranks = range(h * pl.decode_tp, (h + 1) * pl.decode_tp)
+    pages = _pages(s)
+    g = tr.prefill_dp_group if pl.dp_pairing == "any" else None
+    kinds = {pl.plan_for_decode_rank(r, g).plan_kind for r in ranks}
+    rec = {"model": s.model.name, "layouts": s.label, "prefill": str(pl.prefill_layout),
+           "decode": str(pl.decode_layout), "dp_pairing": pl.dp_pairing, "page_size": s.mt.page_size,
+           "kv_dtype": s.mt.kv_dtype, "prompt_tokens": s.prompt_tokens, "link": s.link.name,
+           "plan_kind": kinds.pop() if len(kinds) == 1 else "mixed",
+           "max_sources": int(max((tr.matrix_B[:, r] > 0).sum() for r in ranks)),
+           "max_fanout": int(max(tr.fanout.values())), "idle_prefill_ranks": len(tr.idle_prefill_ranks),
+           "fragments_per_layer": int(sum(len(pl.explicit_plan(r, g).fragments) for r in ranks)),
+           "writes": float(tr.fragments.sum()), "busiest": tr.busiest_rank,
+           **tidy({"request_B": tr.total_B * pages, "busiest_B": tr.busiest_B * pages,
+                   "local_copy_B": float(tr.unsent_B.sum()) * pages}, units={"request_B": "MB", "busiest_B": "MB",
+                                                                           "local_copy_B": "MB"}, scalar=True),
+           **tidy({k: t[k] for k in ("serial_s", "bandwidth_s", "ops_s", "latency_s") }, scalar=True)}
+    rec["pipelined_ms"] = float(t["pipelined_s"]) * 1e3 if "pipelined_s" in t else float("nan")
+    rec["prefill_ms"] = float(t["prefill_s"]) * 1e3 if "prefill_s" in t else float("nan")
+    if check:
+        rt = roundtrip_check(pl, pages=1, prefill_dp_group=g, decode_ranks=ranks)
+        rec["roundtrip_ok"] = rt.ok
+        rec["roundtrip_checked_B"] = rt.checked_B
+    return rec
+
+
+def candidate_tps(model: ModelSpec, most: int = 64) -> list[int]:
+    """TP sizes a side of ``model`` can use: powers of two up to ``most`` that divide or are a multiple of the
+    KV heads (GQA), all powers of two for MLA."""
+    tps = [1 << i for i in range(int(np.log2(most)) + 1)]
+    if model.is_mla:
+        return tps
+    h = model.kv_heads
+    return [t for t in tps if h % t == 0 or t % h == 0]
+
+
+def layout_pairs(model="llama-3-70b", pairs=None, *, page_size: int = 16, kv_dtype: str = "bf16",
+                 prompt_tokens: int = 4096, link="roce-400g", gpu="h100-sxm", runtime="default",
+                 draft_layers: int = 0) -> pd.DataFrame:
+    """Compare layout pairs ``[(prefill_tp, decode_tp), ...]`` (default: prefill TP 8 to every candidate
+    decode TP, and every candidate prefill TP to decode TP 8): one row each with the :func:`plan_summary`
+    columns (no round-trip), ``feasible`` and ``reason``."""
+    m = presets.resolve("models", model)
+    if pairs is None:
+        tps = candidate_tps(m, 32)
+        pairs = [(8, d) for d in tps] + [(p, 8) for p in tps if p != 8]
+    rows = []
+    for i, pair in enumerate(pairs):
+        try:
+            p_tp, d_tp = pair
+        except (TypeError, ValueError):
+            raise SpecError(f"pairs[{i}] must be a (prefill_tp, decode_tp) pair, got {pair!r}") from None
+        try:
+            s = setup(m, prefill_tp=p_tp, decode_tp=d_tp, page_size=page_size, kv_dtype=kv_dtype,
+                      prompt_tokens=prompt_tokens, link=link, gpu=gpu, runtime=runtime, draft_layers=draft_layers)
+            rows.append({"prefill_tp": p_tp, "decode_tp": d_tp, **plan_summary(s, check=False), "feasible": True,
+                         "reason": ""})
+        except LlmexploreError as exc:
+            rows.append({"prefill_tp": p_tp, "decode_tp": d_tp, "layouts": f"TP{p_tp} → TP{d_tp}",
+                         "serial_ms": np.nan, "pipelined_ms": np.nan, "feasible": False, "reason": str(exc)})
+    return pd.DataFrame(rows)
+
+
+def time_vs_prompt(s: TransferSetup, prompts) -> pd.DataFrame:
+    """Serial and layer-pipelined transfer time of this layout pair against prompt length [ms], one row per
+    prompt: ``prompt_tokens``, ``serial_ms``, ``pipelined_ms`` (NaN without a prefill model), ``prefill_ms``."""
+    S = _check.real_array("prompts", np.atleast_1d(prompts), lo=1, hi=1 << 24, integer=True, unit="tokens")
+    t = _times(s, S)
+    nan = np.full(S.shape, np.nan)
+    return pd.DataFrame({"prompt_tokens": S, **tidy({"serial_s": t["serial_s"],
+                                                      "pipelined_s": t.get("pipelined_s", nan),
+                                                      "prefill_s": t.get("prefill_s", nan)})})
+
+
+def check_notebook_parameters(p) -> dict[str, str]:
+    """Validate the parameters of ``notebooks/40_kv_transfer.ipynb`` (``{NAME: value}``); SpecError naming the
+    parameter, the value and the rule."""
+    m = preset_param("MODEL", "models", p["MODEL"])
+    preset_param("GPU", "hardware", p["GPU"])
+    preset_param("LINK", "links", p["LINK"])
+    dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
+    sizes = {}
+    for name, hi in (("PREFILL_TP", MAX_TP), ("PREFILL_DP", MAX_DP), ("DECODE_TP", MAX_TP), ("DECODE_DP", MAX_DP)):
+        sizes[name] = int_param(name, p[name], 1, hi)
+    int_param("PAGE_SIZE", p["PAGE_SIZE"], 1, MAX_PAGE_TOKENS)
+    int_param("PROMPT_TOKENS", p["PROMPT_TOKENS"], 1, 1 << 24)
+    built("PREFILL_TP, DECODE_TP, PREFILL_DP, DECODE_DP, PAGE_SIZE",
+          lambda: setup(m.name, prefill_tp=sizes["PREFILL_TP"], decode_tp=sizes["DECODE_TP"],
+                        prefill_dp=sizes["PREFILL_DP"], decode_dp=sizes["DECODE_DP"], page_size=p["PAGE_SIZE"],
+                        kv_dtype=p["KV_DTYPE"], gpu=p["GPU"], link=p["LINK"], prompt_tokens=p["PROMPT_TOKENS"]),
+          rename={"prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "decode_layout.dp_size": "DECODE_DP",
+                  "page_size": "PAGE_SIZE"})
+    return {}
