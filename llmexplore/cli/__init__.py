@@ -10,6 +10,8 @@ Commands:
   transfer, and the smallest pools meeting TTFT/TPOT targets at an arrival rate.
 * ``moe``     MoE decode on N GPUs split into TP x EP, under skewed routing, with optional redundant experts
   (EPLB), against pure TP.
+* ``transfer`` the KV transfer plans between a prefill and a decode TP/DP layout (which prefill rank sends
+  which byte ranges of which buffer to each decode rank), fan-out, bytes per rank and transfer time.
 * ``calibrate`` fit the runtime efficiencies to measured decode/prefill times in a CSV, print the error per
   point and overall, optionally save the fit as a preset overlay.
 
@@ -41,13 +43,13 @@ import sys
 from typing import Sequence
 
 from ..errors import LlmexploreError
-from . import calibrate, disagg, layouts, moe, presets, report
+from . import calibrate, disagg, layouts, moe, presets, report, transfer
 from ._framework import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, Parser, UsageError, fail, flag_message
 
 __all__ = ["main", "build_parser", "PROG", "COMMANDS"]
 
 #: command modules, in help order; each has ``add(subparsers)`` and ``run(args) -> exit status``
-COMMANDS = [report, presets, layouts, disagg, moe, calibrate]
+COMMANDS = [report, presets, layouts, disagg, moe, transfer, calibrate]
 
 
 def _version() -> str:

@@ -28,7 +28,7 @@ from .. import _check
 from ..errors import SpecError, UnsupportedPDLayoutError
 from ..specs import ModelSpec
 from ..units import dtype_bytes
-from .layout import BufferKind, BufferLayout, ParallelLayout
+from .layout import MAX_WORLD, BufferKind, BufferLayout, ParallelLayout
 from .planner import PDTransferPlanner
 
 __all__ = ["ModelTransfer", "model_buffers", "model_transfer", "MAX_PAGE_TOKENS"]
@@ -116,6 +116,10 @@ def model_transfer(model: ModelSpec, *, prefill_tp: int, decode_tp: int, prefill
     pair (see :class:`~.planner.PDTransferPlanner`)."""
     prefill_dp = _check.integer("prefill_dp", prefill_dp, lo=1, hi=1024)
     decode_dp = _check.integer("decode_dp", decode_dp, lo=1, hi=1024)
+    for side, tp, dp in (("prefill", prefill_tp, prefill_dp), ("decode", decode_tp, decode_dp)):
+        if isinstance(tp, int) and tp * dp > MAX_WORLD:
+            raise UnsupportedPDLayoutError(f"{side}_tp x {side}_dp must be at most {MAX_WORLD:,} ranks, got "
+                                           f"{tp} x {dp} = {tp * dp:,}")
     pb = model_buffers(model, prefill_tp, page_size=page_size, kv_dtype=kv_dtype, draft_layers=draft_layers,
                        name="prefill_tp")
     db = model_buffers(model, decode_tp, page_size=page_size, kv_dtype=kv_dtype, draft_layers=draft_layers,

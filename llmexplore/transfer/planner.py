@@ -113,6 +113,10 @@ def _template(tp_p: int, tp_d: int, prefill_buffers: tuple[BufferLayout, ...],
     return _Template(identity, tuple(pieces), tuple(fanout))
 
 
+def _groups(lo: int, hi: int) -> str:
+    return f"decode DP group {lo}" if hi - lo == 1 else f"decode DP groups {lo}..{hi - 1}"
+
+
 def _buffers(name: str, value: Any) -> tuple[BufferLayout, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise UnsupportedPDLayoutError(f"{name} must be a sequence of BufferLayout, got {shown(value)}")
@@ -165,8 +169,7 @@ class PDTransferPlanner:
             raise UnsupportedPDLayoutError(
                 f"decode_layout.dp_size must be <= prefill_layout.dp_size ({prefill_layout.dp_size}) with "
                 f"dp_pairing='index' (decode DP group k receives from prefill DP group k), got "
-                f"{decode_layout.dp_size}: decode DP groups {prefill_layout.dp_size}..{decode_layout.dp_size - 1} "
-                f"would have no source; use dp_pairing='any' to route each request from any prefill DP group")
+                f"{decode_layout.dp_size}: {_groups(prefill_layout.dp_size, decode_layout.dp_size)} would have no source; use dp_pairing='any' to route each request from any prefill DP group")
         self._t = _template(self.prefill_tp, self.decode_tp, self.prefill_buffers, self.decode_buffers)
         self._plans: dict[tuple[int, int], RankTransferPlan] = {}
 

@@ -38,6 +38,7 @@ BASE = {
     "pd": ["pd", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--prompt", "512", "--output", "32",
            "--prefill-tp", "1", "--decode-tp", "1"],
     "moe": ["moe", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", "--batch-tokens", "64"],
+    "transfer": ["transfer", "--model", "llama-3-8b", "--prefill-tp", "2", "--decode-tp", "1"],
     "calibrate": ["calibrate", "--data", str(DATA)],
     "presets": ["presets", "models"],
     "report": ["report", "--out", "reports-fuzz"],
@@ -240,7 +241,7 @@ FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCh
                                                                          HealthCheck.function_scoped_fixture])
 
 #: examples per command: the cheap commands get more
-EXAMPLES = {"layouts": 120, "moe": 60, "pd": 40, "calibrate": 25, "presets": 15, "report": 25}
+EXAMPLES = {"layouts": 120, "moe": 60, "pd": 40, "transfer": 60, "calibrate": 25, "presets": 15, "report": 25}
 
 
 @pytest.mark.parametrize("command", list(EXAMPLES))
