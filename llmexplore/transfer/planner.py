@@ -48,8 +48,8 @@ from .layout import (
     ParallelLayout,
     RankTransferPlan,
     TransferFragment,
+    FRAGMENT_FIELDS,
     _FrozenDict,
-    _fragment,
     _plan,
 )
 
@@ -70,6 +70,10 @@ class _Template:
     pieces: tuple[tuple[tuple[int, int, int, int, int], ...], ...]
     #: per prefill TP rank: the decode TP ranks (of one DP group) whose plan draws from it
     fanout: tuple[int, ...]
+    #: per decode TP rank: (prefill TP rank, the fragment's fields with placeholder ranks) of each piece
+    fields: tuple[tuple[tuple[int, dict], ...], ...]
+    #: plans built so far, by (decode rank, prefill DP group): shared by every planner of this layout pair
+    plans: dict
 
 
 def _shard(buffer: BufferLayout, tp: int, tp_rank: int) -> tuple[int, int] | None:
@@ -110,7 +114,11 @@ def _template(tp_p: int, tp_d: int, prefill_buffers: tuple[BufferLayout, ...],
     for out in pieces:
         for p_rank in {piece[0] for piece in out}:
             fanout[p_rank] += 1
-    return _Template(identity, tuple(pieces), tuple(fanout))
+    fields = tuple(tuple((p_tp, dict(zip(FRAGMENT_FIELDS, (
+        prefill_buffers[pos].buffer_index, prefill_buffers[pos].buffer_kind, -1, -1,
+        prefill_buffers[pos].item_stride_bytes, decode_buffers[pos].item_stride_bytes, src_off, dst_off, nbytes,
+        None)))) for p_tp, pos, src_off, dst_off, nbytes in out) for out in pieces)
+    return _Template(identity, tuple(pieces), tuple(fanout), fields, {})
 
 
 def _groups(lo: int, hi: int) -> str:
@@ -171,7 +179,7 @@ class PDTransferPlanner:
                 f"dp_pairing='index' (decode DP group k receives from prefill DP group k), got "
                 f"{decode_layout.dp_size}: {_groups(prefill_layout.dp_size, decode_layout.dp_size)} would have no source; use dp_pairing='any' to route each request from any prefill DP group")
         self._t = _template(self.prefill_tp, self.decode_tp, self.prefill_buffers, self.decode_buffers)
-        self._plans: dict[tuple[int, int], RankTransferPlan] = {}
+        self._plans: dict[tuple[int, int], RankTransferPlan] = self._t.plans
 
     # ---- validation ------------------------------------------------------------------------------------------
     def _validate_pairs(self) -> None:
@@ -294,13 +302,15 @@ class PDTransferPlanner:
         if self._t.identity and not explicit:
             p = base + d_rank
             return _plan("identity", g, (p,), 1, _FrozenDict(), _FrozenDict({p: fan[d_rank]}))
-        pb, db = self.prefill_buffers, self.decode_buffers
         by_rank: dict[int, list[TransferFragment]] = {}
-        for p_tp, pos, src_off, dst_off, nbytes in self._t.pieces[d_rank]:
-            b = pb[pos]
-            by_rank.setdefault(base + p_tp, []).append(_fragment(
-                b.buffer_index, b.buffer_kind, base + p_tp, r, b.item_stride_bytes, db[pos].item_stride_bytes,
-                src_off, dst_off, nbytes, None))
+        new = object.__new__
+        for p_tp, fields in self._t.fields[d_rank]:
+            f = new(TransferFragment)
+            d = f.__dict__
+            d.update(fields)  # the fields of a valid fragment (checked by the property tests): no re-validation
+            d["src_rank"] = base + p_tp
+            d["dst_rank"] = r
+            by_rank.setdefault(base + p_tp, []).append(f)
         ranks = tuple(by_rank)  # already ascending: pieces are sorted by prefill TP rank
         return _plan("fragmented", g, ranks, len(ranks),
                      _FrozenDict((p, tuple(fs)) for p, fs in by_rank.items()),
