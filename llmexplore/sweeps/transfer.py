@@ -90,10 +90,20 @@ def _prefill_s(s: TransferSetup, prompt_tokens) -> np.ndarray | None:
         return None
 
 
+def _hbm_GBps(s: TransferSetup) -> float:
+    """Achievable HBM bandwidth of one GPU [GB/s]: datasheet x the runtime's memory efficiency."""
+    hw, rt = presets.resolve("hardware", s.gpu), presets.resolve("runtime", s.runtime)
+    return hw.hbm_bw_TBps * 1e3 * rt.eta_mem
+
+
 def _times(s: TransferSetup, prompt_tokens) -> dict:
+    """Serial (batched writes), unbatched (one write per page), staged and pipelined times [s]."""
     pre = _prefill_s(s, prompt_tokens)
-    return transfer_time(s.traffic, s.link, prompt_tokens, prefill_s=pre, op_overhead_us=s.op_overhead_us,
-                         batched_ops=s.batched_ops) | ({"prefill_s": pre} if pre is not None else {})
+    out = transfer_time(s.traffic, s.link, prompt_tokens, prefill_s=pre, op_overhead_us=s.op_overhead_us,
+                        batched_ops=s.batched_ops, hbm_GBps=_hbm_GBps(s))
+    out["unbatched_s"] = transfer_time(s.traffic, s.link, prompt_tokens, op_overhead_us=s.op_overhead_us,
+                                       batched_ops=False)["serial_s"]
+    return out | ({"prefill_s": pre} if pre is not None else {})
 
 
 def _pages(s: TransferSetup) -> int:
@@ -160,7 +170,10 @@ def fragment_table(s: TransferSetup, decode_ranks=None, *, limit: int = 2000) ->
 def plan_summary(s: TransferSetup, *, check: bool = True) -> dict:
     """The headline record of one layout pair (plain Python values): plan kind, sources per decode rank, most
     fan-out, fragments, bytes of one request over the network and the busiest NIC, bytes decode replicas copy
-    locally, serial and layer-pipelined transfer time [ms], and (``check``) the round-trip check."""
+    locally, transfer time [ms]: serial with writes batched per fragment and layer (``serial_ms``, with its
+    parts), with one write per page (``unbatched_ms``), through a staging buffer (``staged_ms``, of which
+    ``staging_copy_ms`` gather/scatter), layer-pipelined behind the prefill (``pipelined_ms``); and
+    (``check``) the round-trip check."""
     pl, tr = s.mt.planner, s.traffic
     t = _times(s, s.prompt_tokens)
     h = tr.decode_dp_group
@@ -179,7 +192,8 @@ def plan_summary(s: TransferSetup, *, check: bool = True) -> dict:
            **tidy({"request_B": tr.total_B * pages, "busiest_B": tr.busiest_B * pages,
                    "local_copy_B": float(tr.unsent_B.sum()) * pages}, units={"request_B": "MB", "busiest_B": "MB",
                                                                            "local_copy_B": "MB"}, scalar=True),
-           **tidy({k: t[k] for k in ("serial_s", "bandwidth_s", "ops_s", "latency_s") }, scalar=True)}
+           **tidy({k: t[k] for k in ("serial_s", "bandwidth_s", "ops_s", "latency_s", "unbatched_s", "staged_s",
+                                     "staging_copy_s")}, scalar=True)}
     rec["pipelined_ms"] = float(t["pipelined_s"]) * 1e3 if "pipelined_s" in t else float("nan")
     rec["prefill_ms"] = float(t["prefill_s"]) * 1e3 if "prefill_s" in t else float("nan")
     if check:
@@ -227,12 +241,14 @@ def layout_pairs(model="llama-3-70b", pairs=None, *, page_size: int = 16, kv_dty
 
 
 def time_vs_prompt(s: TransferSetup, prompts) -> pd.DataFrame:
-    """Serial and layer-pipelined transfer time of this layout pair against prompt length [ms], one row per
-    prompt: ``prompt_tokens``, ``serial_ms``, ``pipelined_ms`` (NaN without a prefill model), ``prefill_ms``."""
+    """Transfer time of this layout pair against prompt length [ms], one row per prompt: ``prompt_tokens``,
+    ``serial_ms``, ``unbatched_ms``, ``staged_ms``, ``pipelined_ms`` (NaN without a prefill model),
+    ``prefill_ms``."""
     S = _check.real_array("prompts", np.atleast_1d(prompts), lo=1, hi=1 << 24, integer=True, unit="tokens")
     t = _times(s, S)
     nan = np.full(S.shape, np.nan)
     return pd.DataFrame({"prompt_tokens": S, **tidy({"serial_s": t["serial_s"],
+                                                      "unbatched_s": t["unbatched_s"], "staged_s": t["staged_s"],
                                                       "pipelined_s": t.get("pipelined_s", nan),
                                                       "prefill_s": t.get("prefill_s", nan)})})
 
