@@ -142,6 +142,9 @@ def run(args) -> int:
           f"writes {summary['ops_ms']:.3f}, latency {summary['latency_ms']:.3f})"
           + (f", {pipe:.3f} ms exposed when pipelined layer by layer behind a {summary['prefill_ms']:.1f} ms prefill"
              if pipe == pipe else ", pipelined: n/a (no prefill model at this TP)"))
+    print(f"  one write per page instead of per fragment and layer: {summary['unbatched_ms']:.3f} ms; through a "
+          f"staging buffer (one bulk write per rank pair): {summary['staged_ms']:.3f} ms, of which "
+          f"{summary['staging_copy_ms']:.3f} ms gather/scatter in HBM")
     print(f"round-trip check: {'ok' if summary['roundtrip_ok'] else 'FAILED'} "
           f"({summary['roundtrip_checked_B']:,} bytes of one page compared)")
     print()
