@@ -1,0 +1,128 @@
+"""Live explorer of KV transfer planning: the byte matrix, fan-out per prefill rank and the layout pairs.
+
+The figures are the notebook's (:func:`llmexplore.plots.transfer.byte_matrix_figure`,
+:func:`~llmexplore.plots.transfer.fanout_figure`, :func:`~llmexplore.plots.transfer.pairs_figure`) for the chosen
+model, prefill and decode TP x DP, page size, KV dtype, link and DP pairing; the status line is the notebook's
+finding (:func:`llmexplore.findings.transfer.plan_sentence`). A layout pair the planner cannot serve (a decode
+DP group without a prefill group under version-1 pairing, a TP that does not fit the KV heads) is reported in
+the status line with the planner's own message.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from .. import _check, presets
+from ..findings import transfer as transfer_findings
+from ..plots import transfer as transfer_plots
+from ..sweeps import transfer as transfer_sweeps
+from ..transfer.buffers import MAX_PAGE_TOKENS
+from ..transfer.planner import DP_PAIRINGS
+from ..units import DTYPE_BYTES
+from . import Draw, Explorer, choice_slider, dropdown, dtype_name, log_options, preset_name
+
+__all__ = ["TransferExplorer", "transfer_explorer", "pairs_around", "TPS", "DPS", "PAGE_SIZES", "PAIRINGS"]
+
+#: choices of the TP and DP sliders (other values are added when asked for)
+TPS = [1, 2, 4, 8, 16, 32]
+DPS = [1, 2, 4, 8]
+PAGE_SIZES = log_options(1, 256)
+#: the DP pairing dropdown: version 1 pairs DP groups by index; "any" routes a request from any prefill group
+PAIRINGS = [("by index (version 1)", "index"), ("any prefill group", "any")]
+
+
+def pairs_around(model, prefill_tp: int, decode_tp: int, most: int = 32) -> list[tuple[int, int]]:
+    """The layout pairs the explorer compares: the chosen prefill TP to every decode TP the model's KV heads
+    allow, and every such prefill TP to the chosen decode TP (each pair once, the chosen one included)."""
+    tps = transfer_sweeps.candidate_tps(model, most)
+    pairs = [(prefill_tp, d) for d in sorted(set(tps) | {decode_tp})]
+    pairs += [(p, decode_tp) for p in sorted(set(tps) | {prefill_tp}) if p != prefill_tp]
+    return pairs
+
+
+def _count(unit: str):
+    return lambda v: f"{v:,} {unit}" + ("" if v == 1 else "s")
+
+
+@dataclass
+class TransferExplorer(Explorer):
+    """KV transfer explorer (see :func:`transfer_explorer`)."""
+
+    FIGURES = ("matrix", "fanout", "pairs")
+
+    def setup(self) -> transfer_sweeps.TransferSetup:
+        p, f = self.params(), self.fixed
+        return transfer_sweeps.setup(p["model"], prefill_tp=int(p["prefill_tp"]), decode_tp=int(p["decode_tp"]),
+                                     prefill_dp=int(p["prefill_dp"]), decode_dp=int(p["decode_dp"]),
+                                     page_size=int(p["page_size"]), kv_dtype=p["kv_dtype"],
+                                     prompt_tokens=f["prompt_tokens"], link=p["link"], gpu=f["gpu"],
+                                     dp_pairing=p["dp_pairing"])
+
+    def evaluate(self):
+        p, f = self.params(), self.fixed
+        s = self.setup()  # UnsupportedPDLayoutError (a SpecError) for a pair the planner cannot serve
+        summary = transfer_sweeps.plan_summary(s)
+        matrix = transfer_sweeps.byte_matrix(s)
+        ranks = transfer_sweeps.prefill_rank_table(s)
+        chosen = (int(p["prefill_tp"]), int(p["decode_tp"]))
+        pairs = transfer_sweeps.layout_pairs(p["model"], pairs_around(s.model, *chosen), page_size=int(p["page_size"]),
+                                             kv_dtype=p["kv_dtype"], prompt_tokens=f["prompt_tokens"],
+                                             link=p["link"], gpu=f["gpu"])
+        tr = s.traffic
+        where = (f" — prefill DP group {tr.prefill_dp_group} → decode DP group {tr.decode_dp_group}"
+                 if s.mt.prefill_layout.dp_size > 1 or s.mt.decode_layout.dp_size > 1 else "")
+        draws = {
+            "matrix": Draw(transfer_plots.byte_matrix_figure, matrix, {
+                "title": f"{s.label}: {transfer_findings.matrix_sentence(matrix, short=True)}{where}"}),
+            "fanout": Draw(transfer_plots.fanout_figure, ranks, {
+                "title": f"{s.label}: {transfer_findings.fanout_sentence(ranks, short=True)}"}),
+            "pairs": Draw(transfer_plots.pairs_figure, pairs, {
+                "chosen": chosen, "title": f"{s.model.label}, DP 1, over {s.link.label}: "
+                                           f"{transfer_findings.pairs_sentence(pairs, short=True)}"}),
+        }
+        status = html.escape(transfer_findings.plan_sentence(summary, s))
+        head, sep, rest = status.partition(": ")
+        return draws, f"<b>{head}</b>{sep}{rest}", {"summary": summary, "matrix": matrix, "ranks": ranks,
+                                                      "pairs": pairs}
+
+
+def transfer_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp: int = 8, prefill_dp: int = 1,
+                      decode_tp: int = 4, decode_dp: int = 1, page_size: int = 16, kv_dtype: str = "bf16",
+                      link: str = "roce-400g", prompt_tokens: int = 4096, dp_pairing: str = "index"
+                      ) -> TransferExplorer:
+    """Sliders for prefill and decode TP and DP and the page size; dropdowns for the model, KV dtype, link and
+    DP pairing; three live figures. ``gpu`` and ``prompt_tokens`` are fixed (the prefill time the pipelined
+    transfer overlaps, and the request that is timed).
+
+    Unknown names raise :class:`~llmexplore.errors.SpecError`; sizes outside the sliders' usual range are
+    added to them, and a layout pair the planner cannot serve is reported in the status line.
+    """
+    model = preset_name("models", "model", model)
+    gpu = preset_name("hardware", "gpu", gpu)
+    link = preset_name("links", "link", link)
+    kv_dtype = dtype_name("kv_dtype", kv_dtype)
+    sizes = {}
+    for name, value, hi in (("prefill_tp", prefill_tp, transfer_sweeps.MAX_TP),
+                            ("prefill_dp", prefill_dp, transfer_sweeps.MAX_DP),
+                            ("decode_tp", decode_tp, transfer_sweeps.MAX_TP),
+                            ("decode_dp", decode_dp, transfer_sweeps.MAX_DP)):
+        sizes[name] = _check.integer(name, value, lo=1, hi=hi)
+    page_size = _check.integer("page_size", page_size, lo=1, hi=MAX_PAGE_TOKENS, unit="tokens")
+    prompt_tokens = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=1 << 24, unit="tokens")
+    dp_pairing = _check.choice("dp_pairing", dp_pairing, DP_PAIRINGS)
+    gpus, groups = _count("GPU"), _count("group")
+    controls = {
+        "prefill_tp": choice_slider(TPS, sizes["prefill_tp"], "prefill TP", label=gpus),
+        "prefill_dp": choice_slider(DPS, sizes["prefill_dp"], "prefill DP", label=groups),
+        "decode_tp": choice_slider(TPS, sizes["decode_tp"], "decode TP", label=gpus),
+        "decode_dp": choice_slider(DPS, sizes["decode_dp"], "decode DP", label=groups),
+        "page_size": choice_slider(PAGE_SIZES, page_size, "KV page", "tokens"),
+        "model": dropdown(presets.names("models"), model, "model"),
+        "kv_dtype": dropdown(list(DTYPE_BYTES), kv_dtype, "KV cache"),
+        "link": dropdown(presets.names("links"), link, "link"),
+        "dp_pairing": dropdown(PAIRINGS, dp_pairing, "DP pairing"),
+    }
+    rows = [["prefill_tp", "prefill_dp", "decode_tp", "decode_dp"], ["page_size", "model", "kv_dtype"],
+            ["link", "dp_pairing"]]
+    return TransferExplorer.build(controls, rows, fixed={"gpu": gpu, "prompt_tokens": prompt_tokens})
