@@ -169,6 +169,7 @@ BASE = {
     "20_pd_disaggregation": dict(N_RATES=4, N_BANDWIDTHS=6, PROMPTS=[1024, 4096], OUTPUTS=[128, 512], GRID_MAX=6,
                                  SIM_REQUESTS=5000, PROMPT_SIGMAS=[0.0]),
     "30_moe_expert_parallel": dict(BATCHES=[64, 256, 1024], N_SKEWS=3, MC_TRIALS=20, REDUNDANT=[32]),
+    "40_kv_transfer": {},
 }
 
 STEP = "step_time_figure("
@@ -236,6 +237,21 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         (dict(SKEW=3.0, REDUNDANT=[16]),
          {"SKEW": rec("dispatch_combine_us_at_batch"), "REDUNDANT": rec("rank_load_max_before_after", sorted)}),
     ],
+    "40_kv_transfer": [
+        # the link alone sets the latency, the GPU alone the prefill time, the decode TP the sources per rank
+        (dict(LINK="ib-ndr400", GPU="h200", DECODE_TP=2),
+         {"LINK": rec("plan", lambda p: p["latency_ms"]), "GPU": rec("plan", lambda p: p["prefill_ms"]),
+          "DECODE_TP": rec("sources_per_decode_rank")}),
+        # the model moves the bytes; each side's DP groups widen its axis of the byte matrix
+        (dict(MODEL="qwen3-32b", PREFILL_DP=4, DECODE_DP=2),
+         {"MODEL": rec("plan", lambda p: p["request_MB"]), "PREFILL_DP": fig("byte_matrix_figure(", "y"),
+          "DECODE_DP": fig("byte_matrix_figure(", "x")}),
+        (dict(KV_DTYPE="fp8", PREFILL_TP=4),
+         {"KV_DTYPE": rec("plan", lambda p: p["request_MB"]), "PREFILL_TP": rec("sources_per_decode_rank")}),
+        # 2,048 tokens fill whole pages of 16 and of 32 tokens: the page size moves the fragments, not the bytes
+        (dict(PAGE_SIZE=32, PROMPT_TOKENS=2048),
+         {"PAGE_SIZE": rec("fragment_bytes_per_page"), "PROMPT_TOKENS": rec("plan", lambda p: p["request_MB"])}),
+    ],
 }
 
 #: values that make no sense for a notebook: its parameter check must stop the run in the imports cell
@@ -245,6 +261,8 @@ REJECTED = [
     ("10_attention_layouts", dict(CONTEXT_MAX=128), r"CONTEXT_MAX must be greater than CONTEXT_MIN"),
     ("20_pd_disaggregation", dict(PREFILL_TP=3), r"PREFILL_TP \(3\) must divide"),
     ("30_moe_expert_parallel", dict(MODEL="llama-3-70b"), r"MODEL = 'llama-3-70b' does not apply to this notebook"),
+    ("40_kv_transfer", dict(DECODE_DP=2), r"DECODE_DP must be <= .*\(1\) with dp_pairing='index'"),
+    ("40_kv_transfer", dict(PREFILL_TP=6), r"PREFILL_TP \(6\) must divide or be a multiple of the KV heads"),
 ]
 
 
