@@ -128,12 +128,13 @@ def matrix_sentence(matrix: pd.DataFrame, *, short: bool = False) -> str:
     recv, sources = m.sum(axis=0)[receivers], live.sum(axis=0)[receivers]
     src = (f"{int(sources[0])} prefill rank" + ("" if sources[0] == 1 else "s") if sources.min() == sources.max()
            else f"{int(sources.min())}–{int(sources.max())} prefill ranks")
+    quiet = int(m.shape[1] - receivers.sum())
     if short:
-        return f"{pairs:,} of {m.size:,} rank pairs carry KV: each decode rank gathers {_span(recv)} from {src}"
+        who = f"; {int(receivers.sum()):,} decode ranks gather" if quiet else ": each decode rank gathers"
+        return f"{pairs:,} of {m.size:,} rank pairs carry KV{who} {_span(recv)} from {src}"
     text = (f"{pairs:,} of the {m.shape[0]:,} × {m.shape[1]:,} prefill × decode rank pairs carry KV, "
             f"{_span(m[live])} each per request: every receiving decode rank gathers {_span(recv)} from {src}, "
             f"and every sending prefill rank sends {_span(m.sum(axis=1)[senders])}")
-    quiet = int(m.shape[1] - receivers.sum())
     if quiet:
         text += (f"; {quiet:,} decode rank{'s' if quiet != 1 else ''} receive{'' if quiet != 1 else 's'} nothing "
                  "(other DP groups, or replicas the plan does not feed)")

@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import RANK_KEY, RANK_MARKER, RANK_SERIES, base_layout, chosen_marker, fmt, grid_layout, spec_builder
+from . import RANK_KEY, RANK_SERIES, base_layout, chosen_marker, fmt, grid_layout, spec_builder
 from .disagg import mode_color
 from .tables import PeopleTable, people_table
 
-__all__ = ["SERIAL", "PIPELINED", "UNBATCHED", "STAGED", "NOT_SUPPORTED", "IDLE", "byte_matrix_figure", "fanout_figure", "pairs_figure",
-           "time_vs_prompt_figure", "fragment_people_table", "FRAGMENT_HEADERS"]
+__all__ = ["SERIAL", "PIPELINED", "UNBATCHED", "STAGED", "NOT_SUPPORTED", "IDLE", "byte_matrix_figure",
+           "fanout_figure", "pairs_figure", "time_vs_prompt_figure", "fragment_people_table", "FRAGMENT_HEADERS"]
 
 #: names of the two transfer modes (and their colours, shared with the prefill/decode area)
 SERIAL, PIPELINED = "serial", "layer-wise pipelined (exposed)"

@@ -173,3 +173,66 @@ def test_sentence_numbers_read_well():
     assert [findings.num(x) for x in (171.6, 23.03, 8.071, 0.07361, 1186.3, 0)] == ["172", "23.0", "8.07", "0.0736",
                                                                               "1,186", "0"]
     assert findings.num(float("inf")) == "∞"
+
+
+@pytest.fixture(scope="module")
+def kv_default():
+    from llmexplore.sweeps import transfer as st
+
+    s = st.setup("llama-3-70b", prefill_tp=8, decode_tp=4)
+    return s, st.plan_summary(s)
+
+
+def test_transfer_plan_sentence(kv_default):
+    from llmexplore.findings import transfer as ft
+
+    s, summary = kv_default
+    assert ft.plan_sentence(summary, s) == (
+        "Prefill TP8 → decode TP4 of Llama-3-70B: each decode rank gathers from 2 prefill ranks; a 4,096-token "
+        "request moves 1,342 MB, the busiest NIC (decode 0) carries 336 MB, 7.80 ms serial over RoCE 400G, 0.122 ms "
+        "exposed when pipelined layer by layer.")
+    assert ft.plan_sentence(summary, s, short=True) == "TP8 → TP4: 2 sources per decode rank, 1,342 MB per 4,096-token request"
+    table = ft.summary_table(summary)
+    assert list(table.columns) == ["quantity", "value"] and not table["quantity"].str.contains("_").any()
+    assert "every decode byte matches (65,536 B checked)" in table["value"].tolist()
+    nan = {**summary, "pipelined_ms": float("nan"), "prefill_ms": float("nan"), "roundtrip_ok": False}
+    assert "exposed" not in ft.plan_sentence(nan, s) and "round-trip check FAILED" in ft.plan_sentence(nan, s)
+    assert "n/a (no prefill model at this TP)" in ft.summary_table(nan)["value"].tolist()
+
+
+def test_transfer_sentences_name_idle_ranks_replicas_and_refusals():
+    from llmexplore.findings import transfer as ft
+    from llmexplore.sweeps import transfer as st
+
+    wide = st.setup(prefill_tp=16, decode_tp=8)
+    ranks = st.prefill_rank_table(wide)
+    assert ft.fanout_sentence(ranks) == (
+        "8 of the 16 prefill ranks of the source group send nothing (another rank holds the same KV and sends it); "
+        "each of the others serves 1 decode rank and sends 168 MB per request, in 160 RDMA writes.")
+    assert ft.fanout_sentence(ranks, short=True) == "8 of 16 prefill ranks idle; the others serve 1 decode rank, sending 168 MB"
+    replicas = st.setup(prefill_tp=8, decode_tp=16)
+    assert ft.plan_sentence(st.plan_summary(replicas, check=False), replicas).endswith(
+        "Decode ranks holding a second copy of a KV head receive nothing, leaving 1,342 MB to copy on the decode side.")
+    matrix = st.byte_matrix(replicas)
+    assert ft.matrix_sentence(matrix).endswith(
+        "; 8 decode ranks receive nothing (other DP groups, or replicas the plan does not feed).")
+    pairs = st.layout_pairs("llama-3-70b", [(8, 1), (8, 8), (6, 4)])
+    text = ft.pairs_sentence(pairs)
+    assert text.startswith("Over RoCE 400G, a 4,096-token request takes from 3.91 ms serial (TP8 → TP8) to 31.1 ms "
+                           "(TP8 → TP1)")
+    assert text.endswith("The planner refuses TP6 → TP4: prefill_tp (6) must divide or be a multiple of the KV "
+                         "heads of llama-3-70b (8).")
+    assert ft.pairs_sentence(pairs.iloc[2:]).startswith("The planner refuses every pair: prefill_tp (6)")
+    default = st.layout_pairs("llama-3-70b")
+    assert "TP8 → TP16 and TP8 → TP32 leave 1,342–4,027 MB to copy on the decode side" in ft.pairs_sentence(default)
+    frags = st.fragment_table(st.setup())
+    assert ft.fragment_sentence(frags, st.plan_summary(st.setup())) == (
+        "One layer of a request moves as 16 fragments (4 per decode rank) of 4,096 B per page; every layer repeats "
+        "them, 1,280 RDMA writes per request in all. Applied to synthetic pages, the plan rebuilds every decode page "
+        "byte for byte (65,536 B checked).")
+    prompts = st.time_vs_prompt(st.setup(), [1024, 4096])
+    assert ft.prompt_sentence(prompts).startswith("From 1,024 to 4,096 tokens the serial transfer grows from 2.21 ms "
+                                                  "to 7.80 ms")
+    for short in (ft.matrix_sentence(matrix, short=True), ft.pairs_sentence(default, short=True),
+                  ft.prompt_sentence(prompts, short=True), ft.fanout_sentence(ranks, short=True)):
+        assert len(short) <= TITLE_CHARS, short

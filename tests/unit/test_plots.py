@@ -81,6 +81,7 @@ def _builders(dep):
     curves = sweeps.layouts.layout_curves(dep, [64], np.geomspace(256, 1 << 20, 30))
     s = sweeps.disagg.setup()
     md = sweeps.moe.config(tp=2, ep=8, redundant=32)
+    kv = sweeps.transfer.setup(prefill_tp=16, decode_tp=4)
     return [
         (plots.layouts.step_time_figure, (curves,), {"context_marker": 8192}),
         (plots.layouts.memory_figure, (sweeps.layouts.memory_table(dep, 64, 8192),), {}),
@@ -89,6 +90,11 @@ def _builders(dep):
         (plots.disagg.mode_gpus_figure, (sweeps.disagg.mode_rows(s),), {"best": "disaggregated, pipelined"}),
         (plots.moe.skew_figure, (sweeps.moe.step_vs_skew(tp=2, ep=8, skews=[1.0, 2.0, 3.0]),), {"skew_marker": 2.6}),
         (plots.moe.rank_load_figure, (sweeps.moe.rank_loads(md),), {}),
+        (plots.transfer.byte_matrix_figure, (sweeps.transfer.byte_matrix(kv),), {}),
+        (plots.transfer.fanout_figure, (sweeps.transfer.prefill_rank_table(kv),), {}),
+        (plots.transfer.pairs_figure, (sweeps.transfer.layout_pairs(pairs=[(8, 4), (6, 4)]),), {"chosen": (8, 4)}),
+        (plots.transfer.time_vs_prompt_figure, (sweeps.transfer.time_vs_prompt(kv, [1024, 4096]),),
+         {"prompt_marker": 4096}),
     ]
 
 
@@ -168,3 +174,86 @@ def test_rank_load_figure_under_pure_tp_is_not_empty():
     bars = [t for t in fig.data if t.type == "bar"]
     assert len(bars) == 1 and len(bars[0].x) == 16 and set(bars[0].y) == {1.0}
     assert fig.layout.xaxis.title.text == "GPU"
+
+
+# --------------------------------------------------------------------------------------------------
+# KV transfer planning
+
+
+@pytest.fixture(scope="module")
+def kv():
+    return sweeps.transfer.setup("llama-3-70b", prefill_tp=8, decode_tp=4)
+
+
+def test_byte_matrix_figure_is_a_labelled_heatmap(kv):
+    matrix = sweeps.transfer.byte_matrix(kv)
+    fig = plots.transfer.byte_matrix_figure(matrix)
+    heat = plots.trace(fig, "MB per request")
+    assert heat.type == "heatmap" and np.asarray(heat.z).shape == (8, 4)
+    assert np.allclose(np.asarray(heat.z, float), matrix.to_numpy())
+    assert heat.colorbar.title.text == "MB per request" and heat.zmin == 0
+    assert heat.text[0][0] == "168" and heat.text[0][1] == ""  # values on the cells that carry bytes only
+    assert "decode rank" in fig.layout.xaxis.title.text and "prefill rank" in fig.layout.yaxis.title.text
+    assert fig.layout.yaxis.autorange == "reversed"  # rank 0 at the top, as in the matrix
+    big = plots.transfer.byte_matrix_figure(sweeps.transfer.byte_matrix(
+        sweeps.transfer.setup(prefill_tp=8, decode_tp=4, prefill_dp=4, decode_dp=4)))
+    assert np.asarray(plots.trace(big, "MB per request").z).shape == (32, 16)
+    assert plots.trace(big, "MB per request").text is None
+
+
+def test_fanout_figure_marks_idle_ranks():
+    busy = plots.transfer.fanout_figure(sweeps.transfer.prefill_rank_table(sweeps.transfer.setup(prefill_tp=8,
+                                                                                                  decode_tp=4)))
+    assert list(plots.trace(busy, "fan-out (decode ranks served)").y) == [1] * 8
+    none = plots.trace(busy, plots.transfer.IDLE)
+    assert none.showlegend is False and len(none.x) == 0
+    ranks = sweeps.transfer.prefill_rank_table(sweeps.transfer.setup(prefill_tp=16, decode_tp=8))
+    fig = plots.transfer.fanout_figure(ranks)
+    idle = plots.trace(fig, plots.transfer.IDLE)
+    assert idle.showlegend is True and list(idle.x) == list(range(1, 16, 2)) and set(idle.text) == {"idle"}
+    assert list(plots.trace(fig, f"{plots.transfer.IDLE} · sent").x) == list(range(1, 16, 2))  # both panels
+    sent = plots.trace(fig, "sent (MB per request)")
+    assert sent.yaxis == "y2" and list(sent.y)[1] == 0 and list(sent.y)[0] == pytest.approx(167.77216)
+    assert fig.layout.yaxis.title.text == "decode ranks served" and "(MB)" in fig.layout.yaxis2.title.text
+    assert all(fig.layout[a].title.text == "prefill rank (global)" for a in ("xaxis", "xaxis2"))
+
+
+def test_pairs_figure_shows_refused_pairs_with_the_reason():
+    pairs = sweeps.transfer.layout_pairs("llama-3-70b", [(8, 1), (8, 4), (8, 8), (6, 4)])
+    fig = plots.transfer.pairs_figure(pairs, chosen=(8, 4))
+    serial, pipe = plots.trace(fig, plots.transfer.SERIAL), plots.trace(fig, plots.transfer.PIPELINED)
+    assert list(serial.x) == ["TP8 → TP1", "TP8 → TP4", "TP8 → TP8", "TP6 → TP4"]
+    assert np.isnan(serial.y[3]) and np.isnan(pipe.y[3]) and all(np.isfinite(serial.y[:3]))
+    assert serial.y[0] > serial.y[1] > serial.y[2] and all(p < s for p, s in zip(pipe.y[:3], serial.y[:3]))
+    refused = plots.trace(fig, plots.transfer.NOT_SUPPORTED)
+    assert list(refused.x) == ["TP6 → TP4"] and refused.showlegend is True
+    assert "prefill_tp (6) must divide or be a multiple of the KV heads" in refused.customdata[0].replace("<br>", " ")
+    assert list(serial.marker.line.width) == [0, 2.5, 0, 0]  # the chosen pair is outlined
+    assert "<b>TP8 → TP4</b>" in fig.layout.xaxis.ticktext
+    assert fig.layout.yaxis.type == "log" and "(ms)" in fig.layout.yaxis.title.text
+    assert "busiest NIC decode 0: 336 MB" in serial.customdata[1]
+    ok = plots.transfer.pairs_figure(pairs.iloc[:3])
+    assert plots.trace(ok, plots.transfer.NOT_SUPPORTED).showlegend is False
+    assert "bold" not in ok.layout.xaxis.title.text
+
+
+def test_time_vs_prompt_figure(kv):
+    df = sweeps.transfer.time_vs_prompt(kv, [1024, 4096, 16384])
+    fig = plots.transfer.time_vs_prompt_figure(df, prompt_marker=4096)
+    names = [t.name for t in fig.data]
+    assert names[:2] == [plots.transfer.SERIAL, plots.transfer.PIPELINED] and "chosen prompt" in names
+    assert plots.transfer.UNBATCHED in names and plots.transfer.STAGED in names
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert "(tokens)" in fig.layout.xaxis.title.text and "(ms)" in fig.layout.yaxis.title.text
+    assert list(plots.trace(fig, "chosen prompt").x) == [4096, 4096]
+    lines = [t for t in fig.data if t.legendrank is not None and t.legendrank < plots.RANK_KEY]
+    assert len({(t.line.dash, t.marker.symbol) for t in lines}) == len(lines)  # not told apart by colour alone
+
+
+def test_fragment_table_for_people(kv):
+    table = plots.transfer.fragment_people_table(sweeps.transfer.fragment_table(kv))
+    assert len(table) == 16
+    assert list(table.frame.columns) == ["decode rank", "plan", "prefill rank", "buffer", "buffer kind",
+                                         "source offset [B]", "destination offset [B]", "bytes per page [B]",
+                                         "source page item [B]", "destination page item [B]"]
+    assert table.frame["destination offset [B]"].tolist()[:4] == ["0", "0", "4,096", "4,096"]

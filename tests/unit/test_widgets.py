@@ -29,6 +29,11 @@ def moe_app():
     return widgets.moe.moe_explorer()
 
 
+@pytest.fixture(scope="module")
+def kv_app():
+    return widgets.transfer.transfer_explorer()
+
+
 def _y(tr):
     return np.array(tr.y, dtype=float)
 
@@ -194,6 +199,9 @@ def test_ranks_outside_the_slider_extend_it(ranks):
     (widgets.disagg.pd_explorer, {"rate": -1.0}, ["rate", "> 0", "-1.0"]),
     (widgets.moe.moe_explorer, {"model": "llama-3-70b"}, ["llama-3-70b", "no MoE layers", "deepseek-v3"]),
     (widgets.moe.moe_explorer, {"redundant": 4.5}, ["redundant", "integer", "4.5"]),
+    (widgets.transfer.transfer_explorer, {"model": "gpt-5"}, ["model", "'gpt-5'", "llama-3-70b"]),
+    (widgets.transfer.transfer_explorer, {"page_size": 0}, ["page_size", "0"]),
+    (widgets.transfer.transfer_explorer, {"dp_pairing": "random"}, ["dp_pairing", "'random'", "any"]),
 ])
 def test_unknown_names_and_broken_rules_raise_at_construction(make, kwargs, needles):
     with pytest.raises(LlmexploreError) as err:
@@ -251,12 +259,12 @@ def test_readouts_are_formatted():
     assert lay.controls["context"].label == "131,072 tokens" and lay.controls["batch"].label == "64 sequences"
 
 
-def _all_figures(app, pd_app, moe_app):
-    return [(k, f) for a in (app, pd_app, moe_app) for k, f in a.figures.items()]
+def _all_figures(*apps):
+    return [(k, f) for a in apps for k, f in a.figures.items()]
 
 
-def test_titles_fit_and_every_line_is_labelled(app, pd_app, moe_app):
-    for key, fig in _all_figures(app, pd_app, moe_app):
+def test_titles_fit_and_every_line_is_labelled(app, pd_app, moe_app, kv_app):
+    for key, fig in _all_figures(app, pd_app, moe_app, kv_app):
         for line in fig.layout.title.text.split("<br>"):
             assert len(line) <= plots.TITLE_CHARS, (key, line)
         shown = [t for t in fig.data if t.visible is not False]
@@ -280,12 +288,12 @@ def test_usable_hbm_line_and_does_not_fit_have_legend_entries():
     assert "Nothing fits" in lay.status_text
 
 
-def test_no_chart_is_empty(app, pd_app, moe_app):
+def test_no_chart_is_empty(app, pd_app, moe_app, kv_app):
     moe_app.controls["layout"].value = (16, 1)  # TP16: one bar per GPU, all at the mean load
     try:
         bars = [t for t in moe_app.figures["loads"].data if t.type == "bar" and t.visible is not False]
         assert len(bars) == 1 and list(bars[0].x) == list(range(1, 17)) and set(bars[0].y) == {1.0}
-        for key, fig in _all_figures(app, pd_app, moe_app):
+        for key, fig in _all_figures(app, pd_app, moe_app, kv_app):
             assert any(np.isfinite(_y(t)).any() for t in fig.data if t.visible is not False and t.y is not None), key
     finally:
         moe_app.controls["layout"].value = (2, 8)
@@ -300,13 +308,14 @@ def test_overlapping_series_differ_in_more_than_colour(app, pd_app, moe_app):
         assert len(series) >= 2 and len(looks) == len(series), (key, looks)
 
 
-def test_status_text_is_the_status_line_without_html(app, pd_app, moe_app):
-    for a in (app, pd_app, moe_app):
+def test_status_text_is_the_status_line_without_html(app, pd_app, moe_app, kv_app):
+    for a in (app, pd_app, moe_app, kv_app):
         text = a.status_text
         assert text and "<" not in text and "&amp;" not in text
     assert app.status_text.startswith("Best: DOP — ")
     assert pd_app.status_text.startswith("Fewest GPUs: disaggregated, pipelined")
     assert moe_app.status_text.startswith("At skew 2.6×: static placement")
+    assert kv_app.status_text.startswith("Prefill TP8 → decode TP4 of Llama-3-70B: each decode rank gathers from 2")
 
 
 def test_moving_a_slider_back_reuses_the_tables():
@@ -354,3 +363,64 @@ def test_status_text_of_an_error_leaves_out_the_hint_about_the_figures():
     app = widgets.layouts.layout_explorer(ranks=3)
     assert "greyed out" in app.status.value
     assert app.status_text == "Cannot evaluate: ranks (3) must divide the query heads of deepseek-v3 (128)"
+
+
+# --------------------------------------------------------------------------------------------------
+# the KV transfer explorer
+
+
+def test_transfer_explorer_redraws_in_place_from_the_static_builders(kv_app):
+    app = kv_app
+    matrix, fanout, pairs = (app.figures[k] for k in ("matrix", "fanout", "pairs"))
+    assert np.asarray(trace(matrix, "MB per request").z).shape == (8, 4)
+    app.controls["decode_tp"].value = 2
+    try:
+        assert app.figures["matrix"] is matrix and app.figures["pairs"] is pairs
+        s = sweeps.transfer.setup("llama-3-70b", prefill_tp=8, decode_tp=2)
+        want = sweeps.transfer.byte_matrix(s).to_numpy()
+        assert np.allclose(np.asarray(trace(matrix, "MB per request").z, float), want)
+        _assert_shows(fanout, plots.transfer.fanout_figure(sweeps.transfer.prefill_rank_table(s)))
+        static = plots.transfer.pairs_figure(sweeps.transfer.layout_pairs(
+            "llama-3-70b", widgets.transfer.pairs_around(s.model, 8, 2)), chosen=(8, 2))
+        _assert_shows(pairs, static)
+        assert "<b>TP8 → TP2</b>" in pairs.layout.xaxis.ticktext
+        assert "each decode rank gathers from 4 prefill ranks" in app.status_text
+        assert app.last["summary"]["max_sources"] == 4
+    finally:
+        app.controls["decode_tp"].value = 4
+
+
+def test_transfer_explorer_reports_a_layout_the_planner_refuses(kv_app):
+    app = kv_app
+    app.controls["decode_dp"].value = 2  # version 1: decode DP group 1 has no prefill group
+    try:
+        assert app.status_text.startswith("Cannot evaluate: decode_layout.dp_size must be <= prefill_layout.dp_size "
+                                          "(1) with dp_pairing='index'")
+        assert "Traceback" not in app.status.value
+        assert all(f.layout.title.text.startswith("Not updated") for f in app.figures.values())
+        app.controls["dp_pairing"].value = "any"  # any prefill group may serve any decode group
+        assert app.status_text.startswith("Prefill TP8 → decode TP4 x DP2 of Llama-3-70B")
+        assert np.asarray(trace(app.figures["matrix"], "MB per request").z).shape == (8, 8)
+        assert not any(f.layout.title.text.startswith("Not updated") for f in app.figures.values())
+    finally:
+        app.controls["dp_pairing"].value = "index"
+        app.controls["decode_dp"].value = 1
+    assert app.status_text.startswith("Prefill TP8 → decode TP4 of Llama-3-70B")
+    odd = widgets.transfer.transfer_explorer(prefill_tp=6)  # not on the slider, and not a divisor of 8 heads
+    assert odd.controls["prefill_tp"].value == 6 and odd.controls["prefill_tp"].label == "6 GPUs"
+    assert odd.status_text == ("Cannot evaluate: prefill_tp (6) must divide or be a multiple of the KV heads of "
+                               "llama-3-70b (8)")
+
+
+def test_transfer_explorer_redraws_fast():
+    import time
+
+    app = widgets.transfer.transfer_explorer()
+    times = []
+    for name, value in (("decode_tp", 8), ("page_size", 32), ("model", "qwen3-32b"), ("prefill_dp", 2),
+                        ("decode_dp", 2), ("kv_dtype", "fp8"), ("link", "ib-ndr400")):
+        t0 = time.perf_counter()
+        app.controls[name].value = value  # a new parameter set each time: computed, not remembered
+        times.append(time.perf_counter() - t0)
+    assert "Cannot evaluate" not in app.status_text
+    assert sorted(times)[len(times) // 2] < 0.25, times  # about 40 ms on a 2-core machine
