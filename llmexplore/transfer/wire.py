@@ -115,7 +115,8 @@ def decode_transfer_fragments(version_frame: bytes | None, payload_frame: bytes 
         # JSON integers decode to exactly int (never bool or float), so an exact type test is the rule
         if (type(bi) is int and type(src) is int and type(dst) is int and type(sps) is int and type(dps) is int
                 and type(so) is int and type(do) is int and type(bpp) is int and (pc is None or type(pc) is int)
-                and kind in _KIND and _fragment_ok(bi, src, dst, sps, dps, so, do, bpp, pc)):
+                and type(kind) is str and kind in _KIND  # a list or object kind is unhashable: test str first
+                and _fragment_ok(bi, src, dst, sps, dps, so, do, bpp, pc)):
             out.append(_fragment(bi, _KIND[kind], src, dst, sps, dps, so, do, bpp, pc))
             continue
         for name in FRAGMENT_FIELDS:  # the slow path: say what is wrong
