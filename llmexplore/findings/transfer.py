@@ -101,7 +101,7 @@ def summary_table(summary: dict) -> pd.DataFrame:
         (f"bytes of one {summary['prompt_tokens']:,}-token request", _mb(summary["request_MB"])),
         (f"busiest NIC ({summary['busiest']})", _mb(summary["busiest_MB"])),
         ("copied locally by decode replicas", _mb(summary["local_copy_MB"])),
-        (f"transfer over {summary['link']}: serial / pipelined (exposed)",
+        (f"transfer over {presets.resolve('links', summary['link']).label}: serial / pipelined (exposed)",
          f"{num(summary['serial_ms'])} ms / " + (f"{num(pipelined)} ms" if np.isfinite(pipelined) else "n/a")),
         *([("serial with one RDMA write per page (unbatched)", f"{num(summary['unbatched_ms'])} ms")]
           if "unbatched_ms" in summary else []),
@@ -130,7 +130,7 @@ def matrix_sentence(matrix: pd.DataFrame, *, short: bool = False) -> str:
            else f"{int(sources.min())}–{int(sources.max())} prefill ranks")
     quiet = int(m.shape[1] - receivers.sum())
     if short:
-        who = f"; {int(receivers.sum()):,} decode ranks gather" if quiet else ": each decode rank gathers"
+        who = f"; {int(receivers.sum()):,} decode ranks get" if quiet else ": each decode rank gets"
         return f"{pairs:,} of {m.size:,} rank pairs carry KV{who} {_span(recv)} from {src}"
     text = (f"{pairs:,} of the {m.shape[0]:,} × {m.shape[1]:,} prefill × decode rank pairs carry KV, "
             f"{_span(m[live])} each per request: every receiving decode rank gathers {_span(recv)} from {src}, "

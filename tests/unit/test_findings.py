@@ -236,3 +236,5 @@ def test_transfer_sentences_name_idle_ranks_replicas_and_refusals():
     for short in (ft.matrix_sentence(matrix, short=True), ft.pairs_sentence(default, short=True),
                   ft.prompt_sentence(prompts, short=True), ft.fanout_sentence(ranks, short=True)):
         assert len(short) <= TITLE_CHARS, short
+    assert ft.matrix_sentence(st.byte_matrix(st.setup()), short=True) == (
+        "8 of 32 rank pairs carry KV: each decode rank gets 336 MB from 2 prefill ranks")
