@@ -92,8 +92,8 @@ def run(args) -> int:
     if args.prefill_dp_group is not None and args.dp_pairing != "any":
         from ._framework import UsageError
 
-        raise UsageError(f"--prefill-dp-group must be left out unless --dp-pairing is any (with index pairing the source is decode "
-                         f"group {args.decode_dp_group}), got {args.prefill_dp_group}")
+        raise UsageError(f"--prefill-dp-group must be left out unless --dp-pairing is any (with index pairing the "
+                         f"source is decode group {args.decode_dp_group}), got {args.prefill_dp_group}")
     if args.decode_dp_group or args.prefill_dp_group is not None:
         from dataclasses import replace
 

@@ -177,7 +177,8 @@ class PDTransferPlanner:
             raise UnsupportedPDLayoutError(
                 f"decode_layout.dp_size must be <= prefill_layout.dp_size ({prefill_layout.dp_size}) with "
                 f"dp_pairing='index' (decode DP group k receives from prefill DP group k), got "
-                f"{decode_layout.dp_size}: {_groups(prefill_layout.dp_size, decode_layout.dp_size)} would have no source; use dp_pairing='any' to route each request from any prefill DP group")
+                f"{decode_layout.dp_size}: {_groups(prefill_layout.dp_size, decode_layout.dp_size)} would have no "
+                f"source; use dp_pairing='any' to route each request from any prefill DP group")
         self._t = _template(self.prefill_tp, self.decode_tp, self.prefill_buffers, self.decode_buffers)
         self._plans: dict[tuple[int, int], RankTransferPlan] = self._t.plans
 
