@@ -93,8 +93,10 @@ def fanout_figure(ranks: pd.DataFrame, *, title: str = "Fan-out and bytes sent p
                          hovertemplate="prefill rank %{x}: idle, sends nothing<extra></extra>", **axes))
     fan_top = max(float(ranks["fanout"].max()) if len(ranks) else 1.0, 1.0)
     sent_top = max(float(ranks["sent_MB"].max()) if len(ranks) else 1.0, 1e-9)
-    for ax in ("xaxis", "xaxis2"):
-        layout[ax].update(title=dict(text="prefill rank (global)"), dtick=_dtick(len(ranks)))
+    lo_x, hi_x = (float(x.min()) - 0.5, float(x.max()) + 0.5) if len(x) else (-0.5, 0.5)
+    for ax in ("xaxis", "xaxis2"):  # a fixed range: the "idle" labels must not widen it
+        layout[ax].update(title=dict(text="prefill rank (global)"), dtick=_dtick(len(ranks)), range=[lo_x, hi_x])
+    layout["margin"]["t"] += 16  # room between the title and the panel titles
     layout["yaxis"].update(title=dict(text="decode ranks served"), range=[0, fan_top * 1.2], dtick=1 if fan_top <= 8
                            else None)
     layout["yaxis2"].update(title=dict(text="sent per request (MB)"), range=[0, sent_top * 1.2])
