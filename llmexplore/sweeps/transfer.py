@@ -28,7 +28,7 @@ from ..transfer.roundtrip import roundtrip_check
 from ..units import dtype_bytes
 from . import built, int_param, preset_param, tidy
 
-__all__ = ["TransferSetup", "setup", "byte_matrix", "prefill_rank_table", "decode_rank_table", "fragment_table",
+__all__ = ["TransferSetup", "setup", "pairs_around", "byte_matrix", "prefill_rank_table", "decode_rank_table", "fragment_table",
            "plan_summary", "layout_pairs", "candidate_tps", "time_vs_prompt", "check_notebook_parameters", "MAX_TP",
            "MAX_DP"]
 
@@ -213,16 +213,27 @@ def candidate_tps(model: ModelSpec, most: int = 64) -> list[int]:
     return [t for t in tps if h % t == 0 or t % h == 0]
 
 
-def layout_pairs(model="llama-3-70b", pairs=None, *, page_size: int = 16, kv_dtype: str = "bf16",
+def pairs_around(model, prefill_tp: int, decode_tp: int, most: int = 32) -> list[tuple[int, int]]:
+    """The layout pairs compared around a chosen one: the chosen prefill TP to every decode TP the model's KV
+    heads allow (:func:`candidate_tps` up to ``most``), and every such prefill TP to the chosen decode TP (each
+    pair once, the chosen one included)."""
+    m = presets.resolve("models", model)
+    prefill_tp = _check.integer("prefill_tp", prefill_tp, lo=1, hi=MAX_TP)
+    decode_tp = _check.integer("decode_tp", decode_tp, lo=1, hi=MAX_TP)
+    tps = candidate_tps(m, most)
+    pairs = [(prefill_tp, d) for d in sorted(set(tps) | {decode_tp})]
+    return pairs + [(p, decode_tp) for p in sorted(set(tps) | {prefill_tp}) if p != prefill_tp]
+
+
+def layout_pairs(model="llama-3-70b", pairs=None, *, chosen=(8, 8), page_size: int = 16, kv_dtype: str = "bf16",
                  prompt_tokens: int = 4096, link="roce-400g", gpu="h100-sxm", runtime="default",
                  draft_layers: int = 0) -> pd.DataFrame:
-    """Compare layout pairs ``[(prefill_tp, decode_tp), ...]`` (default: prefill TP 8 to every candidate
-    decode TP, and every candidate prefill TP to decode TP 8): one row each with the :func:`plan_summary`
-    columns (no round-trip), ``feasible`` and ``reason``."""
+    """Compare layout pairs ``[(prefill_tp, decode_tp), ...]`` (default: :func:`pairs_around` the ``chosen``
+    (prefill TP, decode TP)): one row each with the :func:`plan_summary` columns (no round-trip), ``feasible``
+    and ``reason``."""
     m = presets.resolve("models", model)
     if pairs is None:
-        tps = candidate_tps(m, 32)
-        pairs = [(8, d) for d in tps] + [(p, 8) for p in tps if p != 8]
+        pairs = pairs_around(m, *chosen)
     rows = []
     for i, pair in enumerate(pairs):
         try:
@@ -265,10 +276,19 @@ def check_notebook_parameters(p) -> dict[str, str]:
         sizes[name] = int_param(name, p[name], 1, hi)
     int_param("PAGE_SIZE", p["PAGE_SIZE"], 1, MAX_PAGE_TOKENS)
     int_param("PROMPT_TOKENS", p["PROMPT_TOKENS"], 1, 1 << 24)
+    pairing = p["DP_PAIRING"]
+    if not isinstance(pairing, str) or pairing not in DP_PAIRINGS:
+        raise SpecError(f"DP_PAIRING must be one of {', '.join(DP_PAIRINGS)}, got {pairing!r}")
+    if pairing == "index" and sizes["DECODE_DP"] > sizes["PREFILL_DP"]:
+        raise SpecError(f"DECODE_DP must be <= PREFILL_DP ({sizes['PREFILL_DP']}) with DP_PAIRING = 'index' (decode "
+                        f"DP group k receives from prefill DP group k, as in version 1), got {sizes['DECODE_DP']}; "
+                        f"set DP_PAIRING = 'any' to route each request from any prefill DP group")
     built("PREFILL_TP, DECODE_TP, PREFILL_DP, DECODE_DP, PAGE_SIZE",
           lambda: setup(m.name, prefill_tp=sizes["PREFILL_TP"], decode_tp=sizes["DECODE_TP"],
                         prefill_dp=sizes["PREFILL_DP"], decode_dp=sizes["DECODE_DP"], page_size=p["PAGE_SIZE"],
-                        kv_dtype=p["KV_DTYPE"], gpu=p["GPU"], link=p["LINK"], prompt_tokens=p["PROMPT_TOKENS"]),
-          rename={"prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "decode_layout.dp_size": "DECODE_DP",
-                  "page_size": "PAGE_SIZE"})
+                        kv_dtype=p["KV_DTYPE"], gpu=p["GPU"], link=p["LINK"], prompt_tokens=p["PROMPT_TOKENS"],
+                        dp_pairing=pairing),
+          # the longer names first: a message is renamed by the first argument it starts with
+          rename={"prefill_tp x prefill_dp": "PREFILL_TP x PREFILL_DP", "decode_tp x decode_dp": "DECODE_TP x DECODE_DP",
+                  "prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "page_size": "PAGE_SIZE"})
     return {}

@@ -32,13 +32,7 @@ PAGE_SIZES = log_options(1, 256)
 PAIRINGS = [("by index (version 1)", "index"), ("any prefill group", "any")]
 
 
-def pairs_around(model, prefill_tp: int, decode_tp: int, most: int = 32) -> list[tuple[int, int]]:
-    """The layout pairs the explorer compares: the chosen prefill TP to every decode TP the model's KV heads
-    allow, and every such prefill TP to the chosen decode TP (each pair once, the chosen one included)."""
-    tps = transfer_sweeps.candidate_tps(model, most)
-    pairs = [(prefill_tp, d) for d in sorted(set(tps) | {decode_tp})]
-    pairs += [(p, decode_tp) for p in sorted(set(tps) | {prefill_tp}) if p != prefill_tp]
-    return pairs
+pairs_around = transfer_sweeps.pairs_around  # the pairs the explorer compares (kept here for callers)
 
 
 def _count(unit: str):

@@ -239,9 +239,9 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
     ],
     "40_kv_transfer": [
         # the link alone sets the latency, the GPU alone the prefill time, the decode TP the sources per rank
-        (dict(LINK="ib-ndr400", GPU="h200", DECODE_TP=2),
+        (dict(LINK="ib-ndr400", GPU="h200", DECODE_TP=2, DP_PAIRING="any"),
          {"LINK": rec("plan", lambda p: p["latency_ms"]), "GPU": rec("plan", lambda p: p["prefill_ms"]),
-          "DECODE_TP": rec("sources_per_decode_rank")}),
+          "DECODE_TP": rec("sources_per_decode_rank"), "DP_PAIRING": rec("plan", lambda p: p["dp_pairing"])}),
         # the model moves the bytes; each side's DP groups widen its axis of the byte matrix
         (dict(MODEL="qwen3-32b", PREFILL_DP=4, DECODE_DP=2),
          {"MODEL": rec("plan", lambda p: p["request_MB"]), "PREFILL_DP": fig("byte_matrix_figure(", "y"),
@@ -261,7 +261,8 @@ REJECTED = [
     ("10_attention_layouts", dict(CONTEXT_MAX=128), r"CONTEXT_MAX must be greater than CONTEXT_MIN"),
     ("20_pd_disaggregation", dict(PREFILL_TP=3), r"PREFILL_TP \(3\) must divide"),
     ("30_moe_expert_parallel", dict(MODEL="llama-3-70b"), r"MODEL = 'llama-3-70b' does not apply to this notebook"),
-    ("40_kv_transfer", dict(DECODE_DP=2), r"DECODE_DP must be <= .*\(1\) with dp_pairing='index'"),
+    ("40_kv_transfer", dict(DECODE_DP=2), r"DECODE_DP must be <= PREFILL_DP \(1\) with DP_PAIRING = 'index'"),
+    ("40_kv_transfer", dict(PREFILL_DP=1024, PREFILL_TP=128), r"PREFILL_TP x PREFILL_DP must be at most 65,536 ranks"),
     ("40_kv_transfer", dict(PREFILL_TP=6), r"PREFILL_TP \(6\) must divide or be a multiple of the KV heads"),
 ]
 
