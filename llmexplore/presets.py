@@ -26,9 +26,9 @@ import yaml
 
 from ._check import path_kind, read_text, shown
 from .errors import SpecError, UnknownPresetError
-from .specs import Hardware, Link, ModelSpec, Runtime
+from .specs import Hardware, Link, ModelSpec, Runtime, StorageTier
 
-__all__ = ["DATA_DIR", "KINDS", "model", "hardware", "link", "runtime", "names", "table", "add_file",
+__all__ = ["DATA_DIR", "KINDS", "model", "hardware", "link", "runtime", "storage", "names", "table", "add_file",
            "clear_cache", "resolve"]
 
 DATA_DIR = Path(os.environ.get("LLMEXPLORE_DATA", Path(__file__).resolve().parents[1] / "data"))
@@ -39,6 +39,7 @@ KINDS: dict[str, tuple[str, type]] = {
     "hardware": ("hardware", Hardware),
     "links": ("links", Link),
     "runtime": ("runtime", Runtime),
+    "storage": ("storage", StorageTier),
 }
 
 _user_files: list[Path] = []
@@ -228,9 +229,15 @@ def runtime(name: str = "default") -> Runtime:
     return _get("runtime", name, "runtime")
 
 
+def storage(name: str) -> StorageTier:
+    """A storage tier preset (``data/storage.yaml`` or a user file's ``storage`` section)."""
+    return _get("storage", name, "storage")
+
+
 def resolve(kind: str, value):
     """Accept either a spec instance or a preset name."""
     _, cls = KINDS[kind]
     if isinstance(value, cls):
         return value
-    return _get(kind, value, {"models": "model", "hardware": "gpu", "links": "link", "runtime": "runtime"}[kind])
+    return _get(kind, value, {"models": "model", "hardware": "gpu", "links": "link", "runtime": "runtime",
+                                       "storage": "storage"}[kind])

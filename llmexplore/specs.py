@@ -19,10 +19,14 @@ from . import _check
 from .errors import SpecError
 from .units import dtype_bytes
 
-__all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "ATTENTION_KINDS", "LINK_KINDS"]
+__all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "StorageTier", "ATTENTION_KINDS", "LINK_KINDS",
+           "STORAGE_KINDS"]
 
 ATTENTION_KINDS = ("gqa", "mla")
 LINK_KINDS = ("scale-up", "scale-out", "host")
+#: where a storage tier keeps KV blocks: host DRAM (one hop over PCIe to the GPU), a local SSD or a network file
+#: system (two hops: device -> host memory -> GPU)
+STORAGE_KINDS = ("dram", "ssd", "network")
 
 
 def _meta(unit: str = "", help: str = "", *, min: float | None = None, max: float | None = None,
@@ -460,3 +464,59 @@ class Runtime(_Spec):
     def __post_init__(self) -> None:
         _freeze_sources(self)
         _check_numbers(self)  # efficiencies and the usable fraction in [1e-6, 1]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StorageTier(_Spec):
+    """Where cached KV blocks live, and how fast they come back (docs/models.md §6.1).
+
+    A read of ``io`` bytes at queue depth QD sees the device at its effective bandwidth (Little's law)
+    ``min(read_GBps, link_GBps, QD * io / (latency_us + io / read_GBps))``. ``dram``: pinned host memory, read
+    straight into the GPU over PCIe (``read_GBps`` is that copy's bandwidth, ``h2d_GBps`` is 0). ``ssd`` and
+    ``network``: read into host memory first, then copied to the GPU at ``h2d_GBps`` (the two hops pipelined
+    or not). ``block_overhead_us``: fixed cost per block file (open, lookup, checksum bookkeeping).
+    """
+
+    name: str
+    kind: str = field(metadata={"help": "'dram', 'ssd' or 'network'"})
+    read_GBps: float = field(metadata=_meta("GB/s", "sustained read bandwidth of the device (at high queue depth)",
+                                            min=MIN_POSITIVE, max=MAX_RATE))
+    latency_us: float = field(metadata=_meta("us", "latency of one read request at queue depth 1", min=0,
+                                             max=MAX_RATE))
+    link_GBps: float = field(metadata=_meta("GB/s", "cap of the path from the device to host memory (PCIe lanes, "
+                                            "NIC); 0: none", min=0, max=MAX_RATE))
+    h2d_GBps: float = field(metadata=_meta("GB/s", "host-memory to GPU copy bandwidth of the second hop; 0 for "
+                                           "a dram tier (one hop)", min=0, max=MAX_RATE))
+    queue_depth: int = field(metadata=_meta("", "reads kept in flight", min=1, max=4096, integer=True))
+    io_KiB: int = field(metadata=_meta("KiB", "size of one read request", min=4, max=1 << 20, integer=True))
+    block_overhead_us: float = field(default=0.0, metadata=_meta("us", "fixed cost per block (open, lookup)",
+                                                                 min=0, max=MAX_RATE, optional=True))
+    display_name: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _freeze_sources(self)
+        if self.kind not in STORAGE_KINDS:
+            raise SpecError(f"StorageTier {self.name!r}: kind must be one of {list(STORAGE_KINDS)}, got {self.kind!r}")
+        _check_numbers(self)
+        if self.kind == "dram" and self.h2d_GBps:
+            raise SpecError(f"StorageTier {self.name!r}: h2d_GBps must be 0 for a dram tier (its read is the copy "
+                            f"to the GPU), got {self.h2d_GBps}")
+        if self.kind != "dram" and not self.h2d_GBps:
+            raise SpecError(f"StorageTier {self.name!r}: h2d_GBps must be > 0 for a {self.kind} tier (blocks reach "
+                            f"the GPU through host memory), got {self.h2d_GBps}")
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+    def effective_GBps(self, queue_depth: int | None = None, io_KiB: float | None = None) -> float:
+        """Read bandwidth seen at a queue depth and request size [GB/s] (Little's law, capped by the device
+        and its link)."""
+        qd = self.queue_depth if queue_depth is None else queue_depth
+        io = (self.io_KiB if io_KiB is None else io_KiB) * 1024.0
+        per_request_s = self.latency_us * 1e-6 + io / (self.read_GBps * 1e9)
+        bw = qd * io / per_request_s / 1e9
+        caps = [self.read_GBps] + ([self.link_GBps] if self.link_GBps else [])
+        return min(bw, *caps)

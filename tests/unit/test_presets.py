@@ -9,9 +9,9 @@ import pytest
 
 from llmexplore import presets
 from llmexplore.errors import SpecError, UnknownPresetError
-from llmexplore.specs import Hardware, Link, ModelSpec, Runtime
+from llmexplore.specs import Hardware, Link, ModelSpec, Runtime, StorageTier
 
-KIND_CLASSES = {"models": ModelSpec, "hardware": Hardware, "links": Link, "runtime": Runtime}
+KIND_CLASSES = {"models": ModelSpec, "hardware": Hardware, "links": Link, "runtime": Runtime, "storage": StorageTier}
 ALL_PRESETS = [(kind, name) for kind in presets.KINDS for name in presets.names(kind)]
 
 
