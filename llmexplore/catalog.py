@@ -29,6 +29,8 @@ def preset_records(kind: str) -> list[dict]:
             row["ridge_flops_per_byte_fp8"] = spec.ridge_flops_per_byte("fp8")
         elif kind == "links":
             row["efficiency"] = spec.efficiency
+        elif kind == "storage":
+            row["effective_read_GBps"] = spec.effective_GBps()
         row["sources"] = dict(spec.sources)
         out.append(row)
     return out
@@ -44,6 +46,8 @@ _COLUMNS = {
     "runtime": ["name", "eta_mem", "eta_compute", "eta_attn_compute", "eta_attn_mem", "kernel_overhead_us",
                 "step_overhead_ms",
                 "usable_hbm_fraction", "reserve_GiB", "page_tokens"],
+    "storage": ["name", "kind", "read_GBps", "latency_us", "link_GBps", "h2d_GBps", "queue_depth", "io_KiB",
+                "effective_read_GBps", "block_overhead_us"],
 }
 
 

@@ -42,6 +42,12 @@ PRESET_VIEWS: dict[str, list[Col]] = {
         Col("usable_hbm_fraction", "usable_hbm_fraction", "g"), Col("reserve_GiB", "reserve_GiB", "g"),
         Col("page_tokens", "page_tokens", "d"),
     ],
+    "storage": [
+        Col("name", "name"), Col("kind", "kind"), Col("read_GBps", "read_GBps", "g"),
+        Col("latency_us", "latency_us", "g"), Col("link_GBps", "link_GBps", "g"), Col("h2d_GBps", "h2d_GBps", "g"),
+        Col("queue_depth", "QD", "d"), Col("io_KiB", "io_KiB", "d"),
+        Col("effective_read_GBps", "effective GB/s", ".2f"), Col("block_overhead_us", "us/block", "g"),
+    ],
 }
 
 

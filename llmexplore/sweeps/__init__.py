@@ -20,7 +20,7 @@ from ..errors import LlmexploreError, SpecError, UnknownPresetError
 from ..units import display_name, from_si, si_unit_of
 
 __all__ = ["log_grid", "tidy", "summary_frame", "DEFAULT_UNITS", "preset_param", "int_param", "built", "layouts",
-           "disagg", "moe", "transfer"]
+           "disagg", "moe", "transfer", "offload"]
 
 #: display unit of each SI base unit in tables
 DEFAULT_UNITS = {"s": "ms", "B": "GB"}
@@ -102,4 +102,4 @@ def built(names: str, make, rename: dict[str, str] | None = None):
         raise SpecError(rename[arg] + text[len(arg):] if arg else f"{names}: {text}") from None
 
 
-from . import disagg, layouts, moe, transfer  # noqa: E402  (area modules use the helpers above)
+from . import disagg, layouts, moe, offload, transfer  # noqa: E402  (area modules use the helpers above)

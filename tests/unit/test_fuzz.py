@@ -39,6 +39,8 @@ BASE = {
            "--prefill-tp", "1", "--decode-tp", "1"],
     "moe": ["moe", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", "--batch-tokens", "64"],
     "transfer": ["transfer", "--model", "llama-3-8b", "--prefill-tp", "2", "--decode-tp", "1"],
+    "offload": ["offload", "--model", "llama-3.2-3b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--prefix",
+                "4096"],
     "calibrate": ["calibrate", "--data", str(DATA)],
     "presets": ["presets", "models"],
     "report": ["report", "--out", "reports-fuzz"],
@@ -241,7 +243,7 @@ FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCh
                                                                          HealthCheck.function_scoped_fixture])
 
 #: examples per command: the cheap commands get more
-EXAMPLES = {"layouts": 120, "moe": 60, "pd": 40, "transfer": 60, "calibrate": 25, "presets": 15, "report": 25}
+EXAMPLES = {"layouts": 120, "moe": 60, "pd": 40, "transfer": 60, "offload": 50, "calibrate": 25, "presets": 15, "report": 25}
 
 
 @pytest.mark.parametrize("command", list(EXAMPLES))

@@ -1,0 +1,93 @@
+"""``llmexplore offload``: load a cached KV prefix from a storage tier, or recompute it? Both costs, the decision,
+the break-even and what a queue wait buys by preloading."""
+
+from __future__ import annotations
+
+from ._framework import (
+    COMMON_FLAGS,
+    EXIT_OK,
+    Checked,
+    dtype_runtime_options,
+    int_in,
+    model_gpu_options,
+    number_in,
+    preset_name,
+    print_json,
+)
+
+__all__ = ["add", "run", "FLAGS"]
+
+#: API field names -> the flags of this command
+FLAGS = {**COMMON_FLAGS, "storage": "--storage", "prefix_tokens": "--prefix", "queue_wait_ms": "--queue-wait-ms",
+         "tp": "--tp", "block_tokens": "--block-tokens", "read_GBps": "--read-GBps", "latency_us": "--latency-us",
+         "suffix_tokens": "--new-tokens"}
+
+
+def add(sub) -> None:
+    from ..models.engine import MAX_RANKS
+    from ..models.offload import MAX_PREFIX
+
+    p = sub.add_parser("offload", help="load a cached KV prefix from host memory / SSD / NFS, or recompute it: "
+                                       "costs, decision, break-even, preload",
+                       description="Marginal recompute time of a prefix's cached blocks on the GPUs vs the time to "
+                                   "load them from a storage tier (block-granular, device -> host -> GPU, "
+                                   "pipelined), the decision (load exactly when the prefix is at or above the "
+                                   "break-even), which term sets the break-even, and the exposed load when loading "
+                                   "starts while the request waits in the queue.")
+    req = p.add_argument_group("required")
+    model_gpu_options(req)
+    req.add_argument("--storage", required=True, action=Checked, check=preset_name("storage"), metavar="S",
+                     help="storage tier preset (see: presets storage)")
+    req.add_argument("--prefix", required=True, action=Checked, check=int_in(0, MAX_PREFIX), metavar="N",
+                     help="cached prefix length [tokens]")
+    p.add_argument("--queue-wait-ms", default=0.0, action=Checked, check=number_in(0.0, 1e9), metavar="W",
+                   help="time the request waits before it runs, during which its blocks can be preloaded [ms] "
+                        "(default: 0)")
+    p.add_argument("--tp", default=1, action=Checked, check=int_in(1, MAX_RANKS), metavar="T",
+                   help="tensor-parallel GPUs that recompute (and each receive their KV shard) (default: 1)")
+    p.add_argument("--block-tokens", default=256, action=Checked, check=int_in(1, 1 << 16), metavar="B",
+                   help="tokens per cached block; only full blocks are cached (default: 256)")
+    p.add_argument("--new-tokens", default=256, action=Checked, check=int_in(1, 1 << 20), metavar="S",
+                   help="new prompt tokens after the prefix, prefilled either way (default: 256)")
+    p.add_argument("--read-GBps", default=None, action=Checked, check=number_in(0.0, 1e5, lo_open=True),
+                   metavar="BW", help="override the tier's device read bandwidth [GB/s]")
+    p.add_argument("--latency-us", default=None, action=Checked, check=number_in(0.0, 1e7), metavar="US",
+                   help="override the tier's per-read latency [us]")
+    p.add_argument("--serial", action="store_true", help="the two hops one after the other (default: pipelined "
+                                                          "per block)")
+    dtype_runtime_options(p)
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.set_defaults(func=run, flags=FLAGS)
+
+
+def run(args) -> int:
+    from ..sweeps import offload as so
+
+    s = so.setup(args.model, args.gpu, storage=args.storage, tp=args.tp, kv_dtype=args.kv_dtype,
+                 weight_dtype=args.weight_dtype, runtime=args.runtime, block_tokens=args.block_tokens,
+                 pipelined=not args.serial, suffix_tokens=args.new_tokens, read_GBps=args.read_GBps,
+                 latency_us=args.latency_us)
+    rec = so.point_summary(s, args.prefix, queue_wait_ms=args.queue_wait_ms)
+    if args.json:
+        print_json(rec)
+        return EXIT_OK
+    be = rec["break_even_tokens"]
+    be_text = "never (up to 2M tokens)" if be == float("inf") else f"{be:,.0f} tokens"
+    why = ("the fixed latency of a load (per token, loading is cheaper than recomputing)" if rec["set_by"] == "latency"
+           else "the per-token bandwidth (per token, loading is dearer than recomputing; the quadratic attention "
+                "term of recompute catches up)")
+    print(f"{s.label}")
+    print(f"prefix {rec['prefix_tokens']:,} tokens: {rec['blocks']} full blocks ({rec['cached_tokens']:,} tokens, "
+          f"{rec['bytes_MB']:,.1f} MB) cached")
+    print(f"recompute {rec['recompute_ms']:.3f} ms vs load {rec['load_ms']:.3f} ms "
+          f"(effective read {rec['effective_read_GBps']:.2f} GB/s) -> {rec['decision']}")
+    print(f"break-even: {be_text}, set by {why}; closed form {rec['closed_form_tokens']:,.0f} tokens "
+          f"(a = {rec['a_us_per_token']:.2f} us/token to recompute, c = {rec['c_us_per_token']:.2f} us/token to load)")
+    if rec["also_pays_below"]:
+        print("note: loading also pays for some shorter prefixes (an MoE prefill that wakes every expert)")
+    if rec["queue_wait_ms"]:
+        pbe = rec["preload_break_even_tokens"]
+        print(f"preloaded during a {rec['queue_wait_ms']:g} ms queue wait: {rec['exposed_load_ms']:.3f} ms exposed "
+              f"(saves {rec['preload_benefit_ms']:.3f} ms); break-even "
+              f"{'never' if pbe == float('inf') else f'{pbe:,.0f} tokens'} -> {rec['decision_with_preload']}")
+    return EXIT_OK

@@ -1,0 +1,304 @@
+"""KV offload sweeps: tidy tables built from :mod:`llmexplore.models.offload` and :mod:`llmexplore.models.preload`.
+
+One :class:`OffloadSetup` fixes the deployment (model, GPU, TP, dtypes), the storage tier and the block size;
+the functions return the tables the notebook, the explorer and the command line all read: the one-point
+decision (:func:`point_summary`), cost curves per tier (:func:`cost_curves`) with their break-evens
+(:func:`break_even_table`), the winner over prefix x bandwidth (:func:`regime_grid`), the break-even over
+bandwidth x latency (:func:`break_even_map`), the preload benefit against the queue wait (:func:`preload_curve`),
+a staging replay (:func:`staging_replay`) and the GPUs a hit ratio saves (:func:`gpus_vs_hit_ratio`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .. import _check, presets
+from ..errors import SpecError
+from ..models import offload as of
+from ..models import preload as pre
+from ..models.engine import MAX_RANKS, Deployment
+from ..models.prefill import prefill_time
+from ..specs import StorageTier
+from ..units import dtype_bytes
+from . import built, int_param, preset_param, tidy
+
+__all__ = ["OffloadSetup", "setup", "custom_tier", "point_summary", "cost_curves", "break_even_table",
+           "regime_grid", "break_even_map", "preload_curve", "staging_replay", "gpus_vs_hit_ratio",
+           "check_notebook_parameters"]
+
+
+@dataclass(frozen=True)
+class OffloadSetup:
+    """The deployment that would recompute, the tier that would load, and how blocks are cut and moved."""
+
+    dep: Deployment
+    tier: StorageTier
+    block_tokens: int = of.DEFAULT_BLOCK_TOKENS
+    pipelined: bool = True
+    suffix_tokens: int = 256
+
+    @property
+    def kw(self) -> dict:
+        return {"block_tokens": self.block_tokens, "pipelined": self.pipelined}
+
+    @property
+    def label(self) -> str:
+        d = self.dep
+        return (f"{d.model.label} on {d.ranks}x {d.hardware.label} (KV {d.kv_dtype}), {self.tier.label}, "
+                f"{self.block_tokens}-token blocks")
+
+
+def custom_tier(base, *, read_GBps: float | None = None, latency_us: float | None = None) -> StorageTier:
+    """A tier like ``base`` (a preset name or spec) with another read bandwidth [GB/s] and/or latency [us]."""
+    t = presets.resolve("storage", base)
+    changes = {}
+    if read_GBps is not None:
+        changes["read_GBps"] = _check.number("read_GBps", read_GBps, lo=0, lo_open=True, hi=1e5, unit="GB/s")
+        changes["link_GBps"] = 0.0 if not t.link_GBps else max(t.link_GBps, changes["read_GBps"])
+    if latency_us is not None:
+        changes["latency_us"] = _check.number("latency_us", latency_us, lo=0, hi=1e7, unit="us")
+    if not changes:
+        return t
+    label = ", ".join(([f"{changes['read_GBps']:g} GB/s"] if "read_GBps" in changes else [])
+                      + ([f"{changes['latency_us']:g} us"] if "latency_us" in changes else []))
+    return dataclasses.replace(t, name=f"{t.name} ({label})", display_name=f"{t.label} ({label})", **changes)
+
+
+def setup(model="llama-3-70b", gpu="h100-sxm", *, storage="nvme-gen4", tp: int = 8, kv_dtype: str = "bf16",
+          weight_dtype: str | None = None, runtime="default", block_tokens: int = of.DEFAULT_BLOCK_TOKENS,
+          pipelined: bool = True, suffix_tokens: int = 256, read_GBps: float | None = None,
+          latency_us: float | None = None) -> OffloadSetup:
+    """Build an :class:`OffloadSetup` from preset names (validated: errors name the argument and the rule)."""
+    tp = _check.integer("tp", tp, lo=1, hi=MAX_RANKS)
+    dtype_bytes(kv_dtype, "kv_dtype")
+    tier = custom_tier(storage, read_GBps=read_GBps, latency_us=latency_us)
+    block_tokens = _check.integer("block_tokens", block_tokens, lo=1, hi=1 << 16, unit="tokens")
+    suffix_tokens = _check.integer("suffix_tokens", suffix_tokens, lo=1, hi=1 << 20, unit="tokens")
+    pipelined = _check.boolean("pipelined", pipelined)
+    try:
+        dep = Deployment.build(model, gpu, tp, runtime=runtime, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+    except SpecError as exc:
+        text = str(exc)
+        raise SpecError("tp" + text[len("ranks"):] if text.startswith("ranks ") else text) from None
+    return OffloadSetup(dep, tier, block_tokens, pipelined, suffix_tokens)
+
+
+def point_summary(s: OffloadSetup, prefix_tokens: int, *, queue_wait_ms: float = 0.0) -> dict:
+    """The decision for one prefix (plain values): both costs [ms], the decision (``load`` exactly when the
+    prefix is at or above ``break_even_tokens``), which term sets the break-even, and with ``queue_wait_ms``
+    the exposed load after preloading during that wait and the preload break-even."""
+    P = _check.integer("prefix_tokens", prefix_tokens, lo=0, hi=of.MAX_PREFIX, unit="tokens")
+    W = _check.number("queue_wait_ms", queue_wait_ms, lo=0, hi=1e9, unit="ms") / 1e3
+    c = of.costs(s.dep, s.tier, P, suffix_tokens=s.suffix_tokens, **s.kw)
+    be = c["break_even"]
+    ex = pre.exposed_load_s(s.dep, s.tier, P, W, **s.kw)
+    be_pre = float(pre.break_even_preload(s.dep, s.tier, W, suffix_tokens=s.suffix_tokens, **s.kw)[0])
+    decision = "load" if P >= be["tokens"] else "recompute"
+    with_wait = "load" if P >= be_pre else "recompute"
+    rec = {"model": s.dep.model.name, "gpu": s.dep.hardware.name, "tp": s.dep.ranks, "storage": s.tier.name,
+           "kv_dtype": s.dep.kv_dtype, "block_tokens": s.block_tokens, "pipelined": s.pipelined,
+           "prefix_tokens": P, "cached_tokens": int(c["cached_tokens"]), "blocks": int(c["blocks"]),
+           **tidy({"recompute_s": c["recompute_s"], "load_s": c["load_s"], "bytes_B": c["bytes_B"]},
+                  units={"bytes_B": "MB"}, scalar=True),
+           "decision": decision,
+           "break_even_tokens": be["tokens"], "set_by": be["set_by"],
+           "closed_form_tokens": be["closed_form_tokens"], "also_pays_below": be["also_pays_below"],
+           "queue_wait_ms": W * 1e3,
+           **tidy({"exposed_load_s": ex["exposed_s"], "preload_benefit_s": ex["benefit_s"]}, scalar=True),
+           "preload_break_even_tokens": be_pre, "decision_with_preload": with_wait,
+           "effective_read_GBps": s.tier.effective_GBps(),
+           "a_us_per_token": be["a_s_per_token"] * 1e6, "c_us_per_token": be["c_s_per_token"] * 1e6}
+    return rec
+
+
+def _tiers(tiers) -> list[StorageTier]:
+    if tiers is None:
+        return [presets.storage(n) for n in presets.names("storage")]
+    return [presets.resolve("storage", t) for t in tiers]
+
+
+def cost_curves(s: OffloadSetup, prefixes, tiers=None) -> pd.DataFrame:
+    """Recompute and load time against prefix length, per tier [ms]: one row per (tier, prefix) with
+    ``prefix_tokens``, ``tier``, ``recompute_ms``, ``load_ms``, ``winner``. Recompute is the same for every
+    tier (of the cached full blocks)."""
+    P = _check.real_array("prefixes", np.atleast_1d(prefixes), lo=0, hi=of.MAX_PREFIX, integer=True,
+                          unit="tokens")
+    frames = []
+    for t in _tiers(tiers):
+        ld = of.load_s(s.dep, t, P, **s.kw)
+        rc = of.recompute_s(s.dep, ld["cached_tokens"], suffix_tokens=s.suffix_tokens)
+        frames.append(pd.DataFrame({"prefix_tokens": P, "tier": t.name, "tier_label": t.label,
+                                    **tidy({"recompute_s": rc, "load_s": ld["load_s"]}),
+                                    "winner": np.where(ld["load_s"] < rc, "load", "recompute")}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def break_even_table(s: OffloadSetup, tiers=None) -> pd.DataFrame:
+    """One row per tier: ``break_even_tokens`` (the gate, exact), ``closed_form_tokens``, ``set_by``, the
+    per-token costs a (recompute) and c (load) [us/token], the fixed load latency [ms] and the tier's
+    effective read bandwidth [GB/s]."""
+    rows = []
+    for t in _tiers(tiers):
+        be = of.break_even(s.dep, t, suffix_tokens=s.suffix_tokens, **s.kw)
+        rows.append({"tier": t.name, "tier_label": t.label, "break_even_tokens": be["tokens"],
+                     "closed_form_tokens": be["closed_form_tokens"], "set_by": be["set_by"],
+                     "also_pays_below": be["also_pays_below"], "a_us_per_token": be["a_s_per_token"] * 1e6,
+                     "c_us_per_token": be["c_s_per_token"] * 1e6, "t_g0_ms": be["t_g0_s"] * 1e3,
+                     "effective_read_GBps": t.effective_GBps()})
+    return pd.DataFrame(rows)
+
+
+def regime_grid(s: OffloadSetup, prefixes, bandwidths_GBps) -> dict[str, np.ndarray]:
+    """Who wins over prefix length x the tier's read bandwidth (its latency and second hop kept): arrays
+    ``prefix_tokens`` [n], ``bandwidth_GBps`` [m], ``saving_ms`` [n, m] (recompute - load, > 0: loading wins)
+    and ``load_wins`` [n, m]. Vectorised: 1,000 x 1,000 points in a few tens of milliseconds."""
+    P = _check.real_array("prefixes", np.atleast_1d(prefixes), lo=0, hi=of.MAX_PREFIX, integer=True,
+                          unit="tokens")
+    bw = _check.real_array("bandwidths_GBps", np.atleast_1d(bandwidths_GBps), lo=0, lo_open=True, hi=1e5,
+                           unit="GB/s")
+    _check.grid_size("prefixes x bandwidths_GBps", (P.size, 1), (1, bw.size))
+    B = s.block_tokens
+    h = of.hop_times(s.dep, s.tier, block_tokens=B)
+    n = np.floor(P / B)
+    rc = of.recompute_s(s.dep, n * B, suffix_tokens=s.suffix_tokens)
+    # the tier's queue-depth and link behaviour scale with its device bandwidth: effective = device x ratio
+    ratio = s.tier.effective_GBps() / s.tier.read_GBps
+    eff = bw * ratio * 1e9
+    payload = h["rank_B"] if s.tier.kind == "dram" else h["block_B"]
+    t1 = s.tier.block_overhead_us * 1e-6 + payload / eff                       # [m]
+    t2 = np.full_like(t1, h["h2d_s"])
+    if s.pipelined:
+        per, tail = np.maximum(t1, t2), np.minimum(t1, t2)
+    else:
+        per, tail = t1 + t2, np.zeros_like(t1)
+    g = np.where(n[:, None] > 0, h["latency_s"] + n[:, None] * per[None, :] + tail[None, :], 0.0)
+    saving = rc[:, None] - g
+    return {"prefix_tokens": P, "bandwidth_GBps": bw, "saving_ms": saving * 1e3,
+            "load_wins": (saving > 0) & (n[:, None] > 0)}
+
+
+def break_even_map(s: OffloadSetup, bandwidths_GBps, latencies_us) -> dict[str, np.ndarray]:
+    """Closed-form break-even prefix over the tier's read bandwidth x latency [tokens, rounded up to a block]:
+    arrays ``bandwidth_GBps`` [m], ``latency_us`` [k], ``tokens`` [k, m] and ``set_by`` [k, m] ("latency" or
+    "bandwidth"). The recompute curve is fitted once (a, b, t_f0 of :func:`~llmexplore.models.offload.break_even`)."""
+    bw = _check.real_array("bandwidths_GBps", np.atleast_1d(bandwidths_GBps), lo=0, lo_open=True, hi=1e5,
+                           unit="GB/s")
+    lat = _check.real_array("latencies_us", np.atleast_1d(latencies_us), lo=0, hi=1e7, unit="us")
+    _check.grid_size("bandwidths_GBps x latencies_us", (lat.size, 1), (1, bw.size))
+    B = s.block_tokens
+    be = of.break_even(s.dep, s.tier, suffix_tokens=s.suffix_tokens, **s.kw)
+    a, b, t_f0 = be["a_s_per_token"], be["b_s_per_token2"], be["t_f0_s"]
+    h = of.hop_times(s.dep, s.tier, block_tokens=B)
+    ratio = s.tier.effective_GBps() / s.tier.read_GBps
+    payload = h["rank_B"] if s.tier.kind == "dram" else h["block_B"]
+    t1 = s.tier.block_overhead_us * 1e-6 + payload / (bw * ratio * 1e9)
+    t2 = h["h2d_s"]
+    if s.pipelined:
+        c, t_g0 = np.maximum(t1, t2) / B, lat[:, None] * 1e-6 + np.minimum(t1, t2)[None, :]
+    else:
+        c, t_g0 = (t1 + t2) / B, lat[:, None] * 1e-6 + 0 * t1[None, :]
+    c = np.broadcast_to(c[None, :], t_g0.shape)
+    dt0 = t_g0 - t_f0
+    root = ((c - a) + np.sqrt(np.maximum((c - a) ** 2 + 4 * b * dt0, 0.0))) / (2 * b)
+    tokens = np.maximum(np.ceil(np.maximum(root, 0.0) / B), 1.0) * B
+    return {"bandwidth_GBps": bw, "latency_us": lat, "tokens": tokens,
+            "set_by": np.where(c < a, "latency", "bandwidth")}
+
+
+def preload_curve(s: OffloadSetup, prefix_tokens: int, waits_ms) -> pd.DataFrame:
+    """Against the queue wait [ms]: the exposed load of ``prefix_tokens`` after preloading during the wait,
+    the load without preload, the host -> GPU hop alone, recompute, and the break-even prefix with preload."""
+    P = _check.integer("prefix_tokens", prefix_tokens, lo=0, hi=of.MAX_PREFIX, unit="tokens")
+    W = _check.real_array("waits_ms", np.atleast_1d(waits_ms), lo=0, hi=1e9, unit="ms") / 1e3
+    ex = pre.exposed_load_s(s.dep, s.tier, P, W, **s.kw)
+    cached = np.floor(P / s.block_tokens) * s.block_tokens
+    rc = of.recompute_s(s.dep, cached, suffix_tokens=s.suffix_tokens)
+    be = pre.break_even_preload(s.dep, s.tier, W, suffix_tokens=s.suffix_tokens, **s.kw)
+    return pd.DataFrame({"queue_wait_ms": W * 1e3, **tidy({"exposed_s": ex["exposed_s"], "load_s": ex["load_s"],
+                                                          "mem_s": ex["mem_s"], "benefit_s": ex["benefit_s"],
+                                                          "recompute_s": np.broadcast_to(rc, W.shape)}),
+                         "break_even_tokens": be})
+
+
+def staging_replay(s: OffloadSetup, *, requests: int = 200, rate_per_s: float = 1.0, prefixes=(8192, 32768),
+                   new_tokens: int = 256, budget_GB: float = 8.0, lookahead: int = 16, seed: int = 0) -> dict:
+    """Replay a Poisson queue of ``requests`` at ``rate_per_s`` whose prompts reuse a cached prefix (drawn from
+    ``prefixes``) plus ``new_tokens``, through one prefill instance with lookahead preloading under a staging
+    budget of ``budget_GB``; and the same queue with no staging budget. Returns ``occupancy`` (DataFrame:
+    ``time_s``, ``staged_GB``) and ``requests`` (DataFrame per request: ``prefix_tokens``, ``ttft_ms`` with and
+    without preloading, ``preloaded``, ``recomputed``)."""
+    requests = _check.integer("requests", requests, lo=1, hi=5000)
+    rate = _check.number("rate_per_s", rate_per_s, lo=0, lo_open=True, hi=1e6, unit="1/s")
+    budget = _check.number("budget_GB", budget_GB, lo=0, hi=1e6, unit="GB") * 1e9
+    pref = _check.real_array("prefixes", np.atleast_1d(prefixes), lo=0, hi=of.MAX_PREFIX, integer=True)
+    new_tokens = _check.integer("new_tokens", new_tokens, lo=1, hi=1 << 20, unit="tokens")
+    rng = np.random.default_rng(_check.integer("seed", seed, lo=0, hi=2**32 - 1))
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, requests))
+    P = rng.choice(pref, requests)
+    cached = np.floor(P / s.block_tokens) * s.block_tokens
+    service = prefill_time(s.dep, P + new_tokens, cached)["prefill_s"]  # the prefill left once the blocks are in
+    kw = dict(block_tokens=s.block_tokens, lookahead=lookahead, suffix_tokens=s.suffix_tokens)
+    with_pre = pre.simulate_staging(s.dep, s.tier, arrivals, P, service, budget, **kw)
+    without = pre.simulate_staging(s.dep, s.tier, arrivals, P, service, 0.0, **kw)
+    occupancy = pd.DataFrame({"time_s": with_pre["time_s"], "staged_GB": with_pre["staged_B"] / 1e9})
+    per = pd.DataFrame({"arrival_s": arrivals, "prefix_tokens": P, "ttft_ms": with_pre["ttft_s"] * 1e3,
+                        "ttft_no_preload_ms": without["ttft_s"] * 1e3, "preloaded": with_pre["preloaded"],
+                        "recomputed": with_pre["recomputed"]})
+    return {"occupancy": occupancy, "requests": per, "budget_GB": budget / 1e9}
+
+
+def gpus_vs_hit_ratio(s: OffloadSetup, hit_ratios, *, rate_per_s: float = 10.0, prompt_tokens: int = 8192,
+                      ttft_slo_ms: float = 2000.0, statistic: str = "p90") -> pd.DataFrame:
+    """What a prefix-cache hit ratio buys at a request rate: per hit ratio h (the share of each prompt's tokens
+    served from the tier), the prefill time per request (the gate picks load or recompute for the cached
+    h x prompt), the GPU-seconds it saves, the instances (of ``tp`` GPUs) needed so that the M/D/1 waiting time
+    at ``statistic`` plus the prefill stays within ``ttft_slo_ms``, and the storage the cached tokens take
+    (bytes per token x tokens per prompt, per distinct prompt)."""
+    h = _check.real_array("hit_ratios", np.atleast_1d(hit_ratios), lo=0, hi=1)
+    rate = _check.number("rate_per_s", rate_per_s, lo=0, lo_open=True, hi=1e6, unit="1/s")
+    S = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=of.MAX_PREFIX, unit="tokens")
+    slo = _check.number("ttft_slo_ms", ttft_slo_ms, lo=0, lo_open=True, hi=1e9, unit="ms") / 1e3
+    B = s.block_tokens
+    P = np.floor(h * S / B) * B
+    ld = of.load_s(s.dep, s.tier, P, **s.kw)
+    full = prefill_time(s.dep, S, 0)["prefill_s"]
+    rest = prefill_time(s.dep, S, np.minimum(P, S - 1))["prefill_s"]
+    be = of.break_even(s.dep, s.tier, suffix_tokens=s.suffix_tokens, **s.kw)["tokens"]
+    load = P >= be
+    service = np.where(load, rest + ld["load_s"], full)
+    instances = np.zeros(h.shape)
+    for i, D in enumerate(service):
+        c = max(1, int(np.ceil(rate * D * 1.0001)))
+        while c < 100_000:
+            w = pre.queue_wait_s(rate / c, D, statistic)
+            if float(w) + D <= slo:
+                break
+            c += 1
+        instances[i] = c if c < 100_000 else np.inf
+    kv_tok = s.dep.model.kv_bytes_per_token(s.dep.kv_dtype)
+    return pd.DataFrame({"hit_ratio": h, "cached_tokens": P, "loaded": load,
+                         **tidy({"prefill_s": service, "saved_gpu_s": (full - service) * s.dep.ranks}),
+                         "instances": instances, "gpus": instances * s.dep.ranks,
+                         "storage_GB_per_prompt": P * kv_tok / 1e9})
+
+
+def check_notebook_parameters(p) -> dict[str, str]:
+    """Validate the parameters of ``notebooks/50_ssd_offload.ipynb`` (``{NAME: value}``); SpecError naming the
+    parameter, the value and the rule."""
+    m = preset_param("MODEL", "models", p["MODEL"])
+    preset_param("GPU", "hardware", p["GPU"])
+    preset_param("STORAGE", "storage", p["STORAGE"])
+    dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
+    tp = int_param("TP", p["TP"], 1, MAX_RANKS)
+    int_param("PREFIX", p["PREFIX"], 0, of.MAX_PREFIX)
+    int_param("BLOCK_TOKENS", p["BLOCK_TOKENS"], 1, 1 << 16)
+    _check.number("QUEUE_WAIT_MS", p["QUEUE_WAIT_MS"], lo=0, hi=1e9)
+    _check.probability("HIT_RATIO", p["HIT_RATIO"])
+    _check.number("RATE", p["RATE"], lo=0, lo_open=True, hi=1e6)
+    built("MODEL, GPU, TP", lambda: setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp, kv_dtype=p["KV_DTYPE"],
+                                          block_tokens=p["BLOCK_TOKENS"]), rename={"tp": "TP"})
+    return {}
