@@ -233,6 +233,8 @@ PRESET_CAPTIONS = {
     "hardware": "Accelerators (dense peaks)",
     "links": "Links (per GPU, per direction)",
     "runtime": "Runtime efficiencies: the knobs a calibration fits (uncalibrated defaults are marked assumptions)",
+    "storage": "Storage tiers for an offloaded KV cache (read bandwidth and latency; effective = Little's law at the "
+               "queue depth)",
 }
 
 
@@ -264,7 +266,8 @@ def catalog_sentence() -> str:
     """The index's finding on presets: how many of each kind the workbook holds."""
     from .. import catalog
 
-    names = {"models": "models", "hardware": "accelerators", "links": "links", "runtime": "runtime presets"}
+    names = {"models": "models", "hardware": "accelerators", "links": "links", "runtime": "runtime presets",
+             "storage": "storage tiers"}
     parts = [f"{n} {names.get(k, k)}" for k, n in catalog.preset_counts().items()]
     return f"The workbook's presets hold {', '.join(parts[:-1])} and {parts[-1]}."
 
