@@ -225,7 +225,7 @@ def _check_index_parameters(params: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _registry() -> dict[str, Callable[[Mapping[str, Any]], dict[str, str]]]:
-    from .sweeps import disagg, layouts, moe, transfer
+    from .sweeps import disagg, layouts, moe, offload, transfer
 
     return {
         "00_index": _check_index_parameters,
@@ -233,6 +233,7 @@ def _registry() -> dict[str, Callable[[Mapping[str, Any]], dict[str, str]]]:
         "20_pd_disaggregation": disagg.check_notebook_parameters,
         "30_moe_expert_parallel": moe.check_notebook_parameters,
         "40_kv_transfer": transfer.check_notebook_parameters,
+        "50_ssd_offload": offload.check_notebook_parameters,
     }
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _check, presets
-from ..errors import SpecError
+from ..errors import LlmexploreError, SpecError
 from ..models import offload as of
 from ..models import preload as pre
 from ..models.engine import MAX_RANKS, Deployment
@@ -28,6 +28,7 @@ from . import built, int_param, preset_param, tidy
 
 __all__ = ["OffloadSetup", "setup", "custom_tier", "point_summary", "cost_curves", "break_even_table",
            "regime_grid", "break_even_map", "preload_curve", "staging_replay", "gpus_vs_hit_ratio",
+           "precision_table", "pool_queue", "saved_by_tier", "grid_with", "measured_load", "measured_replay",
            "check_notebook_parameters"]
 
 
@@ -139,8 +140,8 @@ def cost_curves(s: OffloadSetup, prefixes, tiers=None) -> pd.DataFrame:
 
 def break_even_table(s: OffloadSetup, tiers=None) -> pd.DataFrame:
     """One row per tier: ``break_even_tokens`` (the gate, exact), ``closed_form_tokens``, ``set_by``, the
-    per-token costs a (recompute) and c (load) [us/token], the fixed load latency [ms] and the tier's
-    effective read bandwidth [GB/s]."""
+    per-token costs a (recompute) and c (load) [us/token], the fixed load latency [ms], the tier's effective
+    read bandwidth [GB/s], and its ``kind``, device ``read_GBps`` and ``latency_us`` (where a figure marks it)."""
     rows = []
     for t in _tiers(tiers):
         be = of.break_even(s.dep, t, suffix_tokens=s.suffix_tokens, **s.kw)
@@ -148,7 +149,8 @@ def break_even_table(s: OffloadSetup, tiers=None) -> pd.DataFrame:
                      "closed_form_tokens": be["closed_form_tokens"], "set_by": be["set_by"],
                      "also_pays_below": be["also_pays_below"], "a_us_per_token": be["a_s_per_token"] * 1e6,
                      "c_us_per_token": be["c_s_per_token"] * 1e6, "t_g0_ms": be["t_g0_s"] * 1e3,
-                     "effective_read_GBps": t.effective_GBps()})
+                     "effective_read_GBps": t.effective_GBps(), "kind": t.kind, "read_GBps": t.read_GBps,
+                     "latency_us": t.latency_us})
     return pd.DataFrame(rows)
 
 
@@ -271,19 +273,169 @@ def gpus_vs_hit_ratio(s: OffloadSetup, hit_ratios, *, rate_per_s: float = 10.0, 
     load = P >= be
     service = np.where(load, rest + ld["load_s"], full)
     instances = np.zeros(h.shape)
+    found: dict[float, float] = {}  # hit ratios below the break-even share one service time: search once
     for i, D in enumerate(service):
-        c = max(1, int(np.ceil(rate * D * 1.0001)))
-        while c < 100_000:
-            w = pre.queue_wait_s(rate / c, D, statistic)
-            if float(w) + D <= slo:
-                break
-            c += 1
-        instances[i] = c if c < 100_000 else np.inf
+        if float(D) not in found:
+            c = max(1, int(np.ceil(rate * D * 1.0001)))
+            while c < 100_000:
+                w = pre.queue_wait_s(rate / c, D, statistic)
+                if float(w) + D <= slo:
+                    break
+                c += 1
+            found[float(D)] = c if c < 100_000 else np.inf
+        instances[i] = found[float(D)]
     kv_tok = s.dep.model.kv_bytes_per_token(s.dep.kv_dtype)
     return pd.DataFrame({"hit_ratio": h, "cached_tokens": P, "loaded": load,
                          **tidy({"prefill_s": service, "saved_gpu_s": (full - service) * s.dep.ranks}),
                          "instances": instances, "gpus": instances * s.dep.ranks,
                          "storage_GB_per_prompt": P * kv_tok / 1e9})
+
+
+def precision_table(s: OffloadSetup, tiers=None) -> pd.DataFrame:
+    """The break-even per tier for the setup's own weight and KV dtypes and with FP8 KV, FP8 weights, or both
+    (one row per variant and tier): ``variant``, ``weight_dtype``, ``kv_dtype``, ``tier``, ``tier_label``,
+    ``break_even_tokens``, ``set_by``, the per-token costs a (recompute) and c (load) [us/token], and
+    ``feasible`` / ``reason`` for a variant the GPU or model cannot run."""
+    w0, k0 = s.dep.weight_dtype, s.dep.kv_dtype
+    variants, seen = [], set()
+    for label, w, k in (("as set", w0, k0), ("FP8 KV", w0, "fp8"), ("FP8 weights", "fp8", k0),
+                        ("FP8 weights and KV", "fp8", "fp8")):
+        if (w, k) not in seen:
+            seen.add((w, k))
+            variants.append((label, w, k))
+    rows = []
+    for label, w, k in variants:
+        head = {"variant": label, "weight_dtype": w, "kv_dtype": k}
+        try:
+            v = dataclasses.replace(s, dep=dataclasses.replace(s.dep, weight_dtype=w, kv_dtype=k))
+            table = break_even_table(v, tiers)
+        except LlmexploreError as exc:
+            rows.append({**head, "tier": None, "tier_label": None, "break_even_tokens": np.nan, "set_by": None,
+                         "a_us_per_token": np.nan, "c_us_per_token": np.nan, "feasible": False,
+                         "reason": str(exc)})
+            continue
+        for r in table.to_dict("records"):
+            rows.append({**head, "tier": r["tier"], "tier_label": r["tier_label"],
+                         "break_even_tokens": r["break_even_tokens"], "set_by": r["set_by"],
+                         "a_us_per_token": r["a_us_per_token"], "c_us_per_token": r["c_us_per_token"],
+                         "feasible": True, "reason": ""})
+    return pd.DataFrame(rows)
+
+
+def pool_queue(s: OffloadSetup, rate_per_s: float, *, prompt_tokens: int = 8192, hit_ratio: float = 0.0,
+               ttft_slo_ms: float = 2000.0, statistic: str = "p90") -> dict:
+    """The prefill pool of :func:`gpus_vs_hit_ratio` at one hit ratio and the queue wait in it: ``instances``
+    (of ``tp`` GPUs, sized so that the M/D/1 wait at ``statistic`` plus the prefill stays within the SLO),
+    ``gpus``, ``instance_rate_per_s`` (each instance's share of ``rate_per_s``), ``service_ms`` (one prefill,
+    load included), ``utilisation`` and the waits ``mean_wait_ms`` and ``p90_wait_ms`` (M/D/1, ``inf`` when
+    no pool meets the SLO): the time a waiting request's blocks have to be preloaded."""
+    h = _check.probability("hit_ratio", hit_ratio)
+    row = gpus_vs_hit_ratio(s, [h], rate_per_s=rate_per_s, prompt_tokens=prompt_tokens, ttft_slo_ms=ttft_slo_ms,
+                            statistic=statistic).iloc[0]
+    n, D = float(row["instances"]), float(row["prefill_ms"]) / 1e3
+    lam = float(rate_per_s) / n if np.isfinite(n) else np.inf
+    waits = {}
+    for stat in ("mean", "p90"):
+        waits[f"{stat}_wait_ms"] = float(pre.queue_wait_s(lam, D, stat)) * 1e3 if np.isfinite(lam) else np.inf
+    return {"hit_ratio": h, "prompt_tokens": int(prompt_tokens), "cached_tokens": float(row["cached_tokens"]),
+            "loaded": bool(row["loaded"]), "instances": n, "gpus": float(row["gpus"]),
+            "instance_rate_per_s": lam, "service_ms": D * 1e3, "utilisation": lam * D if np.isfinite(lam) else np.inf,
+            **waits, "statistic": statistic, "ttft_slo_ms": float(ttft_slo_ms)}
+
+
+def saved_by_tier(s: OffloadSetup, hit_ratios, *, prompt_tokens: int = 8192, tiers=None) -> pd.DataFrame:
+    """The prefill GPU time a hit ratio saves per request, per tier (no queueing): for each tier and hit ratio
+    h the gate loads the h x prompt cached tokens (full blocks) or recomputes them; ``prefill_ms`` (one
+    request, load included), ``saved_gpu_ms`` (GPU-milliseconds over the ``tp`` GPUs against no cache),
+    ``loaded``, ``cached_tokens`` and ``break_even_tokens``."""
+    h = _check.real_array("hit_ratios", np.atleast_1d(hit_ratios), lo=0, hi=1)
+    S = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=of.MAX_PREFIX, unit="tokens")
+    B = s.block_tokens
+    P = np.floor(h * S / B) * B
+    full = float(prefill_time(s.dep, S, 0)["prefill_s"])
+    rest = prefill_time(s.dep, S, np.minimum(P, S - 1))["prefill_s"]
+    frames = []
+    for t in _tiers(tiers):
+        ld = of.load_s(s.dep, t, P, **s.kw)
+        be = of.break_even(s.dep, t, suffix_tokens=s.suffix_tokens, **s.kw)["tokens"]
+        load = (P >= be) & (P > 0)
+        service = np.where(load, rest + ld["load_s"], full)
+        frames.append(pd.DataFrame({"hit_ratio": h, "tier": t.name, "tier_label": t.label, "cached_tokens": P,
+                                    "loaded": load, "break_even_tokens": be,
+                                    **tidy({"prefill_s": service, "saved_gpu_s": (full - service) * s.dep.ranks})}))
+    return pd.concat(frames, ignore_index=True)
+
+
+#: columns of a table of measured against modelled load times (one row per request)
+MEASURED_COLUMNS = ("modelled_ms", "measured_ms")
+
+
+def measured_load(result=None) -> pd.DataFrame | None:
+    """Measured against modelled load times of a replay on a real disk as a table (``modelled_ms``,
+    ``measured_ms`` and any other per-request columns), or None when there is none.
+
+    ``result``: a DataFrame, a mapping of per-request arrays, or a list of per-request dicts, with the times
+    under ``modelled_ms``/``measured_ms`` (or ``modelled_load_ms``/``measured_load_ms``, or the same in
+    seconds, ``*_s``). Requests that did not load (recomputed, or a cache miss) may carry NaN and are dropped.
+    With no ``result``, None: the notebook then explains how to produce one (``llmexplore calibrate-disk``
+    and the storage replay)."""
+    if result is None:
+        return None
+    try:
+        df = result.copy() if isinstance(result, pd.DataFrame) else pd.DataFrame(result)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"result must be a table of per-request load times, got {type(result).__name__}: "
+                        f"{exc}") from None
+    for want in MEASURED_COLUMNS:
+        if want in df:
+            continue
+        stem = want[: -len("_ms")]
+        for alt, scale in ((f"{stem}_load_ms", 1.0), (f"{stem}_s", 1e3), (f"{stem}_load_s", 1e3)):
+            if alt in df:
+                df[want] = df[alt].astype(float) * scale
+                break
+        else:
+            raise SpecError(f"result must have a column {want!r} (or {stem}_load_ms, {stem}_s), got "
+                            f"{sorted(map(str, df.columns))}")
+    df = df[np.isfinite(df["modelled_ms"].astype(float)) & np.isfinite(df["measured_ms"].astype(float))]
+    return df.reset_index(drop=True)
+
+
+def grid_with(lo: float, hi: float, n: int, *marks, log: bool = False) -> np.ndarray:
+    """``n`` evenly (``log``: log-) spaced values from ``lo`` to ``hi`` together with the finite ``marks`` (sorted,
+    unique): the axis of a curve or map that must pass exactly through the values a notebook marks on it.
+    ``hi`` grows to 1.2 x the largest mark when a mark lies beyond it (marks below ``lo`` are kept as given)."""
+    lo = _check.number("lo", lo, lo=0, lo_open=log)
+    hi = _check.number("hi", hi, lo=lo, lo_open=True)
+    n = _check.integer("n", n, lo=2, hi=100_000)
+    m = np.array([float(x) for x in marks if x is not None and np.isfinite(float(x))], dtype=float)
+    if log:
+        m = m[m > 0]
+    top = max(hi, 1.2 * float(m.max())) if m.size and m.max() > hi else hi
+    base = np.geomspace(lo, top, n) if log else np.linspace(lo, top, n)
+    return np.unique(np.r_[base, m])
+
+
+#: where the storage package's replay is looked up (module, function): it replays a trace against real KV
+#: blocks written under a scratch directory and returns per-request measured and modelled load times
+REPLAY_ENTRY = ("llmexplore.storage.replay", "replay_for_notebook")
+
+
+def measured_replay(s: OffloadSetup, **kwargs) -> pd.DataFrame | None:
+    """Measured against modelled load times from a replay that reads real blocks on this machine's disk
+    (:func:`measured_load` of its result), or None while ``llmexplore.storage`` provides no replay
+    (:data:`REPLAY_ENTRY`; called as ``replay_for_notebook(setup, workdir=<scratch directory>, **kwargs)``, the
+    scratch directory removed afterwards)."""
+    import importlib
+    import tempfile
+
+    module, name = REPLAY_ENTRY
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    with tempfile.TemporaryDirectory(prefix="llmexplore-replay-") as work:
+        return measured_load(fn(s, workdir=work, **kwargs))
 
 
 def check_notebook_parameters(p) -> dict[str, str]:
@@ -299,6 +451,14 @@ def check_notebook_parameters(p) -> dict[str, str]:
     _check.number("QUEUE_WAIT_MS", p["QUEUE_WAIT_MS"], lo=0, hi=1e9)
     _check.probability("HIT_RATIO", p["HIT_RATIO"])
     _check.number("RATE", p["RATE"], lo=0, lo_open=True, hi=1e6)
-    built("MODEL, GPU, TP", lambda: setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp, kv_dtype=p["KV_DTYPE"],
-                                          block_tokens=p["BLOCK_TOKENS"]), rename={"tp": "TP"})
+    int_param("PROMPT_TOKENS", p["PROMPT_TOKENS"], 1, of.MAX_PREFIX)
+    _check.number("TTFT_SLO_MS", p["TTFT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
+    _check.number("STAGING_GB", p["STAGING_GB"], lo=0, hi=1e6)
+    s = built("MODEL, GPU, TP", lambda: setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp, kv_dtype=p["KV_DTYPE"],
+                                              block_tokens=p["BLOCK_TOKENS"]), rename={"tp": "TP"})
+    full_ms = float(prefill_time(s.dep, int(p["PROMPT_TOKENS"]), 0)["prefill_s"]) * 1e3
+    if float(p["TTFT_SLO_MS"]) <= full_ms:
+        raise SpecError(f"TTFT_SLO_MS must exceed the prefill of one PROMPT_TOKENS = {int(p['PROMPT_TOKENS']):,}-token "
+                        f"prompt without a cache hit ({full_ms:,.0f} ms on {s.dep.ranks}x {s.dep.hardware.label}), "
+                        f"got {p['TTFT_SLO_MS']!r}: no pool could meet it")
     return {}
