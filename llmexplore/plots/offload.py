@@ -189,7 +189,7 @@ def break_even_map_figure(bmap: dict, table: pd.DataFrame | None = None, *, chos
     if cols.size and cols[0] > 0:
         x = float(np.sqrt(bw[cols[0]] * bw[cols[0] - 1]))
         data.append(ref_trace(x=x, span=[lat.min(), lat.max()], name="set by bandwidth (left) | latency (right)",
-                              color="white", dash="dash", legendrank=RANK_KEY,
+                              color="#ff4d4d", dash="dash", legendrank=RANK_KEY,
                               hover=f"at {fmt(x, 'GB/s')} loading a token costs what recomputing it does"))
     if table is not None:
         kind = table.loc[table["tier"] == chosen, "kind"].iloc[0] if chosen in set(table["tier"]) else None
