@@ -367,16 +367,11 @@ def measured_figure(measured: pd.DataFrame, *,
     return {"data": data, "layout": layout}
 
 
-def measured_view(measured: pd.DataFrame | None, note: str):
-    """:func:`measured_figure` of ``measured``, or, when there is no measurement (None or empty), ``note`` as a
-    paragraph in the figure's place (an IPython HTML object)."""
-    if measured is not None and len(measured):
-        return measured_figure(measured)
-    from IPython.display import HTML
-
-    from ..nbtools import inline_html
-
-    return HTML(f'<div class="llmexplore-widget-note"><p><em>{inline_html(note)}</em></p></div>')
+def measured_view(measured: pd.DataFrame | None) -> go.Figure | None:
+    """:func:`measured_figure` of ``measured``, or None (nothing to display) when there is no measurement: the
+    notebook then says why in the section's finding
+    (:func:`llmexplore.findings.offload.measured_sentence`)."""
+    return measured_figure(measured) if measured is not None and len(measured) else None
 
 
 #: headers of the break-even table for people

@@ -238,3 +238,110 @@ def test_transfer_sentences_name_idle_ranks_replicas_and_refusals():
         assert len(short) <= TITLE_CHARS, short
     assert ft.matrix_sentence(st.byte_matrix(st.setup()), short=True) == (
         "8 of 32 rank pairs carry KV: each decode rank gets 336 MB from 2 prefill ranks")
+
+
+# --------------------------------------------------------------------------------------------------
+# KV offload
+
+
+@pytest.fixture(scope="module")
+def off_default():
+    from llmexplore.sweeps import offload as so
+
+    s = so.setup("llama-3-70b", "h100-sxm", storage="nvme-gen4", tp=8)
+    return s, so.break_even_table(s)
+
+
+def test_offload_break_even_sentence_names_the_term_that_sets_it(off_default):
+    from llmexplore.findings import offload as fo
+    from llmexplore.sweeps import offload as so
+
+    s, table = off_default
+    assert fo.break_even_sentence(table, s) == (
+        "Llama-3-70B on 8x H100 SXM 80GB: loading a cached prefix from NVMe SSD, PCIe Gen4 x4 pays only from 28,416 "
+        "tokens — per token the drive (46.9 us) is slower than recomputing (39.9 us), so the quadratic attention term "
+        "sets the break-even; from Host DRAM over PCIe Gen4 x16, Host DRAM over PCIe Gen5 x16 and NVMe SSD, PCIe Gen5 "
+        "x4 it pays from one block; from NFS over 25 GbE it pays from 371,968 tokens.")
+    assert fo.break_even_sentence(table, s, short=True) == (
+        "Llama-3-70B: loading pays from (tokens) DRAM Gen4 256, DRAM Gen5 256, NVMe Gen4 28,416, NVMe Gen5 256, "
+        "NFS 371,968")
+    fast = so.setup(storage="nvme-gen5")
+    text = fo.break_even_sentence(so.break_even_table(fast), fast)
+    assert "from NVMe SSD, PCIe Gen5 x4 pays from 256 tokens (one block) — per token the drive (23.5 us) is faster" in text
+    assert "fixed latency (0.270 ms)" in text
+    point = so.point_summary(s, 32768, queue_wait_ms=20)
+    table2 = fo.summary_table(point, s)
+    assert list(table2.columns) == ["quantity", "value"] and "load" in table2["value"].tolist()
+    assert "28,416 tokens, set by the bandwidth" in table2["value"].tolist()
+    assert fo.tokens(float("inf")) == "never (up to 2,097,152 tokens)" and fo.tokens(256, one_block=256) == \
+        "256 tokens (one block)"
+
+
+def test_offload_regime_precision_and_map_sentences(off_default):
+    import numpy as np
+
+    from llmexplore.findings import offload as fo
+    from llmexplore.sweeps import offload as so
+
+    s, _ = off_default
+    grid = so.regime_grid(s, so.grid_with(256, 1 << 20, 120, 32768, log=True).round(),
+                          so.grid_with(0.25, 200, 120, 7.0, log=True))
+    text = fo.regime_sentence(grid, s, prefix_tokens=32768)
+    assert text.startswith("With the latency and per-block costs of NVMe SSD, PCIe Gen4 x4, loading a 256-token prefix "
+                           "needs a read bandwidth of at least ")
+    assert "a 32,768-token prefix" in text and "At its own 7.00 GB/s, NVMe SSD, PCIe Gen4 x4 loses" in text
+    # where it loses on the map: below its break-even (grid prefixes are not block multiples: within a block)
+    lost = float(text.split("loses for every prefix of the map up to ")[1].split(" tokens")[0].replace(",", ""))
+    after = grid["prefix_tokens"][grid["prefix_tokens"] > lost].min()  # the map's next prefix: loading wins there
+    assert lost < 28416 <= np.floor(after / 256) * 256
+    prec = so.precision_table(s)
+    assert fo.precision_sentence(prec, s).startswith(
+        "FP8 KV halves the bytes per token: loading from NVMe SSD, PCIe Gen4 x4 drops from 46.9 us to 23.5 us per "
+        "token and pays from 256 tokens (one block); FP8 weights instead make recompute cheaper (39.9 us → 27.5 us "
+        "per token) and move the break-even from 28,416 tokens to 78,848 tokens")
+    assert fo.precision_sentence(prec, s, short=True) == (
+        "NVMe Gen4 break-even (tokens): as set 28,416, FP8 KV 256, FP8 weights 78,848, FP8 weights and KV 256")
+    pivot = fo.precision_pivot(prec)
+    assert pivot["precision"].tolist()[0] == "as set: weights bf16, KV bf16" and pivot.shape == (4, 6)
+    bmap = so.break_even_map(s, np.geomspace(0.5, 100, 60), np.geomspace(1, 1e4, 40))
+    text = fo.map_sentence(bmap, s)
+    assert text.startswith("Above ") and "so its latency sets the break-even: one block of 256 tokens" in text
+    assert text.endswith("NVMe SSD, PCIe Gen4 x4 reads at 7.00 GB/s (below the boundary).")
+
+
+def test_offload_preload_staging_hit_ratio_and_measured_sentences(off_default):
+    import numpy as np
+    import pandas as pd
+
+    from llmexplore.findings import offload as fo
+    from llmexplore.sweeps import offload as so
+
+    s, _ = off_default
+    point = so.point_summary(s, 32768, queue_wait_ms=20)
+    queue = so.pool_queue(s, 1.0, prompt_tokens=32768, hit_ratio=0.563, ttft_slo_ms=3000)
+    curve = so.preload_curve(s, 32768, so.grid_with(0, 1000, 101, 20, queue["mean_wait_ms"]))
+    text = fo.preload_sentence(curve, queue, point, s)
+    assert text.startswith("A request whose 32,768-token prefix waits 364 ms on average (M/D/1 at 0.200 req/s per "
+                           "instance of the pool sized for the TTFT SLO; 1,369 ms at p90)")
+    assert text.endswith("the break-even falls from 28,416 tokens to 256 tokens (one block) once the wait reaches "
+                         "50.0 ms.")
+    dram = so.setup(storage="dram-pcie4")
+    assert "nothing to stage" in fo.preload_sentence(so.preload_curve(dram, 32768, [0, 100]), queue,
+                                                     so.point_summary(dram, 32768), dram)
+    replay = so.staging_replay(s, requests=40, rate_per_s=0.5, budget_GB=12.0)
+    text = fo.staging_sentence(replay)
+    assert text.startswith("Replaying 40 requests") and "12.0 GB staging budget" in text
+    assert "never above the budget" in text
+    hs = so.grid_with(0, 1, 11, 0.563)
+    gpus = so.gpus_vs_hit_ratio(s, hs, rate_per_s=1.0, prompt_tokens=32768, ttft_slo_ms=3000)
+    saved = so.saved_by_tier(s, hs, prompt_tokens=32768)
+    text = fo.hit_ratio_sentence(gpus, saved, s, hit_ratio=0.563, rate_per_s=1.0, prompt_tokens=32768)
+    assert text.startswith("At a hit ratio of 56.3% of 32,768-token prompts, 18,432 tokens of each prompt are cached, "
+                           "below the break-even of NVMe SSD, PCIe Gen4 x4: the gate recomputes them")
+    assert "6.32 GPU-s per request from Host DRAM over PCIe Gen4 x16" in text and "6.04 GB of storage" in text
+    assert fo.hit_ratio_sentence(gpus, saved, s, hit_ratio=0.563, rate_per_s=1.0, prompt_tokens=32768,
+                                 short=True) == "56.3% hit ratio on NVMe Gen4: 40 GPUs vs 40, 0 GPU-s saved per request"
+    assert fo.measured_sentence(None) == fo.NO_MEASUREMENT
+    m = pd.DataFrame({"modelled_ms": [1.0, 2.0, 4.0], "measured_ms": [1.1, 2.2, 4.4]})
+    assert fo.measured_sentence(m).startswith("Over 3 loads read from the disk, the measured time is 1.10 × the modelled")
+    assert np.isclose(fo.DEEPSEEK_DISK_HIT_RATIO, 0.563)

@@ -95,6 +95,28 @@ def _builders(dep):
         (plots.transfer.pairs_figure, (sweeps.transfer.layout_pairs(pairs=[(8, 4), (6, 4)]),), {"chosen": (8, 4)}),
         (plots.transfer.time_vs_prompt_figure, (sweeps.transfer.time_vs_prompt(kv, [1024, 4096]),),
          {"prompt_marker": 4096}),
+        *_offload_builders(),
+    ]
+
+
+def _offload_builders():
+    s = sweeps.offload.setup(storage="nvme-gen4")
+    table = sweeps.offload.break_even_table(s)
+    return [
+        (plots.offload.cost_curves_figure, (sweeps.offload.cost_curves(s, [256, 4096, 65536]),),
+         {"table": table, "prefix_marker": 32768, "chosen": "nvme-gen4"}),
+        (plots.offload.regime_figure, (sweeps.offload.regime_grid(s, [256, 4096, 65536], [1, 10, 100]),),
+         {"table": table, "prefix_marker": 4096}),
+        (plots.offload.break_even_map_figure, (sweeps.offload.break_even_map(s, [1, 10, 100], [10, 100, 1000]),),
+         {"table": table, "chosen": "nvme-gen4"}),
+        (plots.offload.preload_figure, (sweeps.offload.preload_curve(s, 32768, [0, 50, 500]),),
+         {"waits": {"chosen queue wait": 50.0, "mean M/D/1 wait": 300.0}, "prefix_tokens": 32768}),
+        (plots.offload.staging_figure, (sweeps.offload.staging_replay(s, requests=20, rate_per_s=0.5),), {}),
+        (plots.offload.hit_ratio_figure, (sweeps.offload.gpus_vs_hit_ratio(s, [0, 0.5, 1.0], statistic="mean"),
+                                          sweeps.offload.saved_by_tier(s, [0, 0.5, 1.0])),
+         {"hit_marker": 0.5, "tier_label": "NVMe", "rate_per_s": 1.0}),
+        (plots.offload.measured_figure, (sweeps.offload.measured_load({"modelled_ms": [1.0, 2.0],
+                                                                       "measured_ms": [1.1, 2.3]}),), {}),
     ]
 
 
@@ -257,3 +279,92 @@ def test_fragment_table_for_people(kv):
                                          "source offset [B]", "destination offset [B]", "bytes per page [B]",
                                          "source page item [B]", "destination page item [B]"]
     assert table.frame["destination offset [B]"].tolist()[:4] == ["0", "0", "4,096", "4,096"]
+
+
+# --------------------------------------------------------------------------------------------------
+# KV offload
+
+
+@pytest.fixture(scope="module")
+def off():
+    s = sweeps.offload.setup("llama-3-70b", "h100-sxm", storage="nvme-gen4", tp=8)
+    return s, sweeps.offload.break_even_table(s)
+
+
+def test_offload_cost_curves_mark_each_break_even_on_its_load_curve(off):
+    s, table = off
+    curves = sweeps.offload.cost_curves(s, sweeps.log_grid(256, 1 << 20, 60, integer=True))
+    fig = plots.offload.cost_curves_figure(curves, table, prefix_marker=32768, chosen="nvme-gen4")
+    names = [t.name for t in fig.data]
+    assert names[0] == plots.offload.RECOMPUTE and "chosen prefix" in names
+    assert {plots.offload.load_name(label) for label in table["tier_label"]} <= set(names)
+    be = plots.trace(fig, plots.offload.BREAK_EVEN)
+    assert sorted(be.x) == sorted(table["break_even_tokens"])  # every finite break-even within the axis
+    gen4 = list(be.x).index(28416.0)
+    load = curves[curves["tier"] == "nvme-gen4"]
+    assert be.y[gen4] == pytest.approx(np.interp(28416, load["prefix_tokens"], load["load_ms"]), rel=0.05)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert "(tokens)" in fig.layout.xaxis.title.text and "(ms)" in fig.layout.yaxis.title.text
+    assert plots.trace(fig, plots.offload.load_name("NVMe SSD, PCIe Gen4 x4")).line.width == 3  # the chosen tier
+
+
+def test_offload_maps_have_log_axes_units_tiers_and_the_set_by_boundary(off):
+    s, table = off
+    grid = sweeps.offload.regime_grid(s, sweeps.log_grid(256, 1 << 20, 50, integer=True), np.geomspace(0.5, 100, 40))
+    fig = plots.offload.regime_figure(grid, table, prefix_marker=32768)
+    assert fig.data[0].type == "heatmap" and np.asarray(fig.data[0].z).shape == (40, 50)
+    names = [t.name for t in fig.data]
+    assert plots.offload.LOAD_WINS in names and plots.offload.RECOMPUTE_WINS in names
+    assert "NVMe SSD, PCIe Gen4 x4: 7 GB/s" in names and "chosen prefix" in names
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert "(tokens)" in fig.layout.xaxis.title.text and "(GB/s)" in fig.layout.yaxis.title.text
+    bmap = sweeps.offload.break_even_map(s, np.geomspace(0.5, 100, 40), np.geomspace(1, 1e4, 30))
+    fig = plots.offload.break_even_map_figure(bmap, table, chosen="nvme-gen4")
+    heat = fig.data[0]
+    assert heat.type == "heatmap" and "tokens" in heat.colorbar.title.text
+    assert np.allclose(np.asarray(heat.z), np.log10(bmap["tokens"]))
+    boundary = plots.trace(fig, "set by bandwidth (left) | latency (right)")
+    first_latency_bw = bmap["bandwidth_GBps"][np.flatnonzero((bmap["set_by"] == "latency").all(axis=0))[0]]
+    assert boundary.x[0] < first_latency_bw and boundary.x[0] > first_latency_bw / 1.2
+    points = plots.trace(fig, "preset tiers (hollow: another kind of tier)")
+    assert len(points.x) == 5 and list(points.marker.symbol).count("circle-open") == 3  # the dram and nfs tiers
+    assert "(GB/s)" in fig.layout.xaxis.title.text and "(us)" in fig.layout.yaxis.title.text
+
+
+def test_offload_preload_staging_hit_ratio_and_measured_figures(off):
+    s, _ = off
+    curve = sweeps.offload.preload_curve(s, 32768, [0, 10, 50, 200, 1000])
+    fig = plots.offload.preload_figure(curve, waits={"chosen queue wait": 20.0, "mean M/D/1 wait": 364.0},
+                                       prefix_tokens=32768)
+    names = [t.name for t in fig.data]
+    assert {plots.offload.EXPOSED, plots.offload.NO_PRELOAD, plots.offload.H2D, plots.offload.RECOMPUTE,
+            "break-even prefix", "chosen queue wait", "mean M/D/1 wait"} <= set(names)
+    assert list(plots.trace(fig, "break-even prefix").y) == list(curve["break_even_tokens"])
+    assert fig.layout.yaxis2.type == "log" and all("(ms)" in t for t in (fig.layout.xaxis.title.text,
+                                                                       fig.layout.yaxis.title.text))
+    replay = sweeps.offload.staging_replay(s, requests=30, rate_per_s=0.5, budget_GB=12.0)
+    fig = plots.offload.staging_figure(replay)
+    staged = plots.trace(fig, plots.offload.STAGED)
+    assert staged.line.shape == "hv" and max(staged.y) <= 12.0
+    assert plots.trace(fig, "staging budget (12 GB)").y[0] == 12.0
+    assert {plots.offload.WITH_PRELOAD, plots.offload.WITHOUT_PRELOAD} <= {t.name for t in fig.data}
+    assert "(GB)" in fig.layout.yaxis.title.text and "(ms)" in fig.layout.yaxis2.title.text
+    gpus = sweeps.offload.gpus_vs_hit_ratio(s, [0, 0.5, 1.0], statistic="mean")
+    saved = sweeps.offload.saved_by_tier(s, [0, 0.5, 1.0])
+    fig = plots.offload.hit_ratio_figure(gpus, saved, hit_marker=0.5, tier_label="NVMe", rate_per_s=10.0)
+    names = [t.name for t in fig.data]
+    assert "GPUs needed (NVMe)" in names and "saved with Host DRAM over PCIe Gen4 x16" in names
+    assert "cached KV per distinct prompt" in names and "chosen hit ratio" in names
+    assert "at 10 req/s" in fig.layout.annotations[0].text
+    assert [fig.layout[a].title.text for a in ("yaxis", "yaxis2", "yaxis3")] == [
+        "GPUs", "GPU-seconds saved per request", "GB per distinct prompt"]
+    measured = sweeps.offload.measured_load({"modelled_s": [0.001, 0.002], "measured_s": [0.0012, float("nan")]})
+    assert list(measured["measured_ms"]) == [1.2]  # seconds to ms; a request that did not load is dropped
+    fig = plots.offload.measured_figure(measured)
+    parity = plots.trace(fig, plots.offload.PARITY)
+    assert list(parity.x) == list(parity.y) and fig.layout.xaxis.type == "log"
+    assert "(ms)" in fig.layout.xaxis.title.text and "(ms)" in fig.layout.yaxis.title.text
+    assert plots.offload.measured_view(None) is None and plots.offload.measured_view(measured.iloc[:0]) is None
+    assert isinstance(plots.offload.measured_view(measured), go.Figure)
+    with pytest.raises(SpecError, match="measured_ms"):
+        sweeps.offload.measured_load({"modelled_ms": [1.0]})

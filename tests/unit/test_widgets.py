@@ -202,6 +202,9 @@ def test_ranks_outside_the_slider_extend_it(ranks):
     (widgets.transfer.transfer_explorer, {"model": "gpt-5"}, ["model", "'gpt-5'", "llama-3-70b"]),
     (widgets.transfer.transfer_explorer, {"page_size": 0}, ["page_size", "0"]),
     (widgets.transfer.transfer_explorer, {"dp_pairing": "random"}, ["dp_pairing", "'random'", "any"]),
+    (widgets.offload.offload_explorer, {"storage": "floppy"}, ["storage", "'floppy'", "nvme-gen4"]),
+    (widgets.offload.offload_explorer, {"hit_ratio": 1.5}, ["hit_ratio", "1.5"]),
+    (widgets.offload.offload_explorer, {"read_GBps": 0}, ["read_GBps", "(0, 100000]", "got 0"]),
 ])
 def test_unknown_names_and_broken_rules_raise_at_construction(make, kwargs, needles):
     with pytest.raises(LlmexploreError) as err:
@@ -424,3 +427,67 @@ def test_transfer_explorer_redraws_fast():
         times.append(time.perf_counter() - t0)
     assert "Cannot evaluate" not in app.status_text
     assert sorted(times)[len(times) // 2] < 0.25, times  # about 40 ms on a 2-core machine
+
+
+# --------------------------------------------------------------------------------------------------
+# the KV offload explorer
+
+
+@pytest.fixture(scope="module")
+def off_app():
+    return widgets.offload.offload_explorer()
+
+
+def test_offload_explorer_starts_from_the_notebook_figures(off_app):
+    s = sweeps.offload.setup()
+    assert off_app.status_text.startswith(
+        "Llama-3-70B on 8x H100 SXM 80GB, NVMe SSD, PCIe Gen4 x4: a 32,768-token prefix (128 blocks, 10,737 MB) "
+        "recomputes in 1,574 ms and loads in 1,537 ms → load (break-even 28,416 tokens, set by the bandwidth)")
+    costs = off_app.figures["costs"]
+    static = plots.offload.cost_curves_figure(sweeps.offload.cost_curves(s, widgets.offload.CURVE_PREFIXES),
+                                              sweeps.offload.break_even_table(s))
+    for name in (plots.offload.RECOMPUTE, plots.offload.load_name("NVMe SSD, PCIe Gen4 x4")):
+        assert _same(trace(costs, name).y, trace(static, name).y)
+    assert 28416.0 in list(trace(costs, plots.offload.BREAK_EVEN).x)
+    assert set(off_app.figures) == {"costs", "regime", "map", "preload"}
+
+
+def test_offload_sliders_redraw_in_place(off_app):
+    costs, preload, regime = off_app.figures["costs"], off_app.figures["preload"], off_app.figures["regime"]
+    exposed = _y(trace(preload, plots.offload.EXPOSED))
+    off_app.controls["prefix"].value = 65536
+    assert off_app.figures["preload"] is preload and not _same(exposed, _y(trace(preload, plots.offload.EXPOSED)))
+    assert list(trace(costs, "chosen prefix").x) == [65536.0, 65536.0]
+    assert "a 65,536-token prefix" in off_app.status_text
+    off_app.controls["queue_wait_ms"].value = 100.0
+    assert "after a 100 ms queue wait" in off_app.status_text
+    assert list(trace(preload, "chosen queue wait").x) == [100.0, 100.0]
+    off_app.controls["hit_ratio"].value = 1.0
+    assert "A hit ratio of 100% of a 32,768-token prompt caches 32,768 tokens: loaded" in off_app.status_text
+    # a faster drive: the chosen tier's load curve and its break-even move, the regime map keeps its axes
+    gen4 = _y(trace(costs, plots.offload.load_name("NVMe SSD, PCIe Gen4 x4")))
+    off_app.controls["read_GBps"].value = 20
+    fast = trace(costs, plots.offload.load_name("NVMe SSD, PCIe Gen4 x4 (20 GB/s)"))
+    assert fast.visible is not False and np.nanmax(_y(fast) / gen4) < 1
+    assert trace(costs, plots.offload.load_name("NVMe SSD, PCIe Gen4 x4")).visible is False
+    assert "break-even 256 tokens (one block), set by the latency" in off_app.status_text
+    assert regime.data[0].type == "heatmap"
+
+
+def test_offload_tier_dropdown_sets_its_bandwidth_and_latency(off_app):
+    off_app.controls["storage"].value = "nfs"
+    nfs = presets.storage("nfs")
+    assert off_app.controls["read_GBps"].value == nfs.read_GBps and off_app.controls["latency_us"].value == nfs.latency_us
+    assert "NFS over 25 GbE:" in off_app.status_text and "(" not in off_app.status_text.split(":")[0].split(",")[-1]
+    off_app.controls["storage"].value = "nvme-gen4"
+    assert off_app.controls["read_GBps"].value == 7.0
+
+
+def test_offload_explorer_reports_a_deployment_it_cannot_evaluate(off_app):
+    off_app.controls["model"].value = "llama-3.2-3b"
+    off_app.controls["tp"].value = 16  # more ranks than the 24 query heads divide
+    assert "Cannot evaluate" in off_app.status_text and "16" in off_app.status_text
+    assert all(f.layout.title.text.startswith("Not updated") for f in off_app.figures.values())
+    off_app.controls["tp"].value = 1
+    assert off_app.status_text.startswith("Llama-3.2-3B on 1x H100 SXM 80GB, NVMe SSD, PCIe Gen4 x4")
+    assert not off_app.figures["costs"].layout.title.text.startswith("Not updated")
