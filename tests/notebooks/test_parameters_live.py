@@ -170,6 +170,7 @@ BASE = {
                                  SIM_REQUESTS=5000, PROMPT_SIGMAS=[0.0]),
     "30_moe_expert_parallel": dict(BATCHES=[64, 256, 1024], N_SKEWS=3, MC_TRIALS=20, REDUNDANT=[32]),
     "40_kv_transfer": {},
+    "50_ssd_offload": {},
 }
 
 STEP = "step_time_figure("
@@ -252,6 +253,24 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         (dict(PAGE_SIZE=32, PROMPT_TOKENS=2048),
          {"PAGE_SIZE": rec("fragment_bytes_per_page"), "PROMPT_TOKENS": rec("plan", lambda p: p["request_MB"])}),
     ],
+    "50_ssd_offload": [
+        # the deployment: the recorded label names model, GPU, ranks and KV dtype
+        (dict(MODEL="qwen3-32b", GPU="h200", TP=4, KV_DTYPE="fp8"),
+         {"MODEL": says("deployment", "Qwen3-32B"), "GPU": says("deployment", "H200"), "TP": says("deployment", "on 4x"),
+          "KV_DTYPE": says("deployment", "KV fp8")}),
+        # the tier and the block size (in the label); the chosen wait and hit ratio are marked on their figures
+        (dict(STORAGE="nvme-gen5", BLOCK_TOKENS=512, QUEUE_WAIT_MS=100.0, HIT_RATIO=0.9),
+         {"STORAGE": says("deployment", "Gen5"), "BLOCK_TOKENS": says("deployment", "512-token blocks"),
+          "QUEUE_WAIT_MS": fig("preload_figure(", "x", "chosen queue wait"),
+          "HIT_RATIO": fig("hit_ratio_figure(", "x", "chosen hit ratio")}),
+        # the decided prefix, the staging budget and the prompt a hit ratio is a share of move separate records
+        (dict(PREFIX=65536, STAGING_GB=8.0, PROMPT_TOKENS=16384),
+         {"PREFIX": rec("point", lambda p: p["cached_tokens"]), "STAGING_GB": rec("staging", lambda s: s["budget_GB"]),
+          "PROMPT_TOKENS": rec("saved_gpu_s_at_hit_ratio")}),
+        # the request rate and the TTFT target both size the pool: one run each
+        (dict(RATE=2.0), {"RATE": rec("queue", lambda q: q["instances"])}),
+        (dict(TTFT_SLO_MS=6000.0), {"TTFT_SLO_MS": rec("queue", lambda q: q["instances"])}),
+    ],
 }
 
 #: values that make no sense for a notebook: its parameter check must stop the run in the imports cell
@@ -264,6 +283,10 @@ REJECTED = [
     ("40_kv_transfer", dict(DECODE_DP=2), r"DECODE_DP must be <= PREFILL_DP \(1\) with DP_PAIRING = 'index'"),
     ("40_kv_transfer", dict(PREFILL_DP=1024, PREFILL_TP=128), r"PREFILL_TP x PREFILL_DP must be at most 65,536 ranks"),
     ("40_kv_transfer", dict(PREFILL_TP=6), r"PREFILL_TP \(6\) must divide or be a multiple of the KV heads"),
+    ("50_ssd_offload", dict(STORAGE="floppy"), r"STORAGE must name a preset in data/storage.yaml"),
+    ("50_ssd_offload", dict(TP=3), r"TP \(3\) must divide the query heads of llama-3-70b"),
+    ("50_ssd_offload", dict(HIT_RATIO=1.5), r"HIT_RATIO must be a probability in \[0, 1\]"),
+    ("50_ssd_offload", dict(TTFT_SLO_MS=500.0), r"TTFT_SLO_MS must exceed the prefill of one PROMPT_TOKENS"),
 ]
 
 

@@ -1,0 +1,133 @@
+"""notebooks/50_ssd_offload.ipynb with its defaults (the run test_all_notebooks makes, shared), and once with
+Llama-3.2-3B: recorded values against numbers computed here from the models' published configs and the storage
+presets' fields, not from llmexplore.models.offload."""
+
+import math
+
+import nbformat
+import pytest
+
+from llmexplore import presets
+
+# Llama-3-70B (meta-llama/Meta-Llama-3-70B config.json): 80 layers, 8 KV heads of dimension 128; BF16 KV
+LAYERS, KV_HEADS, HEAD_DIM, BYTES = 80, 8, 128, 2
+BLOCK, TP, PREFIX, HIT, RATE, PROMPT = 256, 8, 32768, 0.563, 1.0, 32768  # the notebook's defaults
+BLOCK_B = LAYERS * 2 * KV_HEADS * HEAD_DIM * BYTES * BLOCK  # K and V of every layer, 256 tokens: 80 MiB
+
+
+def _records(nb_path):
+    from llmexplore.nbtools import read_records
+
+    return read_records(nb_path)
+
+
+def _said(path) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    return [o["data"]["text/markdown"] for c in nb.cells for o in c.get("outputs", [])
+            if "text/markdown" in o.get("data", {})]
+
+
+@pytest.fixture(scope="module")
+def run(default_run):
+    return default_run("50_ssd_offload.ipynb")
+
+
+@pytest.fixture(scope="module")
+def rec(run):
+    return run[1]
+
+
+def _load_ms(tier, block_B, blocks, ranks_share):
+    """Pipelined load of ``blocks`` blocks from an ssd/network tier, from the preset's fields (docs/models.md
+    §6.1): Little's law at the tier's queue depth, one device per node, then each rank's shard host -> GPU."""
+    io = tier.io_KiB * 1024
+    eff = min(tier.read_GBps, tier.link_GBps or math.inf,
+              tier.queue_depth * io / (tier.latency_us * 1e-6 + io / (tier.read_GBps * 1e9)) / 1e9)
+    t1 = tier.block_overhead_us * 1e-6 + block_B / (eff * 1e9)
+    t2 = block_B * ranks_share / (tier.h2d_GBps * 1e9)
+    return (tier.latency_us * 1e-6 + blocks * max(t1, t2) + min(t1, t2)) * 1e3, t1
+
+
+def test_a_block_and_the_load_of_the_prefix_from_the_presets(rec):
+    assert rec["block_B"] == BLOCK_B == 80 * 2**20
+    point = rec["point"]
+    assert point["blocks"] == PREFIX // BLOCK and point["bytes_MB"] == pytest.approx(PREFIX // BLOCK * BLOCK_B / 1e6)
+    load_ms, t1 = _load_ms(presets.storage("nvme-gen4"), BLOCK_B, PREFIX // BLOCK, 1 / TP)  # 8 heads over TP8
+    assert point["load_ms"] == pytest.approx(load_ms, rel=1e-9)  # 1,537 ms
+    assert rec["per_token_us"]["load"] == pytest.approx(t1 / BLOCK * 1e6, rel=1e-9)  # 46.9 us: the drive's bandwidth
+    assert rec["per_token_us"]["load"] > rec["per_token_us"]["recompute"]  # so the bandwidth sets the break-even
+    assert rec["set_by"]["nvme-gen4"] == "bandwidth" and rec["set_by"]["dram-pcie4"] == "latency"
+
+
+def test_the_break_even_is_the_first_block_where_recompute_catches_up(rec):
+    be = rec["break_even_tokens"]["nvme-gen4"]
+    assert be == 28416 and be % BLOCK == 0
+    c = rec["curve_near"]
+    rows = list(zip(c["prefix_tokens"], c["recompute_ms"], c["load_ms"]))
+    first = next(p for p, f, g in rows if f >= g)
+    assert first == be
+    assert all((f >= g) == (p >= be) for p, f, g in rows)  # loading wins exactly at and above it
+    point = rec["point"]
+    assert point["decision"] == ("load" if PREFIX >= be else "recompute") == "load"
+    assert point["recompute_ms"] > point["load_ms"]
+    assert rec["break_even_tokens"]["dram-pcie4"] == BLOCK and rec["break_even_tokens"]["nvme-gen5"] == BLOCK
+    assert rec["break_even_tokens"]["nfs"] > be
+
+
+def test_fp8_kv_halves_the_bytes_and_fp8_weights_make_recompute_win_longer(rec):
+    prec = rec["precision_break_even"]
+    assert prec["as set"] == rec["break_even_tokens"]["nvme-gen4"]
+    assert prec["FP8 KV"] == BLOCK  # half the bytes: 23.4 us per token to load, below the 39.9 us to recompute
+    assert prec["FP8 weights"] > prec["as set"]
+
+
+def test_preloading_during_the_pool_queue_wait(rec):
+    q = rec["queue"]
+    assert q["gpus"] == q["instances"] * TP and q["instance_rate_per_s"] == pytest.approx(RATE / q["instances"])
+    lam, D = q["instance_rate_per_s"], q["service_ms"] / 1e3
+    rho = lam * D
+    assert q["utilisation"] == pytest.approx(rho) and rho < 1
+    assert q["mean_wait_ms"] == pytest.approx(rho * D / (2 * (1 - rho)) * 1e3, rel=1e-9)  # M/D/1 (Pollaczek-Khinchine)
+    assert q["cached_tokens"] == math.floor(HIT * PROMPT / BLOCK) * BLOCK == 18432
+    assert q["loaded"] is False  # below the 28,416-token break-even: the gate recomputes
+    be = {float(k): v for k, v in rec["preload_break_even_tokens"].items()}
+    assert be[0.0] == rec["break_even_tokens"]["nvme-gen4"]
+    waits = sorted(be)
+    assert all(be[a] >= be[b] for a, b in zip(waits, waits[1:]))  # never rises with the wait
+    assert be[min(waits, key=lambda w: abs(w - q["mean_wait_ms"]))] == BLOCK
+
+
+def test_staging_and_hit_ratio(rec):
+    st = rec["staging"]
+    assert 0 < st["peak_GB"] <= st["budget_GB"] == 16.0
+    assert st["mean_ttft_ms"] <= st["mean_ttft_no_preload_ms"]
+    gpus = rec["gpus_by_hit_ratio"]
+    assert gpus["0.563"] == gpus["0.0"]  # Gen4 recomputes 18,432 cached tokens: nothing saved
+    saved = rec["saved_gpu_s_at_hit_ratio"]
+    assert saved["nvme-gen4"] == 0 and saved["dram-pcie5"] > saved["dram-pcie4"] > saved["nvme-gen5"] > 0
+
+
+def test_the_notebook_states_its_findings(run):
+    said = _said(run[0])
+    assert said[0].startswith("Llama-3-70B on 8x H100 SXM 80GB: loading a cached prefix from NVMe SSD, PCIe Gen4 x4 "
+                              "pays only from 28,416 tokens — per token the drive (46.9 us) is slower than recomputing "
+                              "(39.9 us), so the quadratic attention term sets the break-even; from Host DRAM")
+    assert len(said) == 8 and said[-1].startswith("No measurement on this machine yet")
+    nb = nbformat.read(run[0], as_version=4)
+    notes = [o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
+             if "application/vnd.llmexplore.widget-note+json" in o.get("data", {})]
+    assert len(notes) == 1 and notes[0].startswith("Llama-3-70B on 8x H100 SXM 80GB, NVMe SSD, PCIe Gen4 x4: a "
+                                                   "32,768-token prefix")
+
+
+def test_a_llama_3_2_3b_block_is_28_mib(run_notebook):
+    # Llama-3.2-3B (meta-llama/Llama-3.2-3B config.json): 28 layers, 8 KV heads of dimension 128
+    _, rec = run_notebook("50_ssd_offload.ipynb", MODEL="llama-3.2-3b", TP=1, STORAGE="dram-pcie4",
+                          PROMPT_TOKENS=8192, TTFT_SLO_MS=1000.0)
+    assert rec["block_B"] == 28 * 2 * 8 * 128 * 2 * 256 == 28 * 2**20 == 29_360_128
+    be = rec["break_even_tokens"]
+    assert be["dram-pcie4"] == 256  # host memory pays from one block
+    c = rec["curve_near"]
+    first = next(p for p, f, g in zip(c["prefix_tokens"], c["recompute_ms"], c["load_ms"]) if f >= g)
+    assert first == be["dram-pcie4"]
+    assert rec["point"]["decision"] == "load" and rec["queue"]["loaded"] is True
