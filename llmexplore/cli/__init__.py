@@ -16,6 +16,8 @@ Commands:
   decision, the break-even (and which term sets it) and what preloading during a queue wait buys.
 * ``calibrate`` fit the runtime efficiencies to measured decode/prefill times in a CSV, print the error per
   point and overall, optionally save the fit as a preset overlay.
+* ``calibrate-disk`` measure a directory's read bandwidth and latency over request sizes and queue depths with
+  the staging reader (O_DIRECT), remove its files, and save the result as a storage preset.
 
 Conventions shared by every command (add a command as one module here with ``add(sub)``, which declares the
 options, and ``run(args)``, which runs it and returns the exit status; then list it in ``COMMANDS``):
@@ -45,13 +47,13 @@ import sys
 from typing import Sequence
 
 from ..errors import LlmexploreError
-from . import calibrate, disagg, layouts, moe, offload, presets, report, transfer
+from . import calibrate, calibrate_disk, disagg, layouts, moe, offload, presets, report, transfer
 from ._framework import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, Parser, UsageError, fail, flag_message
 
 __all__ = ["main", "build_parser", "PROG", "COMMANDS"]
 
 #: command modules, in help order; each has ``add(subparsers)`` and ``run(args) -> exit status``
-COMMANDS = [report, presets, layouts, disagg, moe, transfer, offload, calibrate]
+COMMANDS = [report, presets, layouts, disagg, moe, transfer, offload, calibrate, calibrate_disk]
 
 
 def _version() -> str:

@@ -4,8 +4,8 @@ Which question it answers: how fast do cached KV blocks really come back from th
 memory, with at most ``max_inflight`` reads in flight and at most ``budget_bytes`` of staging buffers
 (docs/models.md §6.4), and is every block handed out intact?
 
-**How it reads.** A bounded thread pool (``max_inflight`` threads) runs :func:`os.preadv` (which releases the
-GIL) into page-aligned buffers from anonymous :mod:`mmap` memory, on files opened with ``O_DIRECT`` so the
+**How it reads.** A bounded pool of ``max_inflight`` reading threads, fed from a queue, runs
+:func:`os.preadv` (which releases the GIL) into page-aligned buffers from anonymous :mod:`mmap` memory, on files opened with ``O_DIRECT`` so the
 page cache is bypassed (offsets, lengths and buffers are 4 KiB multiples). Where the file system refuses
 O_DIRECT (EINVAL on open or on the read, as tmpfs did before Linux 6.6 and some FUSE and network file systems
 do) the reader falls back to buffered reads and warns once per file system (:class:`DirectIOFallbackWarning`,
@@ -50,9 +50,8 @@ It is not faster at the request sizes of KV blocks (128 KiB to tens of MiB), and
 properties that rule it out for a staging reader: ``io_uring_wait_cqe`` holds the GIL while it waits for the
 disk (a Python thread beside it ran at 0.12-0.22 of its idle speed, against 0.29-0.36 beside the thread pool),
 and an ``Iovec`` over a memoryview keeps that buffer exported for good (``del`` and ``gc.collect()`` do not
-release it), so aligned buffers could never be unmapped or returned to the budget. So: a bounded
-:class:`~concurrent.futures.ThreadPoolExecutor` over ``os.preadv``, no dependency, and it works on every
-Linux kernel, with or without io_uring.
+release it), so aligned buffers could never be unmapped or returned to the budget. So: a bounded pool of
+threads over ``os.preadv``, no dependency, and it works on every Linux kernel, with or without io_uring.
 """
 
 from __future__ import annotations
@@ -66,16 +65,14 @@ import threading
 import time
 import warnings
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .. import _check
 from ..errors import SpecError
 from .blocks import ALIGN, parse_block
 
-__all__ = ["DirectIOFallbackWarning", "Staged", "StagingReader", "direct_io_supported"]
+__all__ = ["DirectIOFallbackWarning", "Staged", "StagingReader", "RangeFile", "direct_io_supported"]
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -119,7 +116,6 @@ def direct_io_supported(directory: str | os.PathLike) -> bool:
             pass
 
 
-@dataclass(eq=False)
 class Staged:
     """One read: pending, then a hit (``ok``, ``payload``) or a miss (``reason``).
 
@@ -130,37 +126,47 @@ class Staged:
     caller's, untouched.
     """
 
-    path: str
-    key: str | None = None
-    offset: int = 0
-    nbytes: int = 0
-    verify: bool = True
-    tag: Any = None
-    reason: str | None = None
-    payload: memoryview | None = None
-    direct: bool | None = None
-    read_bytes: int = 0
-    read_s: float = float("nan")
-    _reader: Any = field(default=None, repr=False)
-    _future: Any = field(default=None, repr=False)
-    _buf: Any = field(default=None, repr=False)
-    _view: Any = field(default=None, repr=False)
-    _warning: str | None = field(default=None, repr=False)
-    _released: bool = field(default=False, repr=False)
+    __slots__ = ("path", "key", "offset", "nbytes", "verify", "tag", "reason", "payload", "direct", "read_bytes",
+                 "read_s", "_reader", "_buf", "_view", "_file", "_size", "_warning", "_released", "_completed",
+                 "_done", "_on_done", "_error")
+
+    def __init__(self, path: str, key: str | None = None, offset: int = 0, nbytes: int = 0, verify: bool = True,
+                 tag: Any = None, reader: Any = None, file: Any = None) -> None:
+        self.path, self.key, self.offset, self.nbytes, self.verify, self.tag = path, key, offset, nbytes, verify, tag
+        self.reason: str | None = None
+        self.payload: memoryview | None = None
+        self.direct: bool | None = None
+        self.read_bytes = 0
+        self.read_s = float("nan")
+        self._reader, self._file = reader, file
+        self._buf = self._view = self._warning = self._on_done = self._error = self._done = None
+        self._size = 0
+        self._released = False
+        self._completed = True  # until it is queued
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._completed else "hit" if self.reason is None else f"miss ({self.reason})"
+        return f"Staged({self.path!r}, {state}, {self.nbytes:,} B)"
 
     @property
     def ok(self) -> bool:
         """True once the read has completed and its data is valid (False while pending and for a miss)."""
-        return self.done() and self.reason is None and self.payload is not None
+        return self._completed and self.reason is None and self.payload is not None
 
     def done(self) -> bool:
-        return self._future is None or self._future.done()
+        return self._completed
 
     def result(self, timeout: float | None = None) -> "Staged":
-        """Wait until the read completes (a hit or a miss); return self. Warns here, in the caller's thread,
-        when this read found a file system that refuses O_DIRECT (once per file system and reader)."""
-        if self._future is not None:
-            self._future.result(timeout)
+        """Wait until the read completes (a hit or a miss); return self (TimeoutError after ``timeout`` [s]).
+        Warns here, in the caller's thread, when this read found a file system that refuses O_DIRECT (once per
+        file system and reader)."""
+        if not self._completed:
+            done = self._done
+            if not done.acquire(timeout=-1 if timeout is None else timeout):
+                raise TimeoutError(f"the read of {self.path} did not complete within {timeout} s")
+            done.release()
+        if self._error is not None:
+            raise self._error
         if self._warning is not None:
             msg, self._warning = self._warning, None
             warnings.warn(msg, DirectIOFallbackWarning, stacklevel=2)
@@ -170,10 +176,11 @@ class Staged:
         """Give the buffer back (waits for a pending read first). Idempotent."""
         if self._released:
             return
-        if self._future is not None:
-            self._future.result()
+        if not self._completed:
+            self._done.acquire()
+            self._done.release()
         self._released = True
-        if self._reader is not None and self._buf is not None:
+        if self._buf is not None:
             self._reader._give_back(self)
 
     def __enter__(self) -> "Staged":
@@ -183,13 +190,73 @@ class Staged:
         self.release()
 
 
+class RangeFile:
+    """One open file for many raw range reads (calibration, benchmarks): the descriptor is shared by the
+    reads, as fio shares its file. Opened with O_DIRECT when the file system allows it (a first aligned read
+    is tried), else buffered with a :class:`DirectIOFallbackWarning` (here, in the caller's thread). Make it
+    with :meth:`StagingReader.open_file`; close it (or use ``with``) after its reads are released."""
+
+    def __init__(self, path: str | os.PathLike, *, direct: bool = True) -> None:
+        self.path = os.fspath(path)
+        self.fd = -1
+        self.direct = False
+        flags = os.O_RDONLY | _O_CLOEXEC
+        if direct and _O_DIRECT:
+            try:
+                fd = os.open(self.path, flags | _O_DIRECT)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+            else:
+                if self._direct_read_works(fd):
+                    self.fd, self.direct = fd, True
+                else:
+                    os.close(fd)
+            if self.fd < 0:
+                warnings.warn(f"the file system of {os.path.dirname(os.path.abspath(self.path))} refuses O_DIRECT: "
+                              f"reading with buffered I/O instead (these reads measure the page cache, not the "
+                              f"device)", DirectIOFallbackWarning, stacklevel=3)
+        if self.fd < 0:
+            self.fd = os.open(self.path, flags)
+        self.size = os.fstat(self.fd).st_size
+
+    @staticmethod
+    def _direct_read_works(fd: int) -> bool:
+        buf = mmap.mmap(-1, ALIGN)
+        view = memoryview(buf)
+        try:
+            os.preadv(fd, [view], 0)
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            return False
+        finally:
+            view.release()
+            buf.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "RangeFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RangeFile({self.path!r}, direct={self.direct})"
+
+
 class StagingReader:
     """Read block files (verified) or raw aligned ranges into a bounded staging area.
 
-    ``max_inflight``: reads executing at once (the thread pool's size, i.e. the queue depth). ``budget_bytes``:
-    most bytes of staging buffers mapped at any time (in use or idle for reuse). ``direct``: try O_DIRECT
-    (False: buffered reads, e.g. to measure the page cache on purpose). ``reuse_buffers``: keep released
-    buffers for the next reads of the same size (within the budget).
+    ``max_inflight``: reads executing at once (the number of reading threads, i.e. the queue depth).
+    ``budget_bytes``: most bytes of staging buffers mapped at any time (in use or idle for reuse). ``direct``:
+    try O_DIRECT (False: buffered reads, e.g. to measure the page cache on purpose). ``reuse_buffers``: keep
+    released buffers for the next reads of the same size (within the budget).
 
     Counters for tests and dashboards: ``allocated_bytes`` (buffers held by pending reads and by unreleased
     hits), ``cached_bytes`` (idle buffers kept for reuse), ``inflight`` (reads executing), ``pending``
@@ -203,7 +270,8 @@ class StagingReader:
         self.direct = _check.boolean("direct", direct) and bool(_O_DIRECT)
         self.reuse_buffers = _check.boolean("reuse_buffers", reuse_buffers)
         self._cond = threading.Condition(threading.RLock())  # re-entrant: a finalizer may run under it
-        self._pool = ThreadPoolExecutor(self.max_inflight, thread_name_prefix="llmexplore-reader")
+        self._queue: queue.SimpleQueue[Staged | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
         self._free: dict[int, list[mmap.mmap]] = collections.defaultdict(list)
         self._closed = False
         self.allocated_bytes = 0
@@ -226,24 +294,34 @@ class StagingReader:
                 f"allocated={self.allocated_bytes:,}, inflight={self.inflight})")
 
     # ---- submitting ----------------------------------------------------------------------------------------
-    def submit(self, path: str | os.PathLike, *, key: str | None = None, offset: int = 0,
+    def submit(self, path: str | os.PathLike | RangeFile, *, key: str | None = None, offset: int = 0,
                nbytes: int | None = None, verify: bool = True, tag: Any = None, block: bool = True,
-               timeout: float | None = None) -> Staged | None:
+               timeout: float | None = None, on_done: Callable[[Staged], None] | None = None) -> Staged | None:
         """Queue one read; return its :class:`Staged` (wait with ``.result()``), or None if the budget is full
-        and ``block`` is False (or ``timeout`` [s] passed first).
+        and ``block`` is False (or ``timeout`` [s] passed first): BACKPRESSURE, never over-allocation.
 
         ``verify=True`` (a block file): the whole file is read from offset 0 and checked with
         :func:`~.blocks.parse_block` against ``key`` (if given); ``nbytes`` defaults to the file's size.
         ``verify=False`` (a raw range, for calibration): ``nbytes`` bytes at ``offset``, both multiples of
-        4 KiB, handed out unchecked. A missing file or a read larger than the budget is a miss at once.
+        4 KiB, handed out unchecked; ``path`` may be a :class:`RangeFile` (one descriptor for many reads). A
+        missing file or a read larger than the budget is a miss at once. ``on_done(staged)`` is called once the
+        read completes (in a reader thread; keep it short, e.g. a queue's put).
         """
-        path = os.fspath(path)
-        if not isinstance(path, str):
-            raise SpecError(f"path must be a text path, got {_check.shown(path)}")
-        verify = _check.boolean("verify", verify)
+        file = None
+        if isinstance(path, RangeFile):
+            file, path = path, path.path
+            if verify or file.fd < 0:
+                raise SpecError("a RangeFile is for raw reads of an open file (verify=False), got "
+                                + ("verify=True" if verify else "a closed file"))
+        elif type(path) is not str:
+            path = os.fspath(path)
+            if not isinstance(path, str):
+                raise SpecError(f"path must be a text path, got {_check.shown(path)}")
+        if verify is not True and verify is not False:
+            verify = _check.boolean("verify", verify)
         if timeout is not None:
             timeout = _check.number("timeout", timeout, lo=0.0, unit="s")
-        st = Staged(path=path, key=key, verify=verify, tag=tag, _reader=self)
+        st = Staged(path, key, 0, 0, verify, tag, self, file)
         if verify:
             if offset != 0:
                 raise SpecError(f"offset must be 0 for a block read (verify=True), got {_check.shown(offset)}")
@@ -251,41 +329,54 @@ class StagingReader:
                 try:
                     nbytes = os.stat(path).st_size
                 except FileNotFoundError:
-                    return self._missed_now(st, "missing")
+                    return self._missed_now(st, "missing", on_done)
                 except OSError:
-                    return self._missed_now(st, "io_error")
-            nbytes = _check.integer("nbytes", nbytes, lo=0, hi=1 << 62)
+                    return self._missed_now(st, "io_error", on_done)
+            elif type(nbytes) is not int or nbytes < 0:
+                nbytes = _check.integer("nbytes", nbytes, lo=0, hi=1 << 62)
             size = max(_round_up(nbytes), ALIGN)
         else:
-            st.offset = _check.integer("offset", offset, lo=0, hi=1 << 62, unit="B")
-            nbytes = _check.integer("nbytes", ALIGN if nbytes is None else nbytes, lo=ALIGN, hi=1 << 62, unit="B")
-            if st.offset % ALIGN or nbytes % ALIGN:
+            if type(offset) is not int or offset < 0:
+                offset = _check.integer("offset", offset, lo=0, hi=1 << 62, unit="B")
+            if nbytes is None:
+                nbytes = ALIGN
+            elif type(nbytes) is not int or nbytes < ALIGN:
+                nbytes = _check.integer("nbytes", nbytes, lo=ALIGN, hi=1 << 62, unit="B")
+            if offset % ALIGN or nbytes % ALIGN:
                 raise SpecError(f"offset and nbytes of a raw read must be multiples of {ALIGN} (O_DIRECT), got "
-                                f"{st.offset} and {nbytes}")
+                                f"{offset} and {nbytes}")
+            st.offset = offset
             size = nbytes
         st.nbytes = nbytes
         if size > self.budget_bytes:
-            return self._missed_now(st, "too_large")
+            return self._missed_now(st, "too_large", on_done)
         buf = self._acquire(size, block, timeout)
         if buf is None:
             return None
-        st._buf = buf
-        with self._cond:
-            self.pending += 1
-        try:
-            st._future = self._pool.submit(self._run, st, size)
-        except RuntimeError:  # the pool was shut down by close() in another thread
-            with self._cond:
-                self.pending -= 1
-            self._give_back(st)
-            raise SpecError("StagingReader.submit: the reader is closed") from None
+        st._buf, st._size, st._on_done = buf, size, on_done
+        st._done = threading.Lock()
+        st._done.acquire()
+        st._completed = False
+        if len(self._threads) < self.max_inflight:
+            self._start_thread()
+        self._queue.put(st)
         return st
 
-    def _missed_now(self, st: Staged, reason: str) -> Staged:
+    def _missed_now(self, st: Staged, reason: str, on_done) -> Staged:
         st.reason = reason
         with self._cond:
             self.misses[reason] += 1
+        if on_done is not None:
+            on_done(st)
         return st
+
+    def _start_thread(self) -> None:
+        with self._cond:
+            if len(self._threads) >= self.max_inflight or self._closed:
+                return
+            t = threading.Thread(target=self._worker, name=f"llmexplore-reader-{len(self._threads)}", daemon=True)
+            self._threads.append(t)
+        t.start()
 
     # ---- the staging budget --------------------------------------------------------------------------------
     def _mapped(self) -> int:
@@ -294,7 +385,7 @@ class StagingReader:
     def _acquire(self, size: int, block: bool, timeout: float | None) -> mmap.mmap | None:
         """A buffer of ``size`` bytes within the budget: an idle one of that size, else a new mapping once
         the budget has room (idle buffers of other sizes are unmapped to make it); None if that would
-        block and ``block`` is False, or ``timeout`` passes."""
+        block and ``block`` is False, or ``timeout`` passes. Counts the read as pending."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
@@ -322,13 +413,17 @@ class StagingReader:
         except (OSError, ValueError, MemoryError):
             with self._cond:
                 self.allocated_bytes -= size
+                self.pending -= 1
                 self._cond.notify_all()
             raise
 
     def _reserve(self, size: int) -> None:
         self.allocated_bytes += size
-        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
-        self.peak_mapped_bytes = max(self.peak_mapped_bytes, self._mapped())
+        self.pending += 1
+        if self.allocated_bytes > self.peak_allocated_bytes:
+            self.peak_allocated_bytes = self.allocated_bytes
+        if self.allocated_bytes + self.cached_bytes > self.peak_mapped_bytes:
+            self.peak_mapped_bytes = self.allocated_bytes + self.cached_bytes
 
     def _evict_one(self) -> None:
         size = next(s for s, bufs in self._free.items() if bufs)
@@ -338,7 +433,7 @@ class StagingReader:
     def _give_back(self, st: Staged) -> None:
         """Return ``st``'s buffer to the pool (or unmap it); if the consumer still exports it, leave it
         counted until its last reference goes."""
-        buf, size = st._buf, len(st._buf)
+        buf, size = st._buf, st._size
         st._buf = None
         views_free = True
         for view in (st.payload, st._view):
@@ -373,28 +468,54 @@ class StagingReader:
             self.allocated_bytes -= size
             self._cond.notify_all()
 
-    # ---- the read itself (a pool thread) -------------------------------------------------------------------
-    def _run(self, st: Staged, size: int) -> None:
-        with self._cond:
+    # ---- the reads themselves (reader threads) -------------------------------------------------------------
+    def _worker(self) -> None:
+        get = self._queue.get
+        while True:
+            st = get()
+            if st is None:
+                return
+            try:
+                self._run(st)
+            except BaseException as exc:  # a bug, not a bad block: the consumer sees it in result()
+                st._error = exc
+            finally:
+                st._completed = True
+                st._done.release()
+                if st._on_done is not None:
+                    try:
+                        st._on_done(st)
+                    except Exception as exc:  # noqa: BLE001 - the callback's own bug, reported to the consumer
+                        st._error = st._error or exc
+
+    def _run(self, st: Staged) -> None:
+        cond = self._cond
+        with cond:
             self.inflight += 1
-            self.peak_inflight = max(self.peak_inflight, self.inflight)
+            if self.inflight > self.peak_inflight:
+                self.peak_inflight = self.inflight
         fd = -1
         ok = False
+        size = st._size
         t0 = time.perf_counter()
         try:
             st._view = memoryview(st._buf)
-            fd, st.direct = self._open(st)
-            try:
-                got = self._read(fd, st, size)
-            except OSError as exc:
-                if not (st.direct and exc.errno == errno.EINVAL):
-                    raise
-                # the file system accepted O_DIRECT on open but refuses the read: buffered, once more
-                os.close(fd)
-                fd = -1
-                self._refused(st, os.path.dirname(os.path.abspath(st.path)))
-                fd, st.direct = os.open(st.path, os.O_RDONLY | _O_CLOEXEC), False
-                got = self._read(fd, st, size)
+            if st._file is not None:  # a shared descriptor: its owner closes it
+                st.direct = st._file.direct
+                got = self._read(st._file.fd, st, size)
+            else:
+                fd, st.direct = self._open(st)
+                try:
+                    got = self._read(fd, st, size)
+                except OSError as exc:
+                    if not (st.direct and exc.errno == errno.EINVAL):
+                        raise
+                    # the file system accepted O_DIRECT on open but refuses the read: buffered, once more
+                    os.close(fd)
+                    fd = -1
+                    self._refused(st, os.path.dirname(os.path.abspath(st.path)))
+                    fd, st.direct = os.open(st.path, os.O_RDONLY | _O_CLOEXEC), False
+                    got = self._read(fd, st, size)
             if st.verify:
                 payload, reason = parse_block(st._view[:got], st.key)
                 if payload is not None:
@@ -415,7 +536,9 @@ class StagingReader:
             if fd >= 0:
                 os.close(fd)
             st.read_s = time.perf_counter() - t0
-            with self._cond:
+            if not ok and st.reason is None:
+                st.reason = "io_error"
+            with cond:
                 self.inflight -= 1
                 self.pending -= 1
                 if ok:
@@ -426,21 +549,22 @@ class StagingReader:
                     else:
                         self.buffered_reads += 1
                 else:
-                    self.misses[st.reason or "io_error"] += 1
+                    self.misses[st.reason] += 1
             if not ok:
                 st.payload = None
                 self._give_back(st)
 
     def _open(self, st: Staged) -> tuple[int, bool]:
         flags = os.O_RDONLY | _O_CLOEXEC
-        parent = os.path.dirname(os.path.abspath(st.path))
-        if self.direct and parent not in self._refused_dirs:
-            try:
-                return os.open(st.path, flags | _O_DIRECT), True
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                self._refused(st, parent)
+        if self.direct:
+            parent = os.path.dirname(os.path.abspath(st.path)) if self._refused_dirs else ""
+            if parent not in self._refused_dirs:
+                try:
+                    return os.open(st.path, flags | _O_DIRECT), True
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    self._refused(st, parent or os.path.dirname(os.path.abspath(st.path)))
         return os.open(st.path, flags), False
 
     def _refused(self, st: Staged, parent: str) -> None:
@@ -458,17 +582,21 @@ class StagingReader:
             st._warning = (f"the file system of {parent} refuses O_DIRECT: reading with buffered I/O instead "
                            f"(these reads measure the page cache, not the device)")
 
-    def _read(self, fd: int, st: Staged, size: int) -> int:
+    @staticmethod
+    def _read(fd: int, st: Staged, size: int) -> int:
         """Read up to ``size`` bytes at ``st.offset`` into the buffer; the bytes read (short at end of file)."""
-        view, total = st._view, 0
-        while total < size:
+        view = st._view
+        n = os.preadv(fd, [view[:size]] if size != len(view) else [view], st.offset)
+        total = n
+        while 0 < n and total < size and not (st.direct and n % ALIGN):
+            # a short read that is not the end of the file (or, direct, not inside the last page): go on
             n = os.preadv(fd, [view[total:size]], st.offset + total)
-            if n <= 0:
-                break
             total += n
-            if st.direct and n % ALIGN:  # end of file inside a page: a direct read cannot go on unaligned
-                break
         return total
+
+    def open_file(self, path: str | os.PathLike) -> RangeFile:
+        """A :class:`RangeFile` of ``path`` for raw reads with this reader's O_DIRECT setting."""
+        return RangeFile(path, direct=self.direct)
 
     # ---- consuming in a pipeline ---------------------------------------------------------------------------
     def stream(self, requests: Iterable[Mapping[str, Any] | str | os.PathLike], *, window: int | None = None
@@ -479,6 +607,7 @@ class StagingReader:
         requested (or when the generator is closed): copy what you need before that."""
         window = 2 * self.max_inflight if window is None else _check.integer("window", window, lo=1, hi=1 << 20)
         done: queue.SimpleQueue[Staged] = queue.SimpleQueue()
+        put = done.put
         items = iter(requests)
         carry = None
         exhausted = False
@@ -492,16 +621,14 @@ class StagingReader:
                     if req is None:
                         exhausted = True
                         break
-                    kwargs = dict(req) if isinstance(req, Mapping) else {"path": req}
-                    st = self.submit(**kwargs, block=outstanding == 0)
+                    if type(req) is dict or isinstance(req, Mapping):
+                        st = self.submit(**req, block=outstanding == 0, on_done=put)
+                    else:
+                        st = self.submit(req, block=outstanding == 0, on_done=put)
                     if st is None:  # the budget is full: consume first
                         carry = req
                         break
                     outstanding += 1
-                    if st._future is None:
-                        done.put(st)
-                    else:
-                        st._future.add_done_callback(lambda _f, st=st: done.put(st))
                 if outstanding == 0:
                     return
                 current = done.get()
@@ -537,12 +664,19 @@ class StagingReader:
             self._cond.notify_all()
 
     def close(self) -> None:
-        """Wait for pending reads, stop the threads, unmap idle buffers. Unreleased hits stay valid until
+        """Finish the queued reads, stop the threads, unmap idle buffers. Unreleased hits stay valid until
         released (then they are unmapped). Idempotent."""
         with self._cond:
             self._closed = True
+            threads = list(self._threads)
             self._cond.notify_all()
-        self._pool.shutdown(wait=True)
+        for _ in threads:
+            self._queue.put(None)
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join()
+        with self._cond:
+            self._threads.clear()
         self.trim()
 
     def __enter__(self) -> "StagingReader":
@@ -550,3 +684,12 @@ class StagingReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __del__(self) -> None:  # a reader dropped without close(): let its threads end
+        try:
+            if not self._closed:
+                self._closed = True
+                for _ in self._threads:
+                    self._queue.put(None)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass

@@ -42,6 +42,7 @@ BASE = {
     "offload": ["offload", "--model", "llama-3.2-3b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--prefix",
                 "4096"],
     "calibrate": ["calibrate", "--data", str(DATA)],
+    "calibrate-disk": ["calibrate-disk", ".", "--size-mb", "1", "--block-sizes", "4", "--queue-depths", "1"],
     "presets": ["presets", "models"],
     "report": ["report", "--out", "reports-fuzz"],
 }
@@ -49,6 +50,9 @@ BASE = {
 #: values of a prompt-length spread cost seconds per run (an exact M/G/1 tail): the fuzz gives --prompt-sigma
 #: only values the rule rejects, or 0 (valid spreads are run by tests/unit/test_disagg.py)
 EXPENSIVE = {("pd", "--prompt-sigma")}
+#: calibrate-disk writes --size-mb MB for real: the fuzz gives it only values the rule rejects (and the
+#: small_disk_runs fixture makes the default small, for when the flag is dropped)
+EXPENSIVE |= {("calibrate-disk", "--size-mb")}
 
 HOSTILE = ["-1", "0", "-0", "1e300", "-1e300", "1e-320", "nan", "NaN", "inf", "-inf", "Infinity", "9" * 400,
            "-" + "9" * 30, "1.5", "2.0", "+3", "1e3", "0x10", "1_000", "\u0663", "\uff18", "abc", "", " ", "\t",
@@ -239,16 +243,26 @@ def no_reports(monkeypatch):
     monkeypatch.setattr(report, "build_reports", lambda **kw: [Path(kw["out_dir"]) / "index.html"])
 
 
+@pytest.fixture
+def small_disk_runs(monkeypatch):
+    """``calibrate-disk`` without --size-mb writes a 2 MB test file here, not the default 256 MB."""
+    from llmexplore.storage import calibrate as cal
+
+    monkeypatch.setattr(cal, "DEFAULT_SIZE_MB", 2)
+    monkeypatch.setattr(cal, "DEFAULT_POINT_S", 0.05)
+
+
 FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.function_scoped_fixture])
 
 #: examples per command: the cheap commands get more
-EXAMPLES = {"layouts": 120, "moe": 60, "pd": 40, "transfer": 60, "offload": 50, "calibrate": 25, "presets": 15, "report": 25}
+EXAMPLES = {"layouts": 120, "moe": 60, "pd": 40, "transfer": 60, "offload": 50, "calibrate": 25,
+            "calibrate-disk": 20, "presets": 15, "report": 25}
 
 
 @pytest.mark.parametrize("command", list(EXAMPLES))
-def test_cli_fuzz(command, capsys, no_reports, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)  # report --out and calibrate --save stay inside the test's directory
+def test_cli_fuzz(command, capsys, no_reports, small_disk_runs, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # report --out, calibrate --save and calibrate-disk stay in the test's directory
     monkeypatch.delenv("LLMEXPLORE_PRESETS", raising=False)
     presets.clear_cache()
 

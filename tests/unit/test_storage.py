@@ -613,3 +613,134 @@ def test_stream_releases_everything_when_closed_early(store):
         gen.close()
         assert r.allocated_bytes == 0 and r.pending == 0 and first._released
         assert sum(1 for s in r.stream([]) if s) == 0
+
+
+# ---- calibrate-disk ------------------------------------------------------------------------------------------
+from llmexplore import cli, presets  # noqa: E402
+from llmexplore.storage import calibrate as cal  # noqa: E402
+
+TINY = ["--size-mb", "1", "--block-sizes", "4,64", "--queue-depths", "1,2"]
+
+
+@pytest.fixture
+def own_presets(monkeypatch):
+    """Preset files registered by a test stay in the test."""
+    monkeypatch.setattr(presets, "_user_files", [])
+    monkeypatch.delenv("LLMEXPLORE_PRESETS", raising=False)
+    presets.clear_cache()
+    yield
+    presets.clear_cache()
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_calibrate_disk_json_points_files_removed_and_preset_loads(tmp_path, capsys, own_presets, monkeypatch):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    save = tmp_path / "my-disk.yaml"
+    code, out, err = run_cli(capsys, "calibrate-disk", str(disk), *TINY, "--json", "--save", str(save),
+                             "--name", "tmp-disk")
+    assert code == 0 and err == ""
+    res = json.loads(out)
+    grid = {(p["io_KiB"], p["queue_depth"]): p for p in res["points"]}
+    assert set(grid) == {(4, 1), (4, 2), (64, 1), (64, 2)}
+    for p in grid.values():
+        assert p["read_GBps"] > 0 and p["latency_us"] > 0 and p["requests"] >= 16 and p["misses"] == 0
+    assert res["direct"] is direct_io_supported(disk) and res["filesystem"] != "unknown"
+    assert list(disk.iterdir()) == []  # every file it wrote is gone
+    assert res["saved"] == str(save)
+    entry = res["preset"]["tmp-disk"]
+    assert entry["read_GBps"] == pytest.approx(max(p["read_GBps"] for p in grid.values()), rel=1e-3)
+    assert entry["latency_us"] == pytest.approx(grid[(4, 1)]["latency_us"], rel=1e-3, abs=0.01)
+    assert (entry["io_KiB"], entry["queue_depth"]) in grid and entry["link_GBps"] == 0 and entry["h2d_GBps"] == 25
+    assert all(src.startswith(f"measured by llmexplore calibrate-disk on {disk}")
+               for k, src in entry["sources"].items() if k != "h2d_GBps")
+    assert "assumption" in entry["sources"]["h2d_GBps"]
+    presets.add_file(save)
+    tier = presets.table("storage")["tmp-disk"]
+    assert tier.read_GBps == entry["read_GBps"] and tier.kind == "ssd" and tier.effective_GBps() > 0
+    monkeypatch.setattr(presets, "_user_files", [])
+    monkeypatch.setenv("LLMEXPLORE_PRESETS", str(save))
+    presets.clear_cache()
+    assert presets.storage("tmp-disk").io_KiB == entry["io_KiB"]
+
+
+def test_calibrate_disk_text_output_and_default_save(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, "calibrate-disk", ".", *TINY, "--kind", "network", "--h2d-gbps", "12.5")
+    assert code == 0 and err == ""
+    assert "read GB/s" in out and "latency us" in out and "all files removed" in out
+    assert f"to {tmp_path / cal.DEFAULT_SAVE}" in out and "LLMEXPLORE_PRESETS=" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cal.DEFAULT_SAVE]
+    text = (tmp_path / cal.DEFAULT_SAVE).read_text()
+    assert "kind: network" in text and "h2d_GBps: 12.5" in text
+    code, out, _ = run_cli(capsys, "calibrate-disk", ".", *TINY, "--no-save")
+    assert code == 0 and "saved" not in out
+
+
+@pytest.mark.parametrize("make, why", [(lambda d: d / "missing", "does not exist"),
+                                       (lambda d: (d / "f").write_text("x") and d / "f", "is a file"),
+                                       (lambda d: "", "non-empty text")])
+def test_calibrate_disk_refuses_a_bad_path_in_one_line(tmp_path, capsys, make, why):
+    path = str(make(tmp_path))
+    code, out, err = run_cli(capsys, "calibrate-disk", path, *TINY)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("llmexplore: error: PATH must be a writable directory") or "PATH" in err
+    assert why in err and (path in err or not path)
+
+
+def test_calibrate_disk_refuses_a_read_only_directory(tmp_path, capsys, monkeypatch):
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == tmp_path else real_access(p, mode))
+    code, _, err = run_cli(capsys, "calibrate-disk", str(tmp_path), *TINY)
+    assert code == 2 and f"PATH must be a writable directory, got '{tmp_path}' (permission denied)" in err
+
+
+@pytest.mark.parametrize("argv, flag", [(["--block-sizes", "4,6"], "--block-sizes"),
+                                        (["--block-sizes", "4096"], "--block-sizes"),
+                                        (["--queue-depths", "0"], "--queue-depths"),
+                                        (["--size-mb", "0"], "--size-mb"),
+                                        (["--kind", "dram"], "--kind"),
+                                        (["--h2d-gbps", "0"], "--h2d-gbps")])
+def test_calibrate_disk_option_errors_name_the_flag(tmp_path, capsys, argv, flag):
+    code, out, err = run_cli(capsys, "calibrate-disk", str(tmp_path), "--size-mb", "1", *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and flag in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fault", [RuntimeError("a bug mid-run"), KeyboardInterrupt()])
+def test_calibrate_removes_its_files_on_error_and_interrupt(tmp_path, monkeypatch, fault):
+    def broken(*a, **kw):
+        assert any(tmp_path.iterdir())  # the scratch directory and its test file exist now
+        raise fault
+
+    monkeypatch.setattr(cal, "_measure_point", broken)
+    with pytest.raises(type(fault)):
+        cal.calibrate(tmp_path, size_MB=1, block_sizes_KiB=[4], queue_depths=[1])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_calibrate_disk_interrupted_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cal, "_measure_point", lambda *a, **kw: (_ for _ in ()).throw(KeyboardInterrupt()))
+    code, out, _ = run_cli(capsys, "calibrate-disk", str(tmp_path), *TINY, "--no-save")
+    assert code == 130 and "interrupted" in out and list(tmp_path.iterdir()) == []
+
+
+def test_calibrate_where_o_direct_is_refused_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(cal, "direct_io_supported", lambda d: False)
+    res = cal.calibrate(tmp_path, size_MB=1, block_sizes_KiB=[4], queue_depths=[1])
+    assert res["direct"] is False and any("refuses O_DIRECT" in n for n in res["notes"])
+    assert "page cache" in res["preset"]["measured-disk"]["sources"]["read_GBps"]
+    assert "refuses O_DIRECT" in cal.preset_yaml(res)
+
+
+def test_filesystem_type():
+    assert cal.filesystem_type("/proc/self") == "proc"
+    if Path("/dev/shm").is_dir():
+        assert cal.filesystem_type("/dev/shm") == "tmpfs"
+    assert cal.filesystem_type(Path(__file__)) not in ("", "unknown")
