@@ -75,7 +75,7 @@ def test_every_preset_and_source_row_is_shown():
     t = people_table(sources)
     assert len(t) == len(sources) and "…" not in repr(t)
     group = preset_tables(first="links")
-    assert [tab.caption.split()[0] for tab in group.tables] == ["Links", "Models,", "Accelerators", "Runtime"]
+    assert [tab.caption.split()[0] for tab in group.tables] == ["Links", "Models,", "Accelerators", "Runtime", "Storage"]
     assert all(len(tab) == len(catalog.preset_frame(k)) for tab, k in zip(group.tables,
                                                                            ["links", "models", "hardware", "runtime"]))
     with pytest.raises(SpecError, match="first must be one of"):
