@@ -744,3 +744,80 @@ def test_filesystem_type():
     if Path("/dev/shm").is_dir():
         assert cal.filesystem_type("/dev/shm") == "tmpfs"
     assert cal.filesystem_type(Path(__file__)) not in ("", "unknown")
+
+
+# ---- the replay ----------------------------------------------------------------------------------------------
+from llmexplore.models import offload as of  # noqa: E402
+from llmexplore.storage import replay as rp  # noqa: E402
+from llmexplore.sweeps import offload as sweeps_offload  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def setup8b():
+    """Llama-3-8B on one H100 against an NVMe Gen4 tier: the gate's break-even is a few blocks."""
+    return sweeps_offload.setup("llama-3-8b", "h100-sxm", storage="nvme-gen4", tp=1)
+
+
+def test_synthetic_trace_shares_prefixes():
+    tr = rp.synthetic_trace(20, (300, 1000), suffix_tokens=50, rate_per_s=5.0, seed=3)
+    assert len(tr) == 20 and np.all(np.diff(tr.arrival_s) > 0) and tr.arrival_s[0] > 0
+    assert set(tr.prefix_tokens) <= {300.0, 1000.0} and len(set(tr.prefix_id)) == 2
+    for i in range(20):
+        assert len(tr.tokens[i]) == tr.prefix_tokens[i] + 50
+        j = next(j for j in range(20) if tr.prefix_id[j] == tr.prefix_id[i])
+        L = int(tr.prefix_tokens[i])
+        assert np.array_equal(tr.tokens[i][:L], tr.tokens[j][:L])
+    assert np.array_equal(rp.synthetic_trace(5, (64,), seed=1).tokens[3], rp.synthetic_trace(5, (64,), seed=1).tokens[3])
+    with pytest.raises(SpecError, match="weights"):
+        rp.synthetic_trace(4, (64, 128), weights=[1.0])
+    with pytest.raises(SpecError, match="rate_per_s"):
+        rp.synthetic_trace(4, (64,), rate_per_s=0)
+
+
+def test_replay_gates_loads_for_real_and_reports_measured_next_to_modelled(tmp_path, setup8b):
+    s = setup8b
+    be = of.break_even(s.dep, s.tier)["tokens"]
+    assert 256 < be <= 1024
+    tr = rp.synthetic_trace(10, (256, 2048), suffix_tokens=256, seed=2)
+    out = rp.replay(s.dep, s.tier, tr, tmp_path, block_bytes=8192)
+    r, summary = out["requests"], out["summary"]
+    first = {int(p): int(np.argmax(tr.prefix_id == p)) for p in set(tr.prefix_id)}
+    for i in range(10):
+        cached = r["cached_tokens"][i]
+        assert cached == (0 if i in first.values() else tr.prefix_tokens[i] // 256 * 256)
+        assert r["decision"][i] == ("load" if cached >= be and cached > 0 else "recompute")
+        loaded = r["decision"][i] == "load"
+        assert np.isfinite(r["measured_read_s"][i]) == loaded and np.isfinite(r["modelled_read_s"][i]) == loaded
+        if loaded:
+            assert r["loaded_tokens"][i] == cached and r["block_misses"][i] == 0
+            assert r["measured_read_s"][i] > 0 and r["modelled_load_s"][i] > 0
+            assert r["prefill_rest_s"][i] < r["prefill_full_s"][i]
+    assert summary["loads"] == int(np.sum(r["decision"] == "load")) > 0
+    assert summary["bytes_read"] == summary["loads"] * 8 * rp.file_bytes(8192)  # 2048 tokens = 8 blocks each
+    assert summary["replay_block_B"] == 8192 and summary["real_block_B"] == of.block_bytes(s.dep.model)
+    assert summary["direct"] is direct_io_supported(tmp_path)
+    assert np.all(r["ttft_preload_s"] <= r["ttft_offload_s"] + 1e-12)  # preloading only hides load time
+    assert np.all(r["ttft_recompute_s"] >= r["prefill_full_s"] - 1e-12)
+    first_load = int(np.argmax(r["decision"] == "load"))  # until then both queues serve the same requests
+    assert np.array_equal(r["ttft_offload_s"][:first_load], r["ttft_recompute_s"][:first_load])
+
+
+def test_replay_of_a_corrupted_block_loads_only_the_prefix_before_it(tmp_path, setup8b):
+    s = setup8b
+    tr = rp.synthetic_trace(6, (2048,), suffix_tokens=100, seed=4)
+    rp.replay(s.dep, s.tier, tr, tmp_path, block_bytes=8192)  # fills the store
+    store = BlockStore(tmp_path, block_tokens=256, namespace=f"{s.dep.model.name}/bf16/256")
+    keys = store.keys(tr.tokens[0][:2048])
+    _corrupt(store.path(keys[3]), HEADER_BYTES + 7, b"\x00\x01\x02")
+    out = rp.replay(s.dep, s.tier, tr, tmp_path, block_bytes=8192)
+    r = out["requests"]
+    assert np.all(r["decision"] == "load") and np.all(r["cached_tokens"] == 2048)
+    assert np.all(r["loaded_tokens"] == 3 * 256) and np.all(r["block_misses"] == 1)
+    assert out["summary"]["store"]["misses"] == {"checksum": 6}
+
+
+def test_replay_for_the_notebook(setup8b):
+    df = sweeps_offload.measured_replay(setup8b, n_requests=6, max_block_bytes=8192)
+    assert df is not None and len(df) > 0
+    assert {"modelled_ms", "measured_ms", "prefix_tokens", "decision"} <= set(df.columns)
+    assert (df["measured_ms"] > 0).all() and (df["modelled_ms"] > 0).all()
