@@ -52,6 +52,9 @@ disk (a Python thread beside it ran at 0.12-0.22 of its idle speed, against 0.29
 and an ``Iovec`` over a memoryview keeps that buffer exported for good (``del`` and ``gc.collect()`` do not
 release it), so aligned buffers could never be unmapped or returned to the budget. So: a bounded pool of
 threads over ``os.preadv``, no dependency, and it works on every Linux kernel, with or without io_uring.
+Against fio 3.33 (io_uring, O_DIRECT, random reads of the same file, taking turns;
+``benchmarks/bench_offload.py``) this reader reaches 0.94 of fio's bandwidth at 1 MiB x QD4 and 0.96 at
+4 MiB x QD4; at 128 KiB x QD16 its per-request cost in Python (tens of microseconds) shows: 0.78.
 """
 
 from __future__ import annotations

@@ -22,9 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmexplore import cli, presets
 from llmexplore.errors import SpecError
+from llmexplore.models import offload as of
 from llmexplore.storage import blocks as blocks_mod
-from llmexplore.storage import reader as reader_mod
+from llmexplore.storage import calibrate as cal
+from llmexplore.storage import replay as rp
 from llmexplore.storage.blocks import (
     ALIGN,
     HEADER_BYTES,
@@ -35,6 +38,7 @@ from llmexplore.storage.blocks import (
     parse_block,
 )
 from llmexplore.storage.reader import DirectIOFallbackWarning, StagingReader, direct_io_supported
+from llmexplore.sweeps import offload as sweeps_offload
 
 PROPS = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                         HealthCheck.too_slow])
@@ -258,7 +262,7 @@ def test_any_flipped_byte_gives_the_block_or_a_miss(tmp_path_factory, where, fli
     used = range(blocks_mod.HEADER_USED)
     payload = range(HEADER_BYTES, HEADER_BYTES + 10_000)
     assert (got is None) == (where in used or where in payload)
-    payload_view, reason = parse_block(bytes(raw), key)
+    payload_view, _ = parse_block(bytes(raw), key)
     assert (payload_view is None) == (got is None)
 
 
@@ -446,7 +450,7 @@ def test_faults_never_serve_corrupted_data_and_leak_nothing(store, monkeypatch):
 def test_a_short_read_into_a_reused_buffer_is_not_served_from_stale_bytes(store, monkeypatch):
     """The second read of the same block lands in the buffer of the first (reuse): a short read must not pass
     the checksum with the previous read's bytes still there."""
-    keys, payloads = fill(store, 1, size=50_000)
+    keys, _ = fill(store, 1, size=50_000)
     with StagingReader(max_inflight=1, budget_bytes=file_bytes(50_000)) as r:
         with r.submit(store.path(keys[0]), key=keys[0]) as s:
             assert s.ok
@@ -616,8 +620,6 @@ def test_stream_releases_everything_when_closed_early(store):
 
 
 # ---- calibrate-disk ------------------------------------------------------------------------------------------
-from llmexplore import cli, presets  # noqa: E402
-from llmexplore.storage import calibrate as cal  # noqa: E402
 
 TINY = ["--size-mb", "1", "--block-sizes", "4,64", "--queue-depths", "1,2"]
 
@@ -747,9 +749,6 @@ def test_filesystem_type():
 
 
 # ---- the replay ----------------------------------------------------------------------------------------------
-from llmexplore.models import offload as of  # noqa: E402
-from llmexplore.storage import replay as rp  # noqa: E402
-from llmexplore.sweeps import offload as sweeps_offload  # noqa: E402
 
 
 @pytest.fixture(scope="module")
