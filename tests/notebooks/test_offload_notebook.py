@@ -1,8 +1,10 @@
-"""notebooks/50_ssd_offload.ipynb with its defaults (the run test_all_notebooks makes, shared), and once with
-Llama-3.2-3B: recorded values against numbers computed here from the models' published configs and the storage
-presets' fields, not from llmexplore.models.offload."""
+"""notebooks/50_ssd_offload.ipynb with its defaults (the run test_all_notebooks makes, shared): recorded values
+against numbers computed here from the model's published config and the storage presets' fields, not from
+llmexplore.models.offload. (Llama-3.2-3B's 28 MiB block and its break-even are checked without a notebook run in
+tests/unit/test_offload.py and tests/reference/test_published.py.)"""
 
 import math
+import re
 
 import nbformat
 import pytest
@@ -112,22 +114,11 @@ def test_the_notebook_states_its_findings(run):
     assert said[0].startswith("Llama-3-70B on 8x H100 SXM 80GB: loading a cached prefix from NVMe SSD, PCIe Gen4 x4 "
                               "pays only from 28,416 tokens — per token the drive (46.9 us) is slower than recomputing "
                               "(39.9 us), so the quadratic attention term sets the break-even; from Host DRAM")
-    assert len(said) == 8 and said[-1].startswith("No measurement on this machine yet")
+    # the last finding compares loads read from this machine's disk with the model (or says how to get one)
+    assert len(said) == 8 and re.match(r"(Over \d+ loads read from the disk, the measured time is [\d.,]+ × the "
+                                       r"modelled one|No measurement on this machine yet)", said[-1]), said[-1]
     nb = nbformat.read(run[0], as_version=4)
     notes = [o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
              if "application/vnd.llmexplore.widget-note+json" in o.get("data", {})]
     assert len(notes) == 1 and notes[0].startswith("Llama-3-70B on 8x H100 SXM 80GB, NVMe SSD, PCIe Gen4 x4: a "
                                                    "32,768-token prefix")
-
-
-def test_a_llama_3_2_3b_block_is_28_mib(run_notebook):
-    # Llama-3.2-3B (meta-llama/Llama-3.2-3B config.json): 28 layers, 8 KV heads of dimension 128
-    _, rec = run_notebook("50_ssd_offload.ipynb", MODEL="llama-3.2-3b", TP=1, STORAGE="dram-pcie4",
-                          PROMPT_TOKENS=8192, TTFT_SLO_MS=1000.0)
-    assert rec["block_B"] == 28 * 2 * 8 * 128 * 2 * 256 == 28 * 2**20 == 29_360_128
-    be = rec["break_even_tokens"]
-    assert be["dram-pcie4"] == 256  # host memory pays from one block
-    c = rec["curve_near"]
-    first = next(p for p, f, g in zip(c["prefix_tokens"], c["recompute_ms"], c["load_ms"]) if f >= g)
-    assert first == be["dram-pcie4"]
-    assert rec["point"]["decision"] == "load" and rec["queue"]["loaded"] is True
