@@ -1,0 +1,149 @@
+"""data/kernels/: kernel-level measurements extracted from aiconfigurator (issue 9 groundwork)."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+KDIR = ROOT / "data" / "kernels"
+CSVS = sorted(KDIR.glob("*.csv"))
+README = (KDIR / "README.md").read_text()
+HW = yaml.safe_load((ROOT / "data" / "hardware.yaml").read_text())
+
+COLUMNS = {
+    "gemm": ["kernel", "dtype", "m", "n", "k", "latency_us"],
+    "moe": ["kernel", "dtype", "tokens", "experts", "topk", "hidden", "inter", "moe_tp", "moe_ep", "latency_us"],
+    "context_attention": ["kernel", "dtype", "kv_dtype", "batch", "isl", "heads", "kv_heads", "head_dim", "latency_us"],
+    "generation_attention": ["kernel", "dtype", "kv_dtype", "batch", "kv_len", "heads", "kv_heads", "head_dim", "latency_us"],
+    "context_mla": ["kernel", "dtype", "kv_dtype", "batch", "isl", "heads", "tp", "latency_us"],
+    "generation_mla": ["kernel", "dtype", "kv_dtype", "batch", "kv_len", "heads", "tp", "latency_us"],
+    "allreduce_custom": ["kernel", "dtype", "ranks", "message_elems", "message_bytes", "latency_us"],
+    "allreduce_nccl": ["collective", "dtype", "ranks", "message_elems", "message_bytes", "latency_us"],
+}
+NAME = re.compile(r"^aic_(?P<cls>" + "|".join(COLUMNS) + r")_(?P<gpu>[a-z0-9-]+)_(?P<eng>trtllm|sglang|vllm|nccl)\.csv$")
+
+
+def load(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, comment="#")
+
+
+def parts(path: Path) -> dict:
+    m = NAME.match(path.name)
+    assert m, f"unexpected file name {path.name}"
+    return m.groupdict()
+
+
+def of_class(cls: str) -> list[Path]:
+    return [p for p in CSVS if NAME.match(p.name) and NAME.match(p.name)["cls"] == cls]
+
+
+def test_expected_coverage():
+    assert len(CSVS) >= 30
+    for gpu in ("h100-sxm", "h200", "b200"):
+        for cls in ("gemm", "moe", "context_attention", "generation_attention", "allreduce_nccl"):
+            assert any(parts(p)["gpu"] == gpu and parts(p)["cls"] == cls for p in CSVS), (gpu, cls)
+    total = sum(p.stat().st_size for p in CSVS)
+    assert total < 8e6, f"data/kernels is {total/1e6:.1f} MB; keep it compact"
+
+
+@pytest.mark.parametrize("path", CSVS, ids=lambda p: p.name)
+def test_csv_parses_with_documented_columns_and_provenance(path):
+    info = parts(path)
+    assert info["gpu"] in HW
+    df = load(path)
+    assert len(df) > 0
+    assert path.stat().st_size < 1e6
+    cols = COLUMNS[info["cls"]]
+    assert list(df.columns[: len(cols)]) == cols or set(cols) <= set(df.columns)
+    assert set(df.columns) - set(cols) <= {"backend", "implementation"}
+    lat = df["latency_us"].to_numpy(float)
+    assert np.all(np.isfinite(lat)) and np.all(lat > 0)
+    for c in cols:
+        if c not in ("kernel", "dtype", "kv_dtype", "collective", "latency_us"):
+            assert (df[c] > 0).all(), c
+    # provenance: header and README row agree on version, source path and sha256
+    head = path.read_text().splitlines()[:2]
+    m = re.match(r"# source: aiconfigurator_core (\S+) \(Apache-2.0, NVIDIA\) (\S+)$", head[0])
+    assert m, head[0]
+    version, src = m.groups()
+    sha = re.match(r"# sha256: ([0-9a-f]{64})$", head[1]).group(1)
+    row = [ln for ln in README.splitlines() if ln.startswith(f"| `{path.name}` |")]
+    assert len(row) == 1, f"{path.name} has no provenance row in data/kernels/README.md"
+    assert f"`{src}`" in row[0] and f"`{sha}`" in row[0]
+    assert f"aiconfigurator_core version: **{version}**" in README
+    assert "Apache License, Version 2.0" in README
+
+
+PEAK_KEY = {"bfloat16": "bf16_TFLOPS", "fp8": "fp8_TFLOPS", "fp8_block": "fp8_TFLOPS"}
+
+
+@pytest.mark.parametrize("path", of_class("gemm"), ids=lambda p: p.name)
+def test_gemm_never_beats_dense_peak(path):
+    gpu = parts(path)["gpu"]
+    df = load(path)
+    df = df[df["dtype"].isin(list(PEAK_KEY))]
+    assert len(df) > 0
+    tflops = 2.0 * df["m"] * df["n"] * df["k"] / (df["latency_us"] * 1e-6) / 1e12
+    peak = df["dtype"].map(lambda d: HW[gpu][PEAK_KEY[d]])
+    worst = (tflops / peak).max()
+    assert worst <= 1.0, f"{path.name}: {worst:.2f} x dense peak"
+
+
+@pytest.mark.parametrize("path", of_class("moe"), ids=lambda p: p.name)
+def test_moe_active_expert_flops_below_peak(path):
+    """Lower bound on MoE work: tokens*topk routed rows through up+gate (2*inter) and down (inter).
+
+    Non-gated experts (kernel name contains "nongated", e.g. Nemotron relu^2) have no gate: 2 matrices, not 3.
+    """
+    gpu = parts(path)["gpu"]
+    df = load(path)
+    df = df[df["dtype"].isin(list(PEAK_KEY))]
+    if df.empty:
+        pytest.skip("no bf16/fp8 rows")
+    inter_local = df["inter"] / df["moe_tp"]
+    tokens_local = df["tokens"] * df["topk"] / df["moe_ep"]
+    mats = np.where(df["kernel"].str.contains("nongated"), 2, 3)
+    flops = 2.0 * tokens_local * df["hidden"] * mats * inter_local
+    tflops = flops / (df["latency_us"] * 1e-6) / 1e12
+    peak = df["dtype"].map(lambda d: HW[gpu][PEAK_KEY[d]])
+    assert (tflops / peak).max() <= 1.0
+
+
+@pytest.mark.parametrize("path", of_class("context_attention"), ids=lambda p: p.name)
+def test_prefill_attention_below_peak(path):
+    gpu = parts(path)["gpu"]
+    df = load(path)
+    # causal: QK^T and PV, 2 matmuls x 2 FLOP x isl^2/2 x head_dim per head
+    flops = 2.0 * df["batch"] * df["heads"] * df["isl"] ** 2 * df["head_dim"]
+    tflops = flops / (df["latency_us"] * 1e-6) / 1e12
+    peak = df["dtype"].map(lambda d: HW[gpu][PEAK_KEY.get(d, "bf16_TFLOPS")])
+    assert (tflops / peak).max() <= 1.0
+
+
+@pytest.mark.parametrize("path", of_class("generation_attention"), ids=lambda p: p.name)
+def test_decode_attention_below_hbm_bandwidth(path):
+    gpu = parts(path)["gpu"]
+    df = load(path)
+    kv_bytes = df["kv_dtype"].map({"bfloat16": 2, "fp8": 1})
+    assert kv_bytes.notna().all()
+    read = df["batch"] * df["kv_len"] * 2 * df["kv_heads"] * df["head_dim"] * kv_bytes
+    tbps = read / (df["latency_us"] * 1e-6) / 1e12
+    assert (tbps / HW[gpu]["hbm_bw_TBps"]).max() <= 1.0
+
+
+@pytest.mark.parametrize("path", of_class("allreduce_custom") + of_class("allreduce_nccl"), ids=lambda p: p.name)
+def test_collective_latency_grows_with_message_size(path):
+    df = load(path)
+    keys = [c for c in df.columns if c not in ("message_elems", "message_bytes", "latency_us")]
+    for key, g in df.groupby(keys):
+        g = g.sort_values("message_elems")
+        small, large = g.iloc[: max(1, len(g) // 4)], g.iloc[-max(1, len(g) // 4):]
+        assert large["latency_us"].min() > small["latency_us"].max(), (path.name, key)
+        # bandwidth term: the largest message takes much longer than the smallest
+        assert g["latency_us"].iloc[-1] > 3 * g["latency_us"].iloc[0], (path.name, key)
