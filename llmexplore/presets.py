@@ -1,8 +1,9 @@
 """Presets: YAML files under ``data/`` turned into validated, frozen specs.
 
-Built-in files: ``data/models.yaml``, ``data/hardware.yaml``, ``data/links.yaml``, ``data/runtime.yaml``.
+Built-in files: ``data/models.yaml``, ``data/hardware.yaml``, ``data/links.yaml``, ``data/runtime.yaml``,
+``data/storage.yaml``.
 Users add or override entries with their own YAML file, whose top level has any of the sections
-``models``, ``hardware``, ``links``, ``runtime``::
+``models``, ``hardware``, ``links``, ``runtime``, ``storage``::
 
     models:
       my-model:
@@ -46,7 +47,7 @@ _user_files: list[Path] = []
 
 
 def add_file(path: str | os.PathLike) -> None:
-    """Register a user preset file (YAML with sections ``models``/``hardware``/``links``/``runtime``)."""
+    """Register a user preset file (YAML with sections ``models``/``hardware``/``links``/``runtime``/``storage``)."""
     p = Path(path).expanduser()
     kind = path_kind(p)
     if kind != "file":
