@@ -46,7 +46,7 @@ from .engine import Deployment
 from .kv_transfer import kv_request_bytes
 from .prefill import prefill_time
 
-__all__ = ["block_bytes", "rank_share", "recompute_s", "load_s", "hop_times", "break_even", "decide", "costs",
+__all__ = ["block_bytes", "rank_share", "recompute_s", "load_s", "hop_times", "break_even", "decide", "costs", "linear_load", "closed_form_tokens",
            "MAX_PREFIX", "DEFAULT_BLOCK_TOKENS"]
 
 DEFAULT_BLOCK_TOKENS = 256
@@ -91,22 +91,41 @@ def recompute_s(dep: Deployment, cached_tokens, *, suffix_tokens=256) -> np.ndar
 
 
 def hop_times(dep: Deployment, tier: StorageTier, *, kv_dtype: str | None = None,
-              block_tokens: int = DEFAULT_BLOCK_TOKENS) -> dict[str, float]:
+              block_tokens: int = DEFAULT_BLOCK_TOKENS, read_GBps=None, latency_us=None) -> dict:
     """Per-block times of the two hops [s] and the tier's fixed latency: ``read_s`` (tier -> host, or host ->
     GPU for a dram tier, overhead included), ``h2d_s`` (host -> GPU, 0 for dram), ``latency_s``,
-    ``block_B`` (one copy) and ``rank_B`` (what each TP rank receives)."""
+    ``block_B`` (one copy) and ``rank_B`` (what each TP rank receives).
+
+    ``read_GBps`` / ``latency_us`` (arrays) replace the tier's device bandwidth and latency, e.g. to sweep
+    them: the effective bandwidth keeps the tier's Little's-law share of its device bandwidth, and the times
+    broadcast over the two arrays."""
     kv_dtype = dep.kv_dtype if kv_dtype is None else kv_dtype
     blk = block_bytes(dep.model, kv_dtype, block_tokens)
     rank_B = blk * rank_share(dep)
     bw = tier.effective_GBps() * 1e9
+    if read_GBps is not None:
+        dev = _check.real_array("read_GBps", read_GBps, lo=0, lo_open=True, hi=1e5, unit="GB/s")
+        bw = dev * (tier.effective_GBps() / tier.read_GBps) * 1e9
+    latency = tier.latency_us * 1e-6
+    if latency_us is not None:
+        latency = _check.real_array("latency_us", latency_us, lo=0, hi=1e7, unit="us") * 1e-6
     if tier.kind == "dram":  # every rank copies its own shard over its own PCIe link
         read = tier.block_overhead_us * 1e-6 + rank_B / bw
-        h2d = 0.0
+        h2d = 0.0 * read
     else:  # one device per node serves every rank's shard, then each rank's PCIe link copies its share
         read = tier.block_overhead_us * 1e-6 + blk / bw
-        h2d = rank_B / (tier.h2d_GBps * 1e9)
-    return {"read_s": read, "h2d_s": h2d, "latency_s": tier.latency_us * 1e-6, "block_B": float(blk),
-            "rank_B": rank_B}
+        h2d = rank_B / (tier.h2d_GBps * 1e9) + 0.0 * read
+    return {"read_s": read, "h2d_s": h2d, "latency_s": latency, "block_B": float(blk), "rank_B": rank_B}
+
+
+def linear_load(h: dict, block_tokens: int, pipelined: bool = True) -> tuple:
+    """The load as ``t_g0 + c * cached_tokens`` for n >= 1 blocks: (c [s/token], t_g0 [s]) from
+    :func:`hop_times` ``h``: pipelined, ``c = max(t1, t2) / B`` and ``t_g0 = latency + min(t1, t2)``;
+    serial, ``c = (t1 + t2) / B`` and ``t_g0 = latency``. Broadcasts over array hop times."""
+    t1, t2 = h["read_s"], h["h2d_s"]
+    if pipelined:
+        return np.maximum(t1, t2) / block_tokens, h["latency_s"] + np.minimum(t1, t2)
+    return (t1 + t2) / block_tokens, h["latency_s"] + 0.0 * t1
 
 
 def load_s(dep: Deployment, tier: StorageTier, prefix_tokens, *, kv_dtype: str | None = None,
@@ -118,12 +137,9 @@ def load_s(dep: Deployment, tier: StorageTier, prefix_tokens, *, kv_dtype: str |
     P = _prefix(prefix_tokens)
     n = np.floor(P / B)
     h = hop_times(dep, tier, kv_dtype=kv_dtype, block_tokens=B)
-    t1, t2 = h["read_s"], h["h2d_s"]
-    if pipelined:
-        g = h["latency_s"] + n * max(t1, t2) + min(t1, t2)
-    else:
-        g = h["latency_s"] + n * (t1 + t2)
-    return {"load_s": np.where(n > 0, g, 0.0), "blocks": n, "cached_tokens": n * B, "bytes_B": n * h["block_B"]}
+    c, t_g0 = linear_load(h, B, pipelined)
+    return {"load_s": np.where(n > 0, t_g0 + c * n * B, 0.0), "blocks": n, "cached_tokens": n * B,
+            "bytes_B": n * h["block_B"]}
 
 
 def _fit_recompute(dep: Deployment, B: int, suffix_tokens: int, hi_tokens: float) -> tuple[float, float, float]:
@@ -151,12 +167,8 @@ def break_even(dep: Deployment, tier: StorageTier, *, kv_dtype: str | None = Non
     max_tokens = _check.integer("max_tokens", max_tokens, lo=B, hi=MAX_PREFIX, unit="tokens")
     if max_tokens // B > 1 << 16:
         raise SpecError(f"max_tokens / block_tokens must be at most 65,536 blocks, got {max_tokens // B:,}")
-    h = hop_times(dep, tier, kv_dtype=kv_dtype, block_tokens=B)
-    t1, t2 = h["read_s"], h["h2d_s"]
-    if pipelined:
-        c, t_g0 = max(t1, t2) / B, h["latency_s"] + min(t1, t2)
-    else:
-        c, t_g0 = (t1 + t2) / B, h["latency_s"]
+    c, t_g0 = (float(x) for x in linear_load(hop_times(dep, tier, kv_dtype=kv_dtype, block_tokens=B), B,
+                                              pipelined))
 
     # recompute - load on every block count up to the bound (one vectorised evaluation): the gate is the start
     # of the last run where it is >= 0, so that loading pays for this prefix and every longer one. (f - g is
@@ -174,13 +186,17 @@ def break_even(dep: Deployment, tier: StorageTier, *, kv_dtype: str | None = Non
         tokens, below = float((losing[-1] + 2) * B), bool(np.any(loss[: losing[-1]] >= 0))
     t_f0, a, b = _fit_recompute(dep, B, suffix_tokens, min(max_tokens, 4 * tokens if np.isfinite(tokens)
                                                             else max_tokens))
-    dt0 = t_g0 - t_f0
-    disc = (c - a) ** 2 + 4 * b * dt0
-    closed = max(0.0, ((c - a) + np.sqrt(max(disc, 0.0))) / (2 * b))
+    closed = float(closed_form_tokens(a, b, c, t_g0 - t_f0))
     return {"tokens": tokens, "closed_form_tokens": float(closed), "set_by": "latency" if c < a else "bandwidth",
             "also_pays_below": below,
             "a_s_per_token": a, "b_s_per_token2": b, "c_s_per_token": c, "t_f0_s": t_f0, "t_g0_s": t_g0,
             "block_tokens": B, "pipelined": bool(pipelined)}
+
+
+def closed_form_tokens(a, b, c, dt0):
+    """P* = [(c - a) + sqrt((c - a)^2 + 4 b dt0)] / (2 b), at least 0 [tokens] (module docstring): the prefix
+    where t_f0 + a P + b P^2 = t_g0 + c P, with dt0 = t_g0 - t_f0. Broadcasts."""
+    return np.maximum(0.0, ((c - a) + np.sqrt(np.maximum((c - a) ** 2 + 4 * b * dt0, 0.0))) / (2 * b))
 
 
 def decide(dep: Deployment, tier: StorageTier, prefix_tokens, **kwargs) -> np.ndarray:

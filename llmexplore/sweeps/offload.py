@@ -164,20 +164,10 @@ def regime_grid(s: OffloadSetup, prefixes, bandwidths_GBps) -> dict[str, np.ndar
                            unit="GB/s")
     _check.grid_size("prefixes x bandwidths_GBps", (P.size, 1), (1, bw.size))
     B = s.block_tokens
-    h = of.hop_times(s.dep, s.tier, block_tokens=B)
     n = np.floor(P / B)
     rc = of.recompute_s(s.dep, n * B, suffix_tokens=s.suffix_tokens)
-    # the tier's queue-depth and link behaviour scale with its device bandwidth: effective = device x ratio
-    ratio = s.tier.effective_GBps() / s.tier.read_GBps
-    eff = bw * ratio * 1e9
-    payload = h["rank_B"] if s.tier.kind == "dram" else h["block_B"]
-    t1 = s.tier.block_overhead_us * 1e-6 + payload / eff                       # [m]
-    t2 = np.full_like(t1, h["h2d_s"])
-    if s.pipelined:
-        per, tail = np.maximum(t1, t2), np.minimum(t1, t2)
-    else:
-        per, tail = t1 + t2, np.zeros_like(t1)
-    g = np.where(n[:, None] > 0, h["latency_s"] + n[:, None] * per[None, :] + tail[None, :], 0.0)
+    c, t_g0 = of.linear_load(of.hop_times(s.dep, s.tier, block_tokens=B, read_GBps=bw), B, s.pipelined)  # [m]
+    g = np.where(n[:, None] > 0, t_g0[None, :] + c[None, :] * (n * B)[:, None], 0.0)
     saving = rc[:, None] - g
     return {"prefix_tokens": P, "bandwidth_GBps": bw, "saving_ms": saving * 1e3,
             "load_wins": (saving > 0) & (n[:, None] > 0)}
@@ -194,19 +184,10 @@ def break_even_map(s: OffloadSetup, bandwidths_GBps, latencies_us) -> dict[str, 
     B = s.block_tokens
     be = of.break_even(s.dep, s.tier, suffix_tokens=s.suffix_tokens, **s.kw)
     a, b, t_f0 = be["a_s_per_token"], be["b_s_per_token2"], be["t_f0_s"]
-    h = of.hop_times(s.dep, s.tier, block_tokens=B)
-    ratio = s.tier.effective_GBps() / s.tier.read_GBps
-    payload = h["rank_B"] if s.tier.kind == "dram" else h["block_B"]
-    t1 = s.tier.block_overhead_us * 1e-6 + payload / (bw * ratio * 1e9)
-    t2 = h["h2d_s"]
-    if s.pipelined:
-        c, t_g0 = np.maximum(t1, t2) / B, lat[:, None] * 1e-6 + np.minimum(t1, t2)[None, :]
-    else:
-        c, t_g0 = (t1 + t2) / B, lat[:, None] * 1e-6 + 0 * t1[None, :]
-    c = np.broadcast_to(c[None, :], t_g0.shape)
-    dt0 = t_g0 - t_f0
-    root = ((c - a) + np.sqrt(np.maximum((c - a) ** 2 + 4 * b * dt0, 0.0))) / (2 * b)
-    tokens = np.maximum(np.ceil(np.maximum(root, 0.0) / B), 1.0) * B
+    c, t_g0 = of.linear_load(of.hop_times(s.dep, s.tier, block_tokens=B, read_GBps=bw[None, :],
+                                          latency_us=lat[:, None]), B, s.pipelined)  # [k, m]
+    c = np.broadcast_to(c, t_g0.shape)
+    tokens = np.maximum(np.ceil(of.closed_form_tokens(a, b, c, t_g0 - t_f0) / B), 1.0) * B
     return {"bandwidth_GBps": bw, "latency_us": lat, "tokens": tokens,
             "set_by": np.where(c < a, "latency", "bandwidth")}
 
