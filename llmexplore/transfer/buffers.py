@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from .. import _check
 from ..errors import SpecError, UnsupportedPDLayoutError
+from ..models import kv_transfer
 from ..specs import ModelSpec
 from ..units import dtype_bytes
 from .layout import MAX_WORLD, BufferKind, BufferLayout, ParallelLayout
@@ -38,13 +39,13 @@ MAX_PAGE_TOKENS = 4096
 
 
 def _side_check(model: ModelSpec, name: str, tp: int) -> int:
+    """``tp`` if it is an integer in [1, 1024] that divides or is a multiple of the KV heads (the rule of the
+    link model, :func:`llmexplore.models.kv_transfer.kv_request_bytes`), said as a planner error."""
     tp = _check.integer(name, tp, lo=1, hi=1024)
-    if not model.is_mla:
-        h = model.kv_heads
-        if h % tp and tp % h:
-            raise UnsupportedPDLayoutError(f"{name} ({tp}) must divide or be a multiple of the KV heads of "
-                                           f"{model.name} ({h})")
-    return tp
+    try:
+        return kv_transfer._check_tp(name, tp, model)
+    except SpecError as exc:
+        raise UnsupportedPDLayoutError(str(exc)) from None
 
 
 def model_buffers(model: ModelSpec, tp: int, *, page_size: int = 16, kv_dtype: str = "bf16", draft_layers: int = 0,
