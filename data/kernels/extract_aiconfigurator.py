@@ -23,7 +23,7 @@ Selection rules (documented in README.md):
   (aiconfigurator's own backward-fill rule). NCCL: the newest NCCL version.
 * rows: filters per class (below), then "whole-curve" thinning: rows are grouped into curves
   (all columns fixed except the sweep axis); curves are split into strata (dtype, kernel, ...)
-  and within each stratum every s-th curve (sorted by key) is kept, s the smallest stride that
+  and within each stratum every s-th curve (in sha256-of-key order, a deterministic shuffle) is kept, s the smallest stride that
   brings the file under its row cap. Sweeps are never cut, so each curve is complete.
 """
 from __future__ import annotations
@@ -53,11 +53,11 @@ ENGINES = ("trtllm", "sglang", "vllm")
 # strata: columns whose every value is kept. filters: (column, value) equality filters.
 CLASSES = {
     "gemm": dict(
-        op="gemm", file="gemm_perf.parquet", cap=2500,
+        op="gemm", file="gemm_perf.parquet", cap=5000,
         rename={"kernel_source": "kernel", "gemm_dtype": "dtype", "m": "m", "n": "n", "k": "k"},
         sweep="m", strata=["dtype", "kernel"], filters=[]),
     "moe": dict(
-        op="moe", file="moe_perf.parquet", cap=2000,
+        op="moe", file="moe_perf.parquet", cap=3000,
         rename={"kernel_source": "kernel", "moe_dtype": "dtype", "num_tokens": "tokens",
                 "num_experts": "experts", "topk": "topk", "hidden_size": "hidden",
                 "inter_size": "inter", "moe_tp_size": "moe_tp", "moe_ep_size": "moe_ep"},
@@ -162,9 +162,14 @@ def thin(df: pd.DataFrame, sweep: str, strata: list[str], cap: int) -> tuple[pd.
     if not curve_cols:
         return df, 1
     curve_id = df.groupby(cols, sort=True, dropna=False).ngroup()
-    # rank of the curve inside its stratum
-    first = df.assign(_cid=curve_id).drop_duplicates("_cid")
-    rank = first.groupby(strata, sort=True, dropna=False).cumcount() if strata else pd.Series(range(len(first)), index=first.index)
+    # rank of the curve inside its stratum, in a deterministic pseudo-random order (sha256 of the curve's
+    # key): a stride over the sorted keys would keep e.g. only k = 32 GEMMs; a stride over hashed keys
+    # samples every shape region evenly
+    first = df.assign(_cid=curve_id).drop_duplicates("_cid").copy()
+    first["_h"] = [hashlib.sha256(repr(tuple(str(v) for v in row)).encode()).hexdigest()
+                   for row in first[curve_cols].itertuples(index=False)]
+    first = first.sort_values(strata + ["_h"] if strata else ["_h"], kind="mergesort")
+    rank = first.groupby(strata, sort=False, dropna=False).cumcount() if strata else pd.Series(range(len(first)), index=first.index)
     rank_of = dict(zip(first["_cid"], rank))
     r = curve_id.map(rank_of)
     for s in range(1, 10_000):
