@@ -81,7 +81,7 @@ def run(args) -> int:
         raise SpecError(f"--data: {exc}") from None
     result = cal.fit(points, start=start, name=args.name)
     rt = result["runtime"]
-    params = {f: getattr(rt, f) for f in cal.FIT_FIELDS}
+    params = {f: getattr(rt, f) for f in cal.fit_fields(rt)}
     if save is not None:
         try:
             save.write_text(cal.overlay_yaml(rt, args.data), encoding="utf-8")
