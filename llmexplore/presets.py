@@ -235,6 +235,52 @@ def storage(name: str) -> StorageTier:
     return _get("storage", name, "storage")
 
 
+KERNEL_FILE = DATA_DIR / "kernel_efficiency.yaml"
+#: GPUs without kernel measurements that borrow another GPU's curves (same tensor cores and memory type)
+KERNEL_GPU_FALLBACK = {"gb200": "b200"}
+_CURVE_FIELDS = ("eta_compute", "eta_mem", "overhead_us", "knee", "tile_m", "points", "median_err_pct",
+                 "p90_err_pct", "cov_u", "from_engine")
+
+
+@functools.cache
+def _kernel_sets(path: str) -> dict:
+    data = _read_cached(Path(path))
+    if not isinstance(data, dict):
+        raise SpecError(f"kernel-efficiency file {path!r} must map engine -> GPU -> curve")
+    return data
+
+
+def kernel_engines() -> list[str]:
+    """Engines with fitted kernel curves in ``data/kernel_efficiency.yaml`` (``any`` pools them)."""
+    return [str(e) for e in _kernel_sets(str(KERNEL_FILE)) if e != "rejected"]
+
+
+def kernel_curves(engine: str, gpu: str) -> tuple[str, dict[str, dict]] | None:
+    """(GPU the curves were measured on, {curve key: fields}) of an engine's fitted kernel curves on a GPU
+    preset, borrowing per :data:`KERNEL_GPU_FALLBACK`; None when there are none (the runtime's scalar
+    efficiencies apply). Every curve's fields are checked here (SpecError naming engine, GPU and key)."""
+    sets = {k: v for k, v in _kernel_sets(str(KERNEL_FILE)).items() if k != "rejected"}
+    if engine not in sets:
+        raise SpecError(f"runtime kernel_set must be one of {sorted(map(str, sets))} (data/kernel_efficiency.yaml), "
+                        f"got {engine!r}")
+    per_gpu = sets[engine] or {}
+    src = gpu if gpu in per_gpu else KERNEL_GPU_FALLBACK.get(gpu)
+    if src is None or src not in per_gpu:
+        return None
+    # an engine's curves over the engine-neutral ones: a curve the engine lacks (no rows, or rejected as not
+    # its production kernel) is the neutral one
+    merged = {**((sets.get("any") or {}).get(src) or {}), **(per_gpu[src] or {})}
+    out = {}
+    for key, row in merged.items():
+        where = f"data/kernel_efficiency.yaml {engine}/{src}/{key}"
+        if not isinstance(row, dict) or set(row) - set(_CURVE_FIELDS) or not {"eta_compute", "eta_mem",
+                                                                              "overhead_us", "knee"} <= set(row):
+            raise SpecError(f"{where}: a curve needs eta_compute, eta_mem, overhead_us, knee (optional "
+                            f"{', '.join(_CURVE_FIELDS[4:])}), got {shown(row)}")
+        out[str(key)] = dict(row)
+    return src, out
+
+
 def resolve(kind: str, value):
     """Accept either a spec instance or a preset name."""
     _, cls = KINDS[kind]

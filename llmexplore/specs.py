@@ -335,7 +335,8 @@ class ModelSpec(_Spec):
         return 2 * self.kv_heads * self.head_dim
 
     def kv_bytes_per_token_per_layer(self, kv_dtype: str = "bf16") -> float:
-        """KV bytes per token per layer [B] (FP8 scales neglected: per-tensor scales)."""
+        """KV bytes per token per layer [B] (FP8 scales neglected: per-tensor scales; FP4 is NVFP4 with its
+        FP8 scale per 16 elements counted, 0.5625 B per element)."""
         return self.kv_elements_per_token_per_layer() * dtype_bytes(kv_dtype, "kv_dtype")
 
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
@@ -369,6 +370,8 @@ class Hardware(_Spec):
     hbm_bw_TBps: float = field(metadata=_meta("TB/s", "HBM bandwidth (datasheet)", min=MIN_POSITIVE, max=MAX_RATE))
     bf16_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense BF16 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
     fp8_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense FP8 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
+    fp4_TFLOPS: float = field(default=0.0, metadata=_meta("TFLOP/s", "dense FP4 (NVFP4) tensor peak; 0: no FP4 "
+                                                          "tensor cores", min=0, max=MAX_RATE, optional=True))
     scale_up_link: str = ""
     scale_up_size: int = field(default=8, metadata=_meta("GPUs", "GPUs in one scale-up (NVLink/xGMI) domain",
                                                          min=1, max=65536, integer=True))
@@ -379,6 +382,9 @@ class Hardware(_Spec):
     def __post_init__(self) -> None:
         _freeze_sources(self)
         _check_numbers(self)
+        if 0 < self.fp4_TFLOPS < MIN_POSITIVE:  # a subnormal peak would turn every FP4 time into an overflow
+            raise SpecError(f"Hardware {self.name!r}: fp4_TFLOPS must be 0 (no FP4 tensor cores) or in "
+                            f"[{MIN_POSITIVE:g}, {MAX_RATE:g}] [TFLOP/s], got {self.fp4_TFLOPS!r}")
         if not self.scale_up_link:
             raise SpecError(f"Hardware {self.name!r}: scale_up_link must name a link preset")
 
@@ -386,14 +392,31 @@ class Hardware(_Spec):
     def label(self) -> str:
         return self.display_name or self.name
 
-    def peak_TFLOPS(self, dtype: str) -> float:
-        """Dense peak for a GEMM input dtype [TFLOP/s]: FP8 for fp8, BF16 otherwise."""
-        dtype_bytes(dtype)
+    @property
+    def has_fp4(self) -> bool:
+        """Whether the accelerator has FP4 tensor cores (``fp4_TFLOPS > 0``: Blackwell, not Hopper or MI300X)."""
+        return self.fp4_TFLOPS > 0
+
+    def check_dtype(self, dtype: str, field: str = "dtype") -> str:
+        """``dtype`` if it is a known dtype this accelerator can run GEMMs in; SpecError naming ``field``, the
+        value and the GPU otherwise (fp4 needs FP4 tensor cores: ``fp4_TFLOPS > 0``)."""
+        dtype_bytes(dtype, field)
+        if dtype == "fp4" and not self.has_fp4:
+            raise SpecError(f"{field} must be a dtype {self.name} supports, got 'fp4': {self.name} has no FP4 "
+                            f"tensor cores; use bf16 or fp8")
+        return dtype
+
+    def peak_TFLOPS(self, dtype: str, field: str = "weight_dtype") -> float:
+        """Dense peak for a GEMM input dtype [TFLOP/s]: FP4 for fp4, FP8 for fp8, BF16 otherwise. SpecError
+        (naming ``field``) for fp4 on an accelerator without FP4 tensor cores (:meth:`check_dtype`)."""
+        self.check_dtype(dtype, field)
+        if dtype == "fp4":
+            return self.fp4_TFLOPS
         return self.fp8_TFLOPS if dtype == "fp8" else self.bf16_TFLOPS
 
     def ridge_flops_per_byte(self, dtype: str = "bf16") -> float:
         """Roofline ridge point (datasheet) [FLOP/B]. H100 BF16: 989.4e12 / 3.35e12 = 295."""
-        return self.peak_TFLOPS(dtype) * 1e12 / (self.hbm_bw_TBps * 1e12)
+        return self.peak_TFLOPS(dtype, "dtype") * 1e12 / (self.hbm_bw_TBps * 1e12)
 
 
 @dataclass(frozen=True)
@@ -458,12 +481,18 @@ class Runtime(_Spec):
     reserve_GiB: float = field(metadata=_meta("GiB", "CUDA context, NCCL buffers, graphs, fragmentation",
                                               min=0, max=MAX_GIB))
     page_tokens: int = field(metadata=_meta("tokens", "KV page (block) size", min=1, max=65536, integer=True))
+    #: engine whose fitted kernel curves price the kernels (data/kernel_efficiency.yaml: trtllm, vllm, sglang,
+    #: or any = pooled); "" = the scalar efficiencies above price every kernel
+    kernel_set: str = ""
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _freeze_sources(self)
         _check_numbers(self)  # efficiencies and the usable fraction in [1e-6, 1]
+        if not isinstance(self.kernel_set, str):
+            raise SpecError(f"Runtime {self.name!r}: kernel_set must be an engine name (text), got "
+                            f"{self.kernel_set!r}")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -37,11 +37,11 @@ from .. import _check
 from ..errors import SpecError
 from .collectives import allgather_s, allreduce_s, alltoall_s, reducescatter_s
 from .engine import (EMB_BYTES, LAYOUT_INFO, LAYOUTS, LOGIT_BYTES, MAX_BATCH, MAX_CONTEXT,  # noqa: F401
-                     Deployment, check_batch_context, check_layout, elementwise_s, gemm_s, kernel_s,
-                     step_overhead_s)
+                     PREFILL_QUERY_TOKENS, Deployment, check_batch_context, check_layout, elementwise_s, gemm_s,
+                     kernel_s, moe_s, step_overhead_s)
 
 __all__ = ["LAYOUTS", "LAYOUT_INFO", "Deployment", "memory_per_rank", "step_time", "evaluate", "evaluate_all",
-           "max_batch", "max_context", "core_coefficients"]
+           "max_batch", "max_context", "core_coefficients", "core_s"]
 
 # ---- per-layout token and KV accounting ----------------------------------------------------------------------
 def _seqs_worst(dep: Deployment, b: np.ndarray) -> np.ndarray:
@@ -200,11 +200,27 @@ def _core_query_tokens(dep: Deployment, b: np.ndarray, layout: str, q) -> np.nda
     return b * q
 
 
-def _core_s(dep: Deployment, b, s, layout: str, q) -> np.ndarray:
+def core_s(dep: Deployment, b, s, layout: str, q) -> np.ndarray:
+    """One layer's attention-core kernel on the worst rank [s]: ``b`` sequences of ``q`` query tokens each over
+    ``s`` context tokens on average. Fewer than PREFILL_QUERY_TOKENS queries per sequence run the decode kernel
+    (MLA absorbed: the 576-wide latent is read once); more run the causal flash-prefill kernel (MLA un-absorbed:
+    per-head K of 192 and V of 128, materialised in the activations' dtype), each priced by its own curve."""
     fpt, bpt = _core_per_context_token(dep, layout, q)
     ctx = _context_tokens_worst(dep, b, s, layout)
-    return kernel_s(dep, "attention", ctx * fpt,
-                    ctx * bpt + _core_qo_bytes(dep, _core_query_tokens(dep, b, layout, q), layout))
+    qo = _core_qo_bytes(dep, _core_query_tokens(dep, b, layout, q), layout)
+    dec = kernel_s(dep, "attention_decode", ctx * fpt, ctx * bpt + qo)
+    qa = np.asarray(q, dtype=float)
+    if not np.any(qa >= PREFILL_QUERY_TOKENS):
+        return dec
+    m = dep.model
+    if m.is_mla:
+        hq_loc = m.heads / dep.ranks if layout == "TP" else m.heads
+        qk, dv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        fpt_p, bpt_p = 2.0 * qa * hq_loc * (qk + dv), hq_loc * (qk + dv) * dep.b_a
+    else:
+        fpt_p, bpt_p = fpt, bpt
+    pre = kernel_s(dep, "attention_prefill", ctx * fpt_p, ctx * bpt_p + qo)
+    return np.where(qa >= PREFILL_QUERY_TOKENS, pre, dec)
 
 
 def _ffn_layer_s(dep: Deployment, n_ffn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -221,11 +237,9 @@ def _ffn_layer_s(dep: Deployment, n_ffn: np.ndarray) -> tuple[np.ndarray, np.nda
     if m.is_moe:
         E, k, Ie = m.routed_experts, m.experts_per_token, m.moe_intermediate
         router = gemm_s(dep, n_ffn, H, E, b_w=EMB_BYTES)
-        tok_local = n_ffn * k / T  # uniform routing: expected tokens on one rank
-        active_local = E / T * (1.0 - (1.0 - k / E) ** n_ffn)  # distinct local experts hit (docs/models.md §4.4)
-        f = 2.0 * tok_local * 3 * H * Ie
-        by = active_local * 3 * H * Ie * dep.b_w + tok_local * (2 * H + 3 * Ie) * ba
-        routed = 2 * kernel_s(dep, "grouped_gemm", f / 2, by / 2)  # gate_up and down grouped GEMMs
+        # experts dealt over the T ranks (EP = T): uniform routing, distinct local experts hit, rows padded to
+        # the grouped GEMM's M tile (docs/models.md §4.4)
+        routed = moe_s(dep, n_ffn, experts=E, topk=k, hidden=H, inter=Ie, moe_ep=T)
         moe = norm + router + routed
         if m.shared_experts:
             Is = m.shared_experts * Ie / T
@@ -294,7 +308,7 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     n_attn, n_ffn = _tokens(dep, b, layout, q)
     norm = elementwise_s(dep, 2 * n_attn * H * ba)
     proj = _projection_s(dep, n_attn, layout)
-    core = _core_s(dep, b, s, layout, q)
+    core = core_s(dep, b, s, layout, q)
     dense, moe = _ffn_layer_s(dep, n_ffn)
     comm_attn, comm_ffn = _comm_layer_s(dep, b, layout, q)
     n_lm = n_ffn if lt is None else n_ffn / q * lt

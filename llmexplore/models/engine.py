@@ -27,7 +27,9 @@ placement of each attention layout (TP, CP, DPA, DOP; docs/models.md §3.1).
 
 from __future__ import annotations
 
+import functools
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,12 +39,12 @@ from ..errors import SpecError
 from ..specs import Hardware, ModelSpec, Runtime
 from ..units import GiB, MS, US, dtype_bytes
 from .collectives import Fabric
-from .roofline import gemm_flops_bytes, roofline_s
+from .kernels import PREFILL_QUERY_TOKENS, Curve, KernelSet, gemm_work, moe_block_work, soft_roofline_s
 from .stats import expected_max_std_normal
 
 __all__ = ["LAYOUTS", "LAYOUT_INFO", "KERNEL_CLASSES", "EMB_BYTES", "LOGIT_BYTES", "MAX_RANKS", "Deployment",
            "KernelRates", "resolve_deployment", "check_layout", "check_batch_context", "kernel_rates", "kernel_s",
-           "gemm_s", "elementwise_s", "step_overhead_s"]
+           "gemm_s", "elementwise_s", "step_overhead_s", "gemm_variant", "kernel_curve", "moe_s", "PREFILL_QUERY_TOKENS"]
 
 LAYOUTS = ("TP", "CP", "DPA", "DOP")
 LAYOUT_INFO = {
@@ -51,7 +53,7 @@ LAYOUT_INFO = {
     "DPA": "data-parallel attention: sequences partitioned, weights replicated",
     "DOP": "weights sharded like TP, KV owned per request like DPA",
 }
-KERNEL_CLASSES = ("gemm", "grouped_gemm", "attention", "elementwise")
+KERNEL_CLASSES = ("gemm", "grouped_gemm", "attention", "attention_decode", "attention_prefill", "elementwise")
 EMB_BYTES = 2.0  # embeddings, LM head, norms and router kept in BF16 (the DeepSeek-V3 FP8 checkpoint does this)
 LOGIT_BYTES = 4.0  # FP32 logits
 MAX_RANKS = 1024  # largest attention group (ranks T) the model accepts
@@ -99,6 +101,7 @@ class Deployment:
         dtype_bytes(self.weight_dtype, "weight_dtype")
         dtype_bytes(self.kv_dtype, "kv_dtype")
         dtype_bytes(self.act_dtype, "act_dtype")
+        self.hardware.check_dtype(self.weight_dtype, "weight_dtype")  # fp4 weights need FP4 tensor cores
         object.__setattr__(self, "q_tokens", _check.integer("q_tokens", self.q_tokens, lo=1, hi=1 << 20))
         if self.logits_tokens is not None:
             object.__setattr__(self, "logits_tokens", _check.integer("logits_tokens", self.logits_tokens, lo=1,
@@ -118,6 +121,12 @@ class Deployment:
             raise SpecError(f"ranks ({T}) must divide or be a multiple of the KV heads of {m.name} "
                             f"({m.kv_heads})")
         self.fabric.split(T)  # raises if T spans nodes unevenly
+
+    # ---- kernel curves ----------------------------------------------------------------------------------
+    @property
+    def kernels(self) -> KernelSet | None:
+        """The runtime's fitted kernel curves on this GPU (docs/models.md §1.2), or None: scalar efficiencies."""
+        return _kernel_set(self.runtime.kernel_set, self.hardware.name)
 
     # ---- constants used by every layout ------------------------------------------------------------------
     @property
@@ -210,6 +219,24 @@ def check_batch_context(batch, context) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---- the one kernel pricing ----------------------------------------------------------------------------------
+@functools.cache
+def _kernel_set(engine: str, gpu: str) -> KernelSet | None:
+    if not engine:
+        return None
+    found = presets.kernel_curves(engine, gpu)
+    if found is None:
+        return None
+    src, rows = found
+    fields = {f.name for f in dataclasses.fields(Curve)} - {"source"}
+    curves = {k: Curve(**{f: (tuple(tuple(r) for r in v) if f == "cov_u" else v) for f, v in row.items()
+                          if f in fields},
+                       source=f"data/kernel_efficiency.yaml {engine}/{src}/{k}"
+                              + (f" ({row['from_engine']}'s curve)" if row.get("from_engine") else ""))
+              for k, row in rows.items()}
+    note = "" if src == gpu else f"{gpu} has no kernel measurements: priced with the {src} curves"
+    return KernelSet(engine=engine, gpu=src, curves=curves, note=note)
+
+
 @dataclass(frozen=True)
 class KernelRates:
     """Achieved throughputs of one kernel class on one deployment."""
@@ -217,37 +244,94 @@ class KernelRates:
     flops_per_s: float  # achieved compute [FLOP/s]
     bytes_per_s: float  # achieved HBM traffic [B/s]
     overhead_s: float  # fixed time per kernel (launch gap, tail) [s]
+    knee: float = math.inf  # soft-roofline exponent (inf: the hard max)
 
 
-def kernel_rates(dep: Deployment, kind: str) -> KernelRates:
+def gemm_variant(dep: Deployment, dtype: str) -> str:
+    """GEMM kernel variant of a weight dtype: ``block`` for FP8 weights released with block scales
+    (DeepSeek-V3's 128x128: DeepGEMM-style kernels), ``plain`` otherwise (BF16, per-tensor FP8, NVFP4)."""
+    return "block" if dtype == "fp8" and dep.model.weight_dtype == "fp8" else "plain"
+
+
+def kernel_curve(dep: Deployment, kind: str, dtype: str | None = None) -> Curve | None:
+    """The fitted curve that prices a kernel class on this deployment, or None (scalar efficiencies).
+
+    ``kind``: ``gemm`` / ``grouped_gemm`` (weights of ``dtype``, default the deployment's weight dtype),
+    ``attention`` / ``attention_decode`` / ``attention_prefill`` (KV of the deployment's KV dtype; GQA or MLA
+    from the model), ``elementwise`` (the BF16 GEMM curve's bandwidth and overhead). A missing dtype curve
+    (e.g. no FP4 data) falls back to the BF16 curve of the class.
+    """
+    ks = dep.kernels
+    if ks is None:
+        return None
+    if kind in ("gemm", "grouped_gemm", "elementwise"):
+        dt = "bf16" if kind == "elementwise" else (dtype or dep.weight_dtype)
+        cls = "gemm" if kind == "elementwise" else kind
+        return ks.get(cls, gemm_variant(dep, dt), dt) or ks.get(cls, "plain", dt) or ks.get(cls, "plain", "bf16")
+    cls = "attention_decode" if kind == "attention" else kind
+    variant = "mla" if dep.model.is_mla else "gqa"
+    kv = dep.kv_dtype if dep.kv_dtype in ("bf16", "fp8") else "bf16"
+    return ks.get(cls, variant, kv) or ks.get(cls, variant, "bf16")
+
+
+def _peak_flops(dep: Deployment, kind: str, dtype: str | None) -> float:
+    if kind.startswith("attention"):
+        return dep.hardware.bf16_TFLOPS * 1e12  # attention computes in the activations' BF16
+    return dep.hardware.peak_TFLOPS(dtype or dep.weight_dtype) * 1e12
+
+
+def kernel_rates(dep: Deployment, kind: str, dtype: str | None = None) -> KernelRates:
     """Achieved compute and memory throughput of a kernel class (table in the module docstring).
 
     The single place where a kernel's efficiency is chosen; every step, prefill, mixed iteration and MoE layer
     prices its kernels through it (via :func:`kernel_s`) or reads its rates from it (closed forms that need
-    the roofline's coefficients: crossovers, expected maxima over MoE ranks).
+    the roofline's coefficients: crossovers, expected maxima over MoE ranks; they use the hard max, i.e. they
+    ignore ``knee``). With a runtime ``kernel_set`` the rates are the fitted curve's (:func:`kernel_curve`)
+    plus the runtime's ``kernel_overhead_us`` gap between kernels; without, the runtime's scalars.
     """
     _check.choice("kernel class", kind, KERNEL_CLASSES)
     rt, hw = dep.runtime, dep.hardware
     overhead = rt.kernel_overhead_us * US
-    if kind == "attention":
-        return KernelRates(rt.eta_attn_compute * hw.bf16_TFLOPS * 1e12, rt.eta_attn_mem * hw.hbm_bw_TBps * 1e12,
-                           overhead)
-    flops = math.inf if kind == "elementwise" else rt.eta_compute * hw.peak_TFLOPS(dep.weight_dtype) * 1e12
-    return KernelRates(flops, rt.eta_mem * hw.hbm_bw_TBps * 1e12, overhead)
+    bw = hw.hbm_bw_TBps * 1e12
+    c = kernel_curve(dep, kind, dtype)
+    if c is not None:
+        flops = math.inf if kind == "elementwise" else c.eta_compute * _peak_flops(dep, kind, dtype)
+        return KernelRates(flops, c.eta_mem * bw, c.overhead_us * US + overhead,
+                           math.inf if kind == "elementwise" else c.knee)
+    if kind.startswith("attention"):
+        return KernelRates(rt.eta_attn_compute * hw.bf16_TFLOPS * 1e12, rt.eta_attn_mem * bw, overhead)
+    flops = math.inf if kind == "elementwise" else rt.eta_compute * _peak_flops(dep, kind, dtype)
+    return KernelRates(flops, rt.eta_mem * bw, overhead)
 
 
-def kernel_s(dep: Deployment, kind: str, flops, bytes_) -> np.ndarray:
-    """Roofline time of one kernel of class ``kind`` [s]; broadcasts over ``flops`` [FLOP] and ``bytes_`` [B]."""
-    r = kernel_rates(dep, kind)
-    return roofline_s(flops, bytes_, r.flops_per_s, r.bytes_per_s, r.overhead_s)
+def kernel_s(dep: Deployment, kind: str, flops, bytes_, *, dtype: str | None = None) -> np.ndarray:
+    """Time of one kernel of class ``kind`` [s] (the soft roofline of its curve, or the hard roofline of the
+    runtime's scalars); broadcasts over ``flops`` [FLOP] and ``bytes_`` [B]."""
+    r = kernel_rates(dep, kind, dtype)
+    return soft_roofline_s(flops, bytes_, r.flops_per_s, r.bytes_per_s, r.overhead_s, r.knee)
 
 
 def gemm_s(dep: Deployment, m_tokens, k_in, n_out, *, groups: float = 1.0, b_w: float | None = None,
            kind: str = "gemm") -> np.ndarray:
-    """Time of ``groups`` (m x k) @ (k x n) GEMMs on one rank [s] (weights of ``b_w`` bytes, default the
-    deployment's weight dtype; activations in the activation dtype)."""
-    f, by = gemm_flops_bytes(m_tokens, k_in, n_out, b_w=dep.b_w if b_w is None else b_w, b_a=dep.b_a)
-    return kernel_s(dep, kind, groups * f, groups * by)
+    """Time of ``groups`` (m x k) @ (k x n) GEMMs on one rank [s]. Weights of the deployment's weight dtype,
+    or BF16 when ``b_w`` = 2 is given (embeddings, LM head, router); a quantised (FP8/FP4) GEMM reads
+    quantised activations and writes BF16 ones (gemm_work)."""
+    dtype = "bf16" if b_w is not None and b_w >= 2.0 else dep.weight_dtype
+    bw = dep.b_w if b_w is None else b_w
+    f, by = gemm_work(m_tokens, n_out, k_in, b_w=bw, b_in=bw if bw < 2.0 else dep.b_a, b_out=dep.b_a)
+    return kernel_s(dep, kind, groups * f, groups * by, dtype=dtype)
+
+
+def moe_s(dep: Deployment, tokens, *, experts: float, topk: float, hidden: float, inter: float,
+          moe_tp: float = 1.0, moe_ep: float = 1.0) -> np.ndarray:
+    """Routed-expert time of one MoE layer on one rank [s]: the gate-up and down grouped GEMMs of
+    :func:`~.kernels.moe_block_work` (tokens entering the layer on the rank, uniform routing, rows padded to
+    the fitted curve's M tile), each half of the block's work."""
+    c = kernel_curve(dep, "grouped_gemm")
+    bw = dep.b_w
+    f, by = moe_block_work(tokens, experts, topk, hidden, inter, moe_tp=moe_tp, moe_ep=moe_ep, b_w=bw,
+                           b_a=bw if (c is not None and bw < 2.0) else dep.b_a, tile_m=c.tile_m if c else 1)
+    return 2.0 * kernel_s(dep, "grouped_gemm", f / 2.0, by / 2.0)
 
 
 def elementwise_s(dep: Deployment, bytes_) -> np.ndarray:

@@ -3,8 +3,9 @@
 A prefill of a prompt of S tokens with a cached prefix of P tokens is one forward step of a single sequence
 with q = S - P new tokens attending on average to P + q/2 context tokens (causal), so it reuses the decode
 step model of :mod:`.attention` (TP layout) with ``q_tokens = S - P`` and logits for the last token only,
-vectorised over prompt lengths.
-Its FLOPs then equal the closed form of docs/models.md §2
+vectorised over prompt lengths. A batch of B such prompts is the same step with B sequences (one forward pass:
+the weights are streamed once for the B (S - P) tokens, each prompt's attention core is paid, B logits).
+Its FLOPs (per prompt) then equal the closed form of docs/models.md §2
 
     F = 2 N_body (S - P) + L h_q (d_qk + d_v) (S^2 - P^2) + 2 V H
 
@@ -25,8 +26,8 @@ import numpy as np
 from .. import _check
 from ..errors import SpecError
 from ..specs import ModelSpec
-from .attention import core_coefficients, step_time
-from .engine import MAX_CONTEXT, Deployment, kernel_s
+from .attention import core_s, step_time
+from .engine import MAX_BATCH, MAX_CONTEXT, Deployment
 
 __all__ = ["prefill_flops", "body_params_active", "prefill_time", "mixed_step_time", "prefill_mfu"]
 
@@ -67,21 +68,27 @@ def _check_prompt(prompt_tokens, prefix_tokens) -> tuple[np.ndarray, np.ndarray]
     return S, P
 
 
-def prefill_time(dep: Deployment, prompt_tokens, prefix_tokens=0) -> dict[str, np.ndarray]:
-    """Time of one prefill on the deployment's T ranks (tensor parallel) [s], by part.
+def prefill_time(dep: Deployment, prompt_tokens, prefix_tokens=0, *, batch=1) -> dict[str, np.ndarray]:
+    """Time of one prefill forward pass on the deployment's T ranks (tensor parallel) [s], by part.
 
-    Returns the :func:`.attention.step_time` parts (``step_s`` is the whole prefill) for each prompt,
-    plus ``prefill_s`` (= ``step_s``), ``flops`` and ``mfu`` (FLOPs / (T * dense peak * time)). Broadcasts
-    ``prompt_tokens`` against ``prefix_tokens`` in one vectorised step evaluation: q = S - P query tokens
-    attending on average to P + q/2 context tokens, logits for the last token only.
+    ``batch`` prompts of ``prompt_tokens`` tokens each, ``prefix_tokens`` of which are cached, run together as
+    one step of ``batch`` sequences (batch 1, the default: a single prompt). Returns the
+    :func:`.attention.step_time` parts (``step_s`` is the whole pass; ``tokens_per_s`` the new prompt tokens
+    prefilled per second) for each point, plus ``prefill_s`` (= ``step_s``), ``flops`` (of the whole batch:
+    ``batch`` x :func:`prefill_flops`) and ``mfu`` (FLOPs / (T * dense peak * time)). Broadcasts
+    ``prompt_tokens``, ``prefix_tokens`` and ``batch`` (integers in [1, 2**24]) in one vectorised step
+    evaluation: q = S - P query tokens per prompt attending on average to P + q/2 context tokens, logits for
+    each prompt's last token only.
     """
     S, P = np.broadcast_arrays(*_check_prompt(prompt_tokens, prefix_tokens))
+    B = _check.real_array("batch", batch, lo=1, hi=MAX_BATCH, integer=True)
+    _check.grid_size("prompt_tokens, prefix_tokens and batch", S.shape, B.shape)
     q = S - P
     d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
     ctx = np.maximum(P + q / 2.0, 1.0)  # a 1-token prompt attends to itself
-    out = {k: np.array(v, dtype=float) for k, v in step_time(d1, 1, ctx, "TP", q_tokens=q, logits_tokens=1).items()}
+    out = {k: np.array(v, dtype=float) for k, v in step_time(d1, B, ctx, "TP", q_tokens=q, logits_tokens=1).items()}
     out["prefill_s"] = out["step_s"]
-    out["flops"] = prefill_flops(dep.model, S, P)
+    out["flops"] = np.broadcast_to(B * prefill_flops(dep.model, S, P), out["step_s"].shape).astype(float)
     out["mfu"] = prefill_mfu(dep, out["flops"], out["step_s"])
     return out
 
@@ -115,9 +122,6 @@ def mixed_step_time(dep: Deployment, decode_batch, decode_context, chunk_tokens,
     base = (shared["step_s"] - shared["core_s"] - shared["head_s"] - shared["comm_head_s"]
             + lm["head_s"] + lm["comm_head_s"])
     dec = np.where(B > 0, step_time(d1, np.maximum(B, 1.0), decode_context, "TP")["core_s"], 0.0)
-    co = core_coefficients(d1, 1, "TP")  # one query token; FLOPs and query/output bytes scale with C
     ctx = _check.real_array("chunk_context", chunk_context, lo=0, hi=MAX_CONTEXT) + C / 2.0
-    f = C * float(co["f1"]) * ctx
-    by = C * float(co["m0"]) + float(co["m1"]) * ctx
-    chunk = np.where(C > 0, L * kernel_s(dep, "attention", f, by), 0.0)
+    chunk = np.where(C > 0, L * core_s(d1, 1, np.maximum(ctx, 1.0), "TP", np.maximum(C, 1.0)), 0.0)
     return {"step_s": base + dec + chunk, "decode_core_s": dec, "chunk_core_s": chunk}

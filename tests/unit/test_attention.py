@@ -357,7 +357,9 @@ def test_kv_heads_rule():
     (dict(ranks=10**400), r"ranks must be an integer in \[1, 1024\], got 1000"),
     (dict(ranks=True), r"ranks must be an integer in \[1, 1024\], got True"),
     (dict(weight_dtype="int4"), r"weight_dtype must be one of .*got 'int4'"),
-    (dict(kv_dtype="fp4"), r"kv_dtype must be one of .*got 'fp4'"),
+    (dict(weight_dtype="fp4"), r"^weight_dtype must be a dtype h100-sxm supports, got 'fp4': h100-sxm has no FP4 "
+                               r"tensor cores; use bf16 or fp8$"),
+    (dict(kv_dtype="fp6"), r"kv_dtype must be one of .*got 'fp6'"),
     (dict(q_tokens=0), r"q_tokens must be an integer in \[1, 1,048,576\], got 0"),
     (dict(context_cv=-0.1), r"context_cv must be a finite number in \[0, 100\], got -0.1"),
     (dict(context_cv=1j), r"context_cv must be a finite number in \[0, 100\], got 1j"),

@@ -147,11 +147,14 @@ def test_mla_tp_vs_dpa_closed_form_independent_of_T(T, weight_dtype, b_w):
     # input RMSNorm (read + write H). The absorbed W_UK/W_UV GEMMs and the core's q/o bytes are equal in
     # both layouts (h_q/T heads x B tokens vs h_q heads x B/T tokens). Hence R = 4H + 2 r_q + r_kv + d_r and
     #   B s* = (W_shard b_w - B b_a R) / kv_l.
-    R = 4 * H + 2 * RQ + RKV + DR
-    bs_model = (W_SHARD * b_w - B * 2 * R) / KV_L
+    # A quantised (FP8) GEMM reads its input activations in its own dtype: the GEMM inputs (H into q_a/kv_a,
+    # r_q into q_b) move b_in = b_w bytes each, the outputs and the norm BF16 ones (b_a = 2).
+    b_in = b_w if b_w < 2 else 2.0
+    R_bytes = b_in * (H + RQ) + 2 * (3 * H + RQ + RKV + DR)
+    bs_model = (W_SHARD * b_w - B * R_bytes) / KV_L
     assert B * bd.context == pytest.approx(bs_model, rel=1e-9)
     # the closed form of docs/models.md §3.5 is this without the activation residual (2.4 % / 1.2 % here)
-    assert B * bd.context + B * 2 * R / KV_L == pytest.approx(W_SHARD * b_w / KV_L, rel=1e-9)
+    assert B * bd.context + B * R_bytes / KV_L == pytest.approx(W_SHARD * b_w / KV_L, rel=1e-9)
     # the conditions really hold: both layouts' attention cores are on the memory side of the roofline
     for lay in ("TP", "DPA"):
         co = cx.layout_time_coefficients(dep, B, lay)

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
+from llmexplore.kernelfit import L2_BYTES
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +136,12 @@ def test_decode_attention_below_hbm_bandwidth(path):
     assert kv_bytes.notna().all()
     read = df["batch"] * df["kv_len"] * 2 * df["kv_heads"] * df["head_dim"] * kv_bytes
     tbps = read / (df["latency_us"] * 1e-6) / 1e12
-    assert (tbps / HW[gpu]["hbm_bw_TBps"]).max() <= 1.0
+    # a micro-benchmark that repeats one kernel reads a KV smaller than L2 from L2, which can beat HBM
+    # (e.g. 1.06x on H100 at 17 MB); the bound holds for kernels that cannot fit (llmexplore.kernelfit.L2_BYTES)
+    # head_dim 192 rows are DeepSeek-style heads whose V is 128 wide, so 2 x 192 over-counts their bytes
+    big = (read >= L2_BYTES[gpu]) & (df["head_dim"] <= 128)
+    assert big.sum() > 10
+    assert (tbps[big] / HW[gpu]["hbm_bw_TBps"]).max() <= 1.0
 
 
 @pytest.mark.parametrize("path", of_class("allreduce_custom") + of_class("allreduce_nccl"), ids=lambda p: p.name)

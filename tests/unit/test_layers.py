@@ -19,7 +19,7 @@ LAYERS = {
     "models": 1,
     "transfer": 1,
     "storage": 1,
-    "calibrate": 2, "sweeps": 2, "findings": 2,
+    "calibrate": 2, "kernelfit": 2, "validate": 2, "sweeps": 2, "findings": 2,
     "plots": 3,
     "widgets": 4, "nbtools": 4,
     "report": 5,

@@ -1,0 +1,109 @@
+"""Check the model against published end-to-end measurements it was never fitted to (``data/validation/``).
+
+Each row of ``data/validation/e2e.csv`` is a decode step (TPOT / ITL at ``batch`` sequences of mean KV
+``context``) or a prefill (TTFT of ``batch`` prompts of ``prompt_tokens``) of one deployment (model, GPU,
+ranks, attention layout, dtypes, engine). :func:`evaluate` predicts every row with the step engine and returns
+the error table; :func:`summary` gives the error per category (model family x GPU x dtype x parallelism x
+phase) and :func:`ranking` checks that the model orders parallelism options as the measurements do.
+
+Runtime per row: ``"engine"`` (default) prices each row with the preset of its engine (``trtllm``, ``vllm``,
+``sglang``); any other value is a runtime preset used for every row (e.g. ``"default"`` or ``"scalar"``).
+A row the model cannot represent (e.g. 72 ranks do not divide 128 heads, a GPU without kernel curves in a
+curve-only comparison) is kept with ``status`` saying why and is left out of the statistics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import presets
+from .errors import LlmexploreError
+from .models.attention import step_time
+from .models.engine import Deployment
+
+__all__ = ["VALIDATION_CSV", "load", "evaluate", "summary", "ranking", "category"]
+
+VALIDATION_CSV = presets.DATA_DIR / "validation" / "e2e.csv"
+ENGINES = ("trtllm", "vllm", "sglang")
+
+
+def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
+    """The validation rows (columns in data/validation/README.md)."""
+    return pd.read_csv(path)
+
+
+def category(row) -> str:
+    """model family x GPU x weight dtype x parallelism x phase, e.g. ``dense|h100-sxm|fp8|TP2|decode``."""
+    m = presets.model(row["model"])
+    family = "mla-moe" if m.is_mla else ("moe" if m.is_moe else "dense")
+    return f"{family}|{row['gpu']}|{row['weight_dtype']}|{row['layout']}{int(row['ranks'])}|{row['kind']}"
+
+
+def _predict_ms(row, runtime: str) -> float:
+    dep = Deployment.build(row["model"], row["gpu"], int(row["ranks"]), runtime=runtime,
+                           weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"])
+    b = int(row["batch"])
+    if row["kind"] == "decode":
+        return float(step_time(dep, b, float(row["context"]), row["layout"])["step_s"]) * 1e3
+    P = int(row["prompt_tokens"])
+    return float(step_time(dep, b, P / 2.0, row["layout"], q_tokens=P, logits_tokens=1)["step_s"]) * 1e3
+
+
+def evaluate(runtime: str = "engine", rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Predicted vs measured for every row: columns id, kind, model, gpu, ranks, layout, weight_dtype, engine,
+    batch, context, prompt_tokens, category, runtime, measured_ms, predicted_ms, error_pct (predicted / measured - 1, in %), status."""
+    rows = load() if rows is None else rows
+    out = []
+    for _, r in rows.iterrows():
+        rt = r["engine"] if runtime == "engine" and r["engine"] in ENGINES else runtime
+        rec = {k: r[k] for k in ("id", "kind", "model", "gpu", "ranks", "layout", "weight_dtype", "kv_dtype",
+                                  "engine", "batch", "context", "prompt_tokens")}
+        rec.update(category=category(r), runtime=rt, measured_ms=float(r["measured"]))
+        try:
+            pred = _predict_ms(r, rt)
+            rec.update(predicted_ms=pred, error_pct=100.0 * (pred / rec["measured_ms"] - 1.0), status="ok")
+        except LlmexploreError as exc:
+            rec.update(predicted_ms=np.nan, error_pct=np.nan, status=f"not modelled: {exc}")
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def summary(table: pd.DataFrame) -> dict:
+    """Headline accuracy: rows modelled, median and p90 |error| [%], and the per-category medians."""
+    ok = table[table.status == "ok"]
+    err = ok.error_pct.abs()
+    per = (ok.assign(abs_err=err).groupby("category")
+           .agg(rows=("id", "size"), median_abs_error_pct=("abs_err", "median"),
+                median_error_pct=("error_pct", "median"))
+           .reset_index().sort_values("median_abs_error_pct", ascending=False))
+    return {"rows": int(len(table)), "modelled": int(len(ok)),
+            "median_abs_error_pct": float(err.median()) if len(ok) else float("nan"),
+            "p90_abs_error_pct": float(np.percentile(err, 90)) if len(ok) else float("nan"),
+            "worst_category": per.iloc[0].to_dict() if len(per) else {},
+            "categories": per}
+
+
+def ranking(table: pd.DataFrame, *, margin_pct: float = 5.0) -> pd.DataFrame:
+    """Pairs of rows of one model, GPU, phase and workload (batch, context or prompt) that differ in their
+    deployment (ranks, layout, dtype, engine), where the measured times differ by more than ``margin_pct``:
+    does the model order them the same way? Columns a, b, measured_ratio, predicted_ratio, resolved (False:
+    the model sees the same deployment, e.g. an EP size it does not represent), agrees."""
+    ok = table[table.status == "ok"].reset_index(drop=True)
+    out = []
+    keys = ["model", "gpu", "kind", "batch", "context", "prompt_tokens"]
+    for _, g in ok.groupby(keys, dropna=False):
+        g = g.reset_index(drop=True)
+        for i in range(len(g)):
+            for j in range(i + 1, len(g)):
+                a, b = g.iloc[i], g.iloc[j]
+                mr = a.measured_ms / b.measured_ms
+                if abs(mr - 1.0) * 100 <= margin_pct:
+                    continue
+                pr = a.predicted_ms / b.predicted_ms
+                resolved = abs(pr - 1.0) > 1e-9  # the model tells the two deployments apart
+                out.append({"a": a.id, "b": b.id, "measured_ratio": mr, "predicted_ratio": pr,
+                            "resolved": resolved, "agrees": bool(resolved and (mr > 1) == (pr > 1))})
+    return pd.DataFrame(out, columns=["a", "b", "measured_ratio", "predicted_ratio", "resolved", "agrees"])
