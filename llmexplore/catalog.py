@@ -39,7 +39,8 @@ def preset_records(kind: str) -> list[dict]:
 _COLUMNS = {
     "models": ["name", "attention", "layers", "hidden", "heads", "kv_heads", "moe", "params_total",
                "params_active", "kv_bytes_per_token_bf16", "kv_bytes_per_token_fp8"],
-    "hardware": ["name", "hbm_GiB", "hbm_bw_TBps", "bf16_TFLOPS", "fp8_TFLOPS", "ridge_flops_per_byte_bf16",
+    "hardware": ["name", "hbm_GiB", "hbm_bw_TBps", "bf16_TFLOPS", "fp8_TFLOPS", "fp4_TFLOPS",
+                 "ridge_flops_per_byte_bf16",
                  "scale_up_link", "scale_up_size", "scale_out_link"],
     "links": ["name", "kind", "line_rate_GBps", "achievable_GBps", "efficiency", "latency_us",
               "latency_per_rank_us"],

@@ -18,8 +18,13 @@ GiB = 2.0**30
 US = 1e-6
 MS = 1e-3
 
-#: bytes per element of each supported dtype
-DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+#: bytes per element of each supported dtype. ``fp4`` is NVFP4: a 4-bit E2M1 value plus one FP8 (E4M3) scale
+#: shared by each block of 16 elements, 0.5 + 1/16 = 0.5625 B per element (the per-tensor FP32 scale is
+#: negligible). The block scale is counted: it is stored and read with the values (NVIDIA, "Introducing NVFP4
+#: for Efficient and Accurate Low-Precision Inference", NVIDIA Technical Blog, 24 June 2025; 16 values take
+#: 8 B of packed FP4 plus a 1 B scale = 9 B, as in the cuTile NVFP4 tutorial and ModelOpt's NVFP4 checkpoint
+#: format, group_size 16). FP8's per-tensor scales are neglected (1 B per element).
+DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
 
 
 def dtype_bytes(dtype: str, field: str = "dtype") -> float:

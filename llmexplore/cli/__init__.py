@@ -12,6 +12,8 @@ Commands:
   (EPLB), against pure TP.
 * ``transfer`` the KV transfer plans between a prefill and a decode TP/DP layout (which prefill rank sends
   which byte ranges of which buffer to each decode rank), fan-out, bytes per rank and transfer time.
+* ``prefill`` B prompts prefilled together in one tensor-parallel forward pass: time by part, tokens per second,
+  FLOPs, MFU, and whether the batch's KV cache fits.
 * ``offload`` load a cached KV prefix from host memory, an SSD or NFS, or recompute it: both costs, the
   decision, the break-even (and which term sets it) and what preloading during a queue wait buys.
 * ``calibrate`` fit the runtime efficiencies to measured decode/prefill times in a CSV, print the error per
@@ -47,13 +49,13 @@ import sys
 from typing import Sequence
 
 from ..errors import LlmexploreError
-from . import calibrate, calibrate_disk, disagg, layouts, moe, offload, presets, report, transfer
+from . import calibrate, calibrate_disk, disagg, layouts, moe, offload, prefill, presets, report, transfer
 from ._framework import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, Parser, UsageError, fail, flag_message
 
 __all__ = ["main", "build_parser", "PROG", "COMMANDS"]
 
 #: command modules, in help order; each has ``add(subparsers)`` and ``run(args) -> exit status``
-COMMANDS = [report, presets, layouts, disagg, moe, transfer, offload, calibrate, calibrate_disk]
+COMMANDS = [report, presets, layouts, disagg, prefill, moe, transfer, offload, calibrate, calibrate_disk]
 
 
 def _version() -> str:

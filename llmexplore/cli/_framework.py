@@ -315,8 +315,10 @@ def dtype_runtime_options(p) -> None:
 
     dtypes = one_of(sorted(DTYPE_BYTES))
     p.add_argument("--weight-dtype", default=None, action=Checked, check=dtypes, metavar="DTYPE",
-                   help=f"weight dtype, {dtypes.rule} (default: the model's released dtype, see: presets models)")
+                   help=f"weight dtype, {dtypes.rule} (default: the model's released dtype, see: presets models); "
+                        "fp4 (NVFP4) needs a GPU with FP4 tensor cores (fp4_TFLOPS, see: presets hardware)")
     p.add_argument("--kv-dtype", default="bf16", action=Checked, check=dtypes, metavar="DTYPE",
-                   help=f"KV-cache dtype, {dtypes.rule} (default: bf16)")
+                   help=f"KV-cache dtype, {dtypes.rule} (default: bf16); fp4 is NVFP4, 0.5625 B per element "
+                        "with its block scales")
     p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
                    help="runtime preset (default: default)")

@@ -27,6 +27,7 @@ PRESET_VIEWS: dict[str, list[Col]] = {
     "hardware": [
         Col("name", "name"), Col("hbm_GiB", "hbm_GiB", "g"), Col("hbm_bw_TBps", "hbm_bw_TBps", "g"),
         Col("bf16_TFLOPS", "bf16_TFLOPS", "g"), Col("fp8_TFLOPS", "fp8_TFLOPS", "g"),
+        Col("fp4_TFLOPS", "fp4_TFLOPS", lambda v: f"{v:g}" if v else "-"),
         Col("ridge_flops_per_byte_bf16", "ridge bf16 FLOP/B", ".0f"), Col("links", "links"),
     ],
     "links": [

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import _check
 from ..errors import SpecError
+from ..units import dtype_bytes
 from .attention import core_coefficients, max_batch, max_context, memory_per_rank, step_time
 from .engine import (LAYOUTS, MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment, check_batch_context, check_layout,
                      kernel_rates)
@@ -197,9 +198,10 @@ def would_fit(dep: Deployment, batch, context, layouts=LAYOUTS) -> list[Alternat
         return []
     out: list[Alternative] = []
     dtype_changes = []
-    if dep.weight_dtype != "fp8":
+    fp8 = dtype_bytes("fp8")
+    if dep.b_w > fp8:  # never suggest FP8 to a deployment already in a narrower dtype (fp4)
         dtype_changes.append(("weight_dtype", "FP8 weights", {"weight_dtype": "fp8"}))
-    if dep.kv_dtype != "fp8":
+    if dep.b_kv > fp8:
         dtype_changes.append(("kv_dtype", "FP8 KV cache", {"kv_dtype": "fp8"}))
     for change, text, kw in dtype_changes:
         fits = _fitting(dataclasses.replace(dep, **kw), batch, context, layouts)

@@ -1,7 +1,8 @@
 """Sweeps: evaluate the models over grids and package the results as tidy tables (one row per point).
 
-One module per area (:mod:`.layouts`, :mod:`.disagg`, :mod:`.moe`); each builds its result records once, and the
-notebooks, the explorers and the command line all read them. Shared here: grids and the one unit conversion
+One module per area (:mod:`.layouts`, :mod:`.disagg`, :mod:`.moe`, ...; :mod:`.prefill` holds the record of
+the ``prefill`` command); each builds its result records once, and the notebooks, the explorers and the command
+line all read them. Shared here: grids and the one unit conversion
 from model outputs (seconds, bytes) to table columns (``step_ms``, ``kv_GB``): :func:`tidy`.
 
 Infeasible points keep their numbers (so plots can show *how far* off they are) but carry ``feasible =
@@ -20,7 +21,7 @@ from ..errors import LlmexploreError, SpecError, UnknownPresetError
 from ..units import display_name, from_si, si_unit_of
 
 __all__ = ["log_grid", "tidy", "summary_frame", "DEFAULT_UNITS", "preset_param", "int_param", "built", "layouts",
-           "disagg", "moe", "transfer", "offload"]
+           "disagg", "moe", "transfer", "offload", "prefill"]
 
 #: display unit of each SI base unit in tables
 DEFAULT_UNITS = {"s": "ms", "B": "GB"}
@@ -102,4 +103,4 @@ def built(names: str, make, rename: dict[str, str] | None = None):
         raise SpecError(rename[arg] + text[len(arg):] if arg else f"{names}: {text}") from None
 
 
-from . import disagg, layouts, moe, offload, transfer  # noqa: E402  (area modules use the helpers above)
+from . import disagg, layouts, moe, offload, prefill, transfer  # noqa: E402  (area modules use the helpers above)

@@ -58,7 +58,7 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp
     side's ranks (``prefill_tp (3) must divide the query heads of ...``)."""
     m, hw, rt, _ = resolve_deployment(model, gpu, runtime)
     weight_dtype = m.weight_dtype if weight_dtype is None else weight_dtype
-    dtype_bytes(weight_dtype, "weight_dtype")
+    hw.check_dtype(weight_dtype, "weight_dtype")  # fp4 needs FP4 tensor cores
     dtype_bytes(kv_dtype, "kv_dtype")
     wl = dg.Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate_per_s=rate_per_s,
                      ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms, percentile=percentile,

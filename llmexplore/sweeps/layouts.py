@@ -192,8 +192,8 @@ def deployment_table(dep: Deployment) -> pd.DataFrame:
 # ---- notebook parameters ---------------------------------------------------------------------------------
 
 
-#: weight and KV dtypes the notebook (and its live explorer) offers
-NOTEBOOK_DTYPES = ("bf16", "fp8")
+#: weight and KV dtypes the notebook accepts (fp4 weights only on a GPU with FP4 tensor cores)
+NOTEBOOK_DTYPES = ("bf16", "fp8", "fp4")
 
 
 def check_notebook_parameters(p) -> dict[str, str]:
@@ -212,6 +212,7 @@ def check_notebook_parameters(p) -> dict[str, str]:
         if not isinstance(p[name], str) or p[name] not in NOTEBOOK_DTYPES:
             raise SpecError(f"{name} must be one of {', '.join(NOTEBOOK_DTYPES)} (the dtypes this notebook and "
                             f"its explorer offer), got {p[name]!r}")
+    preset_param("GPU", "hardware", p["GPU"]).check_dtype(p["WEIGHT_DTYPE"], "WEIGHT_DTYPE")
     for name in ("RANKS", "GQA_RANKS"):
         int_param(name, p[name], 1, MAX_RANKS)
     int_param("BATCH", p["BATCH"], 1, MAX_BATCH)

@@ -80,7 +80,8 @@ def model_buffers(model: ModelSpec, tp: int, *, page_size: int = 16, kv_dtype: s
 def _whole(what: str, nbytes: float) -> None:
     if nbytes != int(nbytes):
         raise SpecError(f"page_size x element bytes must give whole bytes per {what}, got {nbytes:g} B; "
-                        f"use an even page_size with a 4-bit dtype")
+                        f"with fp4 (NVFP4: 16 elements and their scale in 9 B) use a page_size that makes "
+                        f"the page a multiple of 16 elements")
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,8 @@ _DTYPE_COMMANDS = {
                 "--context", "4096"],
     "pd": ["pd", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--prompt", "1024", "--output", "64"],
     "moe": ["moe", "--model", "deepseek-v3", "--gpu", "h200", "--gpus", "16", "--batch-tokens", "64"],
+    "prefill": ["prefill", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--ranks", "8", "--prompt", "4096",
+                "--batch", "4"],
 }
 
 
@@ -200,7 +202,7 @@ def test_every_model_command_honours_dtype_and_runtime_options(capsys, command):
         doc = run_json(capsys, [*base, flag, value, "--json"])
         assert doc["inputs"][key] == value
         assert _strip_inputs(doc) != _strip_inputs(ref), (command, flag)  # the option changed the result
-    for flag, bad in (("--weight-dtype", "int4"), ("--kv-dtype", "fp4"), ("--runtime", "fast")):
+    for flag, bad in (("--weight-dtype", "int4"), ("--kv-dtype", "fp6"), ("--runtime", "fast")):
         code, out, err = run(capsys, [*base, flag, bad])
         assert code == 2 and out == "" and err.count("\n") == 1 and flag in err and bad in err
 
@@ -268,7 +270,9 @@ BAD_INPUT = {
     "context-cv negative": (_with("--context-cv", "-0.1"), ["--context-cv", "-0.1", "[0, 100]"]),
     "context-cv nan": (_with("--context-cv", "nan"), ["--context-cv", "nan", "finite"]),
     "bad weight dtype": (_with("--weight-dtype", "int4"), ["--weight-dtype", "int4", "bf16", "fp8"]),
-    "bad kv dtype": (_with("--kv-dtype", "fp4"), ["--kv-dtype", "fp4", "bf16", "fp8"]),
+    "bad kv dtype": (_with("--kv-dtype", "fp6"), ["--kv-dtype", "fp6", "bf16", "fp8", "fp4"]),
+    "fp4 weights on a GPU without FP4": (_with("--weight-dtype", "fp4"), [
+        "--weight-dtype must be a dtype h200 supports, got 'fp4': h200 has no FP4 tensor cores; use bf16 or fp8"]),
     "unknown option": (_BASE + ["--tp", "8"], ["--tp"]),
     "missing required option": (_BASE[:3], ["required", "--gpu", "--ranks", "--batch", "--context"]),
     "missing value": (_BASE + ["--q-tokens"], ["--q-tokens", "expected one argument"]),

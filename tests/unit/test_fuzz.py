@@ -37,6 +37,7 @@ BASE = {
                 "--context", "1024"],
     "pd": ["pd", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--prompt", "512", "--output", "32",
            "--prefill-tp", "1", "--decode-tp", "1"],
+    "prefill": ["prefill", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--ranks", "2", "--prompt", "1024"],
     "moe": ["moe", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", "--batch-tokens", "64"],
     "transfer": ["transfer", "--model", "llama-3-8b", "--prefill-tp", "2", "--decode-tp", "1"],
     "offload": ["offload", "--model", "llama-3.2-3b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--prefix",
@@ -88,7 +89,7 @@ def _boundary_values(action) -> list[str]:
 #: plausible values (most pass the flag's own rule and reach the model: ranks that do not divide the heads,
 #: dtypes, presets, combinations of flags)
 PLAUSIBLE = st.one_of(st.integers(0, 130).map(str), st.sampled_from([2**k for k in range(13)]).map(str),
-                      st.sampled_from(["0.5", "1.0", "2.6", "0.25", "3", "8", "fp8", "bf16", "fp16", "fp32",
+                      st.sampled_from(["0.5", "1.0", "2.6", "0.25", "3", "8", "fp8", "fp4", "bf16", "fp16", "fp32",
                                        "default", "uncalibrated", "h200", "b200", "mi300x", "deepseek-v3",
                                        "llama-3-70b", "qwen3-30b-a3b", "nvlink4", "tcp-100g", "roce-400g"]))
 
@@ -256,7 +257,7 @@ FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCh
                                                                          HealthCheck.function_scoped_fixture])
 
 #: examples per command: the cheap commands get more
-EXAMPLES = {"layouts": 120, "moe": 60, "pd": 40, "transfer": 60, "offload": 50, "calibrate": 25,
+EXAMPLES = {"layouts": 120, "prefill": 60, "moe": 60, "pd": 40, "transfer": 60, "offload": 50, "calibrate": 25,
             "calibrate-disk": 20, "presets": 15, "report": 25}
 
 
@@ -281,7 +282,7 @@ def test_cli_fuzz(command, capsys, no_reports, small_disk_runs, monkeypatch, tmp
 # ---- preset files -------------------------------------------------------------------------------------------
 ENTRIES = {
     "hardware": ("fuzz-gpu", {"hbm_GiB": "80", "hbm_bw_TBps": "3.35", "bf16_TFLOPS": "989.4", "fp8_TFLOPS": "1978.9",
-                              "scale_up_link": "nvlink4", "scale_up_size": "8"}),
+                              "fp4_TFLOPS": "3957.8", "scale_up_link": "nvlink4", "scale_up_size": "8"}),
     "models": ("fuzz-model", {"attention": "gqa", "layers": "4", "hidden": "1024", "heads": "8", "kv_heads": "2",
                               "head_dim": "128", "intermediate": "4096", "vocab": "32000",
                               "tie_embeddings": "false"}),

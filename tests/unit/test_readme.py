@@ -48,7 +48,8 @@ MAKE_REPORT = make_report_examples()
 
 def test_the_readme_has_examples():
     commands = {argv[0] for argv in EXAMPLES}
-    assert {"presets", "layouts", "pd", "moe", "transfer", "offload", "calibrate", "calibrate-disk", "report"} <= commands
+    assert {"presets", "layouts", "pd", "prefill", "moe", "transfer", "offload", "calibrate", "calibrate-disk",
+            "report"} <= commands
     assert MAKE_REPORT, "the README shows how to pass parameters to make report"
 
 

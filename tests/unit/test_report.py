@@ -186,7 +186,9 @@ def test_plan_fails_when_a_parameter_applies_nowhere():
 
 @pytest.mark.parametrize("params, match", [
     ({"BATCH": "abc"}, r"10_attention_layouts, 30_moe_expert_parallel: BATCH must be an integer .*got 'abc'"),
-    ({"WEIGHT_DTYPE": "fp32"}, r"10_attention_layouts: WEIGHT_DTYPE must be one of bf16, fp8 .*got 'fp32'"),
+    ({"WEIGHT_DTYPE": "fp32"}, r"10_attention_layouts: WEIGHT_DTYPE must be one of bf16, fp8, fp4 .*got 'fp32'"),
+    ({"WEIGHT_DTYPE": "fp4"}, r"10_attention_layouts: WEIGHT_DTYPE must be a dtype h200 supports, got 'fp4': "
+                              r"h200 has no FP4 tensor cores"),
     ({"CONTEXT_MAX": 100}, r"CONTEXT_MAX must be greater than CONTEXT_MIN \(256\), got 100"),
     ({"PROMPTS": [512, "x"]}, r"20_pd_disaggregation: PROMPTS\[1\] must be an integer"),
     ({"RANKS": 3}, r"RANKS \(3\) must divide the query heads of deepseek-v3"),

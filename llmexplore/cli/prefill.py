@@ -1,0 +1,78 @@
+"""``llmexplore prefill``: B prompts prefilled together in one tensor-parallel forward pass: time by part,
+tokens per second, FLOPs, MFU, and whether the batch's KV cache fits."""
+
+from __future__ import annotations
+
+from ._framework import (
+    COMMON_FLAGS,
+    EXIT_OK,
+    Checked,
+    dtype_runtime_options,
+    int_in,
+    model_gpu_options,
+    print_json,
+)
+
+__all__ = ["add", "run", "FLAGS"]
+
+#: API field names -> the flags of this command
+FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "prompt_tokens": "--prompt", "prefix_tokens": "--prefix",
+         "batch": "--batch"}
+
+
+def add(sub) -> None:
+    from ..models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
+
+    p = sub.add_parser("prefill", help="batched prefill: time by part, tokens/s, FLOPs, MFU, memory fit",
+                       description="B prompts of P tokens each (X of them a cached prefix) prefilled together in "
+                                   "one forward pass on T tensor-parallel ranks, priced with the same per-kernel "
+                                   "rooflines as a decode step: the pass's time [ms] by part, new prompt tokens "
+                                   "per second, FLOPs and MFU (an output, not an assumption), and the memory per "
+                                   "rank [GB] of the weights and the batch's KV cache against the usable HBM (a "
+                                   "decode step's activations; the prefill's transient activations are not "
+                                   "counted, engines chunk long prompts).")
+    req = p.add_argument_group("required")
+    model_gpu_options(req)
+    req.add_argument("--ranks", required=True, action=Checked, check=int_in(1, MAX_RANKS), metavar="T",
+                     help="tensor-parallel ranks T")
+    req.add_argument("--prompt", required=True, action=Checked, check=int_in(1, MAX_CONTEXT), metavar="P",
+                     help="prompt length P [tokens], the cached prefix included")
+    p.add_argument("--batch", default=1, action=Checked, check=int_in(1, MAX_BATCH), metavar="B",
+                   help="prompts prefilled together in one forward pass (default: 1)")
+    p.add_argument("--prefix", default=0, action=Checked, check=int_in(0, MAX_CONTEXT), metavar="X",
+                   help="tokens of each prompt already cached (prefix hit), < P (default: 0)")
+    dtype_runtime_options(p)
+    p.add_argument("--json", action="store_true",
+                   help='JSON: {"prefill_ms", "per_prompt_ms", "tokens_per_s", "mfu", "flops", parts in ms, '
+                        'memory in GB, "feasible", "reason", "inputs": {...}}')
+    p.set_defaults(func=run, flags=FLAGS)
+
+
+def run(args) -> int:
+    from ..sweeps import prefill as sp
+
+    dep = sp.setup(args.model, args.gpu, ranks=args.ranks, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
+                   runtime=args.runtime)
+    rec = sp.point_summary(dep, args.prompt, batch=args.batch, prefix_tokens=args.prefix)
+    doc = {**rec, "inputs": {"model": dep.model.name, "gpu": dep.hardware.name, "ranks": dep.ranks,
+                             "batch": args.batch, "prompt": args.prompt, "prefix": args.prefix,
+                             "weight_dtype": dep.weight_dtype, "kv_dtype": dep.kv_dtype,
+                             "runtime": dep.runtime.name}}
+    if args.json:
+        print_json(doc)
+        return EXIT_OK
+    B, X = rec["batch"], rec["prefix_tokens"]
+    prompts = f"{B:,} prompt{'s' if B != 1 else ''} of {rec['prompt_tokens']:,} tokens"
+    cached = f", {X:,} cached ({rec['new_tokens']:,} new each)" if X else ""
+    print(f"{dep.label()}; {prompts}{cached}, one forward pass")
+    print(f"prefill {rec['prefill_ms']:,.2f} ms" + (f" ({rec['per_prompt_ms']:,.2f} ms of GPU time per prompt)"
+                                                     if B != 1 else "")
+          + f", {rec['tokens_per_s']:,.0f} tokens/s, MFU {rec['mfu']:.3f} "
+            f"({rec['flops']:.3e} FLOPs, {rec['achieved_TFLOPS_per_gpu']:,.0f} TFLOP/s per GPU)")
+    print(f"parts [ms]: attention {rec['attention_ms']:,.2f} (core {rec['core_ms']:,.2f}), FFN {rec['ffn_ms']:,.2f}, "
+          f"head {rec['head_ms']:,.2f}, comm {rec['comm_ms']:,.2f}, overhead {rec['overhead_ms']:,.2f}")
+    fits = "fits" if rec["feasible"] else f"does not fit: {rec['reason']}"
+    print(f"memory per rank [GB]: weights {rec['weights_GB']:,.2f} + KV {rec['kv_GB']:,.2f} + activations "
+          f"{rec['activations_GB']:,.2f} + reserve {rec['reserve_GB']:,.2f} = {rec['total_GB']:,.2f} of "
+          f"{rec['usable_GB']:,.2f} usable: {fits}")
+    return EXIT_OK
