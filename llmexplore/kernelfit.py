@@ -143,9 +143,46 @@ def load_rows(gpu: str, engine: str) -> pd.DataFrame:
             if kind == "decode":
                 fr["floor"] = ~big
             frames.append(fr)
+    frames += _comm_frames(gpu, engine)
     if not frames:
         return pd.DataFrame()
     return pd.concat(frames, ignore_index=True)
+
+
+#: bus-traffic factor of each collective: t = alpha + factor (p-1)/p n / bus bandwidth (n: the full buffer)
+COMM_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}
+
+
+def _comm_frames(gpu: str, engine: str) -> list[pd.DataFrame]:
+    """Intra-node collectives: the engine's own all-reduce (its CUDA-graph path: what a served step runs) and
+    NCCL's all-gather, reduce-scatter and all-to-all (and all-reduce when the engine has no custom one).
+    Work: F = 0, M = factor (p-1)/p n bus bytes, priced against the GPU's scale-up link line rate."""
+    hw = presets.hardware(gpu)
+    line_Bps = presets.link(hw.scale_up_link).line_rate_GBps * 1e9
+    frames = []
+    custom = _read("allreduce_custom", gpu, engine)
+    if custom is not None:
+        path = custom.get("backend", custom.get("implementation"))
+        custom = custom[~path.astype(str).str.contains("eager")] if path is not None else custom
+        custom = custom.assign(collective="all_reduce")
+    nccl = _read("allreduce_nccl", gpu, "nccl")
+    if nccl is not None:
+        nccl = nccl[nccl.dtype.isin(["half", "bfloat16"])]
+        if custom is not None and len(custom):
+            nccl = nccl[nccl.collective != "all_reduce"]
+    for part in (custom, nccl):
+        if part is None or not len(part):
+            continue
+        for (op, ranks), g in part.groupby(["collective", "ranks"]):
+            if op not in COMM_FACTOR:
+                continue
+            bus = COMM_FACTOR[op] * (ranks - 1) / ranks * g.message_bytes.to_numpy(float)
+            fr = _frame(g, "comm", str(op), f"p{int(ranks)}", np.zeros(len(g)), bus, ["kernel" if "kernel" in g
+                        else "collective"], gpu, engine, "bf16")
+            fr["hbm_Bps"] = line_Bps
+            fr["curve"] = f"{op}|{ranks}|" + pd.Series(np.arange(len(g)) // 4).astype(str).to_numpy()
+            frames.append(fr)
+    return frames
 
 
 def _moe_work(rows: pd.DataFrame, tile_m: int):
@@ -175,7 +212,9 @@ _START = Curve(eta_compute=0.6, eta_mem=0.7, overhead_us=5.0, knee=2.0)
 #: parameters held fixed per class: GQA decode attention does 4 h d FLOPs per 2 h_kv d b_kv bytes (16 FLOP/B
 #: at 8 query heads per KV head, 1/18 of H100's ridge), so its compute term cannot be identified from the data
 #: and is pinned out of the way; the fit then has only bandwidth and overhead to explain the rows
-FIXED = {("attention_decode", "gqa"): {"eta_compute": 1.0, "knee": PARAM_BOUNDS["knee"][1]}}
+FIXED = {("attention_decode", "gqa"): {"eta_compute": 1.0, "knee": PARAM_BOUNDS["knee"][1]},
+         **{("comm", op): {"eta_compute": 1.0, "knee": PARAM_BOUNDS["knee"][1]}
+            for op in ("all_reduce", "all_gather", "reduce_scatter", "alltoall")}}
 
 
 def _fit_u(rows: pd.DataFrame, tile_m: int, u0: np.ndarray) -> tuple[np.ndarray, float]:

@@ -1,7 +1,9 @@
 """Check the model against published end-to-end measurements it was never fitted to (``data/validation/``).
 
 Each row of ``data/validation/e2e.csv`` is a decode step (TPOT / ITL at ``batch`` sequences of mean KV
-``context``) or a prefill (TTFT of ``batch`` prompts of ``prompt_tokens``) of one deployment (model, GPU,
+``context``), a loaded decode step (mean ITL of closed-loop serving at concurrency ``batch`` with ``isl`` /
+``osl``: the other requests' prefills share the steps, :func:`llmexplore.models.prefill.mixed_step_time`) or a
+prefill (TTFT of ``batch`` prompts of ``prompt_tokens``) of one deployment (model, GPU,
 ranks, attention layout, dtypes, engine). :func:`evaluate` predicts every row with the step engine and returns
 the error table; :func:`summary` gives the error per category (model family x GPU x dtype x parallelism x
 phase) and :func:`ranking` checks that the model orders parallelism options as the measurements do.
@@ -23,6 +25,7 @@ from . import presets
 from .errors import LlmexploreError
 from .models.attention import step_time
 from .models.engine import Deployment
+from .models.prefill import mixed_step_time
 
 __all__ = ["VALIDATION_CSV", "load", "evaluate", "summary", "ranking", "category"]
 
@@ -48,6 +51,13 @@ def _predict_ms(row, runtime: str) -> float:
     b = int(row["batch"])
     if row["kind"] == "decode":
         return float(step_time(dep, b, float(row["context"]), row["layout"])["step_s"]) * 1e3
+    if row["kind"] == "decode_loaded":
+        # closed-loop serving at concurrency B: each of the other B - 1 requests brings an ISL-token prefill
+        # every OSL steps, so the mean step mixes (B - 1) ISL / OSL prefill tokens into the decode batch
+        isl, osl = float(row["isl"]), float(row["osl"])
+        chunk = round((b - 1) * isl / osl)
+        return float(mixed_step_time(dep, b, float(row["context"]), chunk, max(isl - chunk, 0.0) / 2.0)
+                     ["step_s"]) * 1e3
     P = int(row["prompt_tokens"])
     return float(step_time(dep, b, P / 2.0, row["layout"], q_tokens=P, logits_tokens=1)["step_s"]) * 1e3
 
@@ -59,8 +69,8 @@ def evaluate(runtime: str = "engine", rows: pd.DataFrame | None = None) -> pd.Da
     out = []
     for _, r in rows.iterrows():
         rt = r["engine"] if runtime == "engine" and r["engine"] in ENGINES else runtime
-        rec = {k: r[k] for k in ("id", "kind", "model", "gpu", "ranks", "layout", "weight_dtype", "kv_dtype",
-                                  "engine", "batch", "context", "prompt_tokens")}
+        rec = {k: r.get(k) for k in ("id", "kind", "model", "gpu", "ranks", "layout", "weight_dtype", "kv_dtype",
+                                      "engine", "batch", "context", "prompt_tokens", "isl", "osl")}
         rec.update(category=category(r), runtime=rt, measured_ms=float(r["measured"]))
         try:
             pred = _predict_ms(r, rt)

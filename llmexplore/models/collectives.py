@@ -38,6 +38,16 @@ class Fabric:
     scale_up: Link
     scale_out: Link | None = None
     gpus_per_node: int = 8
+    #: fitted intra-node collectives (docs/models.md §1.2): {(op, ranks): (alpha_s, bus_Bps)} with op one of
+    #: all_reduce, all_gather, reduce_scatter, alltoall; a flat intra-node collective of a listed size is
+    #: alpha + factor (p-1)/p n / bus_Bps, every other one uses the links' alpha(p) and achievable bandwidth
+    fitted: tuple = ()
+
+    def fitted_curve(self, op: str, p: int) -> tuple[float, float] | None:
+        for (o, q), ab in self.fitted:
+            if o == op and q == p:
+                return ab
+        return None
 
     def split(self, p: int) -> tuple[int, int]:
         """(G ranks per node, N nodes) for a group of p ranks packed densely into scale-up domains."""
@@ -58,10 +68,13 @@ def alpha_s(p: int, link: Link) -> float:
     return (link.latency_us + link.latency_per_rank_us * (p - 1)) * 1e-6
 
 
-def _flat(p: int, link: Link, n, factor: float) -> np.ndarray:
+def _flat(p: int, link: Link, n, factor: float, fitted: tuple[float, float] | None = None) -> np.ndarray:
     n = np.asarray(n, dtype=float)
     if p <= 1:
         return np.zeros_like(n)
+    if fitted is not None:
+        alpha, bus = fitted
+        return alpha + factor * (p - 1) / p * n / bus
     return alpha_s(p, link) + factor * (p - 1) / p * n / (link.achievable_GBps * 1e9)
 
 
@@ -69,7 +82,7 @@ def allreduce_s(n_bytes, p: int, fabric: Fabric) -> np.ndarray:
     """AllReduce of an n-byte buffer over p ranks [s]."""
     G, N = fabric.split(p)
     if N == 1:
-        return _flat(G, fabric.scale_up, n_bytes, 2.0)
+        return _flat(G, fabric.scale_up, n_bytes, 2.0, fabric.fitted_curve("all_reduce", G))
     n = np.asarray(n_bytes, dtype=float)
     return (_flat(G, fabric.scale_up, n, 1.0) + _flat(N, fabric.scale_out, n / G, 2.0)
             + _flat(G, fabric.scale_up, n, 1.0))
@@ -77,16 +90,20 @@ def allreduce_s(n_bytes, p: int, fabric: Fabric) -> np.ndarray:
 
 def allgather_s(n_out_bytes, p: int, fabric: Fabric) -> np.ndarray:
     """AllGather producing n bytes on every rank [s]."""
+    return _gather_like(n_out_bytes, p, fabric, "all_gather")
+
+
+def _gather_like(n, p: int, fabric: Fabric, op: str) -> np.ndarray:
     G, N = fabric.split(p)
     if N == 1:
-        return _flat(G, fabric.scale_up, n_out_bytes, 1.0)
-    n = np.asarray(n_out_bytes, dtype=float)
+        return _flat(G, fabric.scale_up, n, 1.0, fabric.fitted_curve(op, G))
+    n = np.asarray(n, dtype=float)
     return _flat(N, fabric.scale_out, n / G, 1.0) + _flat(G, fabric.scale_up, n, 1.0)
 
 
 def reducescatter_s(n_in_bytes, p: int, fabric: Fabric) -> np.ndarray:
     """ReduceScatter of an n-byte input per rank [s] (same cost structure as AllGather)."""
-    return allgather_s(n_in_bytes, p, fabric)
+    return _gather_like(n_in_bytes, p, fabric, "reduce_scatter")
 
 
 def alltoall_s(n_send_bytes, p: int, fabric: Fabric) -> np.ndarray:
@@ -94,7 +111,7 @@ def alltoall_s(n_send_bytes, p: int, fabric: Fabric) -> np.ndarray:
     G, N = fabric.split(p)
     n = np.asarray(n_send_bytes, dtype=float)
     if N == 1:
-        return _flat(G, fabric.scale_up, n, 1.0)
+        return _flat(G, fabric.scale_up, n, 1.0, fabric.fitted_curve("alltoall", G))
     intra = (G - 1) / (G * N) * n / (fabric.scale_up.achievable_GBps * 1e9)
     inter = (N - 1) / N * n / (fabric.scale_out.achievable_GBps * 1e9)
     return alpha_s(N, fabric.scale_out) + alpha_s(G, fabric.scale_up) + np.maximum(intra, inter)

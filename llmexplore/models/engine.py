@@ -121,6 +121,21 @@ class Deployment:
             raise SpecError(f"ranks ({T}) must divide or be a multiple of the KV heads of {m.name} "
                             f"({m.kv_heads})")
         self.fabric.split(T)  # raises if T spans nodes unevenly
+        object.__setattr__(self, "fabric", dataclasses.replace(self.fabric, fitted=self._fitted_collectives()))
+
+    def _fitted_collectives(self) -> tuple:
+        """Intra-node collective curves of the kernel set ({(op, ranks): (alpha_s, bus_Bps)}, as a tuple), when
+        the deployment runs on its GPU's own scale-up link (the one they were measured on); else ()."""
+        ks = self.kernels
+        up = self.fabric.scale_up
+        if ks is None or up.name != self.hardware.scale_up_link:
+            return ()
+        out = []
+        for key, c in ks.curves.items():
+            cls, op, ranks = key.split(".")
+            if cls == "comm":
+                out.append(((op, int(ranks[1:])), (c.overhead_us * US, c.eta_mem * up.line_rate_GBps * 1e9)))
+        return tuple(sorted(out))
 
     # ---- kernel curves ----------------------------------------------------------------------------------
     @property

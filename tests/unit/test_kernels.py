@@ -188,3 +188,31 @@ def test_mla_prefill_uses_the_prefill_kernel_and_unabsorbed_flops():
     assert got == pytest.approx(dep.model.layers * float(per_layer), rel=1e-9)
     absorbed = kernel_s(dep, "attention_decode", 2 * q * h * 2176 / 2 * ctx, ctx * 576 * dep.b_kv + qo)
     assert got < dep.model.layers * float(absorbed)
+
+
+# ---- collectives ------------------------------------------------------------------------------------------------
+def test_fitted_allreduce_replaces_the_link_assumption():
+    """TensorRT-LLM's custom all-reduce on 8 H100s takes 3.6 us for 16 KB (aiconfigurator rows); the link preset's
+    assumed alpha of 8 + 0.5 x 7 us would have charged 11.5 us, 160 times per Llama-3-70B decode step."""
+    from llmexplore.models.collectives import allreduce_s
+
+    dep = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm")
+    assert dict(dep.fabric.fitted)[("all_reduce", 8)]
+    t = float(allreduce_s(16384, 8, dep.fabric)) * 1e6
+    assert 2.5 < t < 6.0
+    scalar = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="default")
+    assert scalar.fabric.fitted == ()
+    assert float(allreduce_s(16384, 8, scalar.fabric)) * 1e6 == pytest.approx(11.5 + 2 * 7 / 8 * 16384 / 370e3, rel=1e-6)
+
+
+def test_fitted_collectives_only_on_the_link_they_were_measured_on():
+    dep = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm", scale_up_link="pcie5-x16")
+    assert dep.fabric.fitted == ()
+
+
+def test_a_replaced_runtime_refreshes_the_fitted_collectives():
+    import dataclasses
+
+    dep = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm")
+    scalar = dataclasses.replace(dep, runtime=presets.runtime("default"))
+    assert dep.fabric.fitted and scalar.fabric.fitted == ()

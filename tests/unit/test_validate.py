@@ -1,0 +1,66 @@
+"""The end-to-end validation set (data/validation/e2e.csv) and the model's recorded accuracy on it.
+
+The set is never fitted to (data/validation/README.md); these tests pin the accuracy the closing note of issue 9
+reports, so a change that worsens it shows up here, and check the set's own integrity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from llmexplore import presets, validate
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return validate.load()
+
+
+@pytest.fixture(scope="module")
+def by_engine():
+    return validate.evaluate("engine")
+
+
+def test_every_row_is_cited_and_uses_presets(rows):
+    assert rows.id.is_unique
+    assert set(rows.kind) <= {"decode", "decode_loaded", "prefill"}
+    assert (rows.unit == "ms").all() and (rows.measured > 0).all()
+    assert rows.source_url.str.startswith("http").all() and rows.quote.str.len().gt(5).all()
+    for col, kind in (("model", "models"), ("gpu", "hardware")):
+        assert set(rows[col]) <= set(presets.names(kind)), col
+    loaded = rows[rows.kind == "decode_loaded"]
+    assert loaded.isl.notna().all() and loaded.osl.notna().all()
+
+
+def test_rows_the_model_cannot_represent_say_why(by_engine):
+    bad = by_engine[by_engine.status != "ok"]
+    assert len(bad) == 2 and bad.status.str.contains("must divide the query heads").all()
+    assert bad.predicted_ms.isna().all()
+
+
+def test_recorded_accuracy(by_engine):
+    """Engine-matched curve presets: median |error| 12.4% over 41 rows (27.1% for the scalar default)."""
+    s = validate.summary(by_engine)
+    assert s["modelled"] == 41
+    assert s["median_abs_error_pct"] == pytest.approx(12.4, abs=0.3)
+    scalar = validate.summary(validate.evaluate("default"))
+    assert scalar["median_abs_error_pct"] == pytest.approx(27.1, abs=0.3)
+    assert s["median_abs_error_pct"] < scalar["median_abs_error_pct"] - 10
+
+
+def test_loaded_decode_follows_the_nim_concurrency_sweep(by_engine):
+    """NVIDIA NIM Llama-3.3-70B FP8 TP2 H100, ISL 5000 / OSL 500: ITL 21.8 / 38.8 / 59.7 ms at concurrency
+    5 / 25 / 50. Pure decode would miss the interleaved prefills by up to 2x; the loaded step is within 10%."""
+    nim = by_engine[by_engine.id.isin(["nim-l70-h100-d5", "nim-l70-h100-d25", "nim-l70-h100-d50"])]
+    assert len(nim) == 3 and (nim.error_pct.abs() < 10).all()
+    assert np.all(np.diff(nim.sort_values("batch").predicted_ms) > 0)
+
+
+def test_summary_and_ranking_shapes(by_engine):
+    s = validate.summary(by_engine)
+    assert isinstance(s["categories"], pd.DataFrame) and s["categories"].rows.sum() == s["modelled"]
+    r = validate.ranking(by_engine)
+    assert list(r.columns) == ["a", "b", "measured_ratio", "predicted_ratio", "resolved", "agrees"]
+    # the only pair over the 5% margin differs in EP size, which the step model does not represent
+    assert (~r.resolved).all()
