@@ -270,7 +270,7 @@ def overlay_yaml(runtime: Runtime, source: str) -> str:
     import yaml
 
     row = {f.name: getattr(runtime, f.name) for f in dataclasses.fields(runtime)
-           if f.name not in ("name", "sources")}
+           if f.name not in ("name", "sources", "kernel_draw") and not (f.name == "kernel_set" and not runtime.kernel_set)}
     for f in fit_fields(runtime):
         row[f] = round(float(row[f]), 6)
     srcs = {f: runtime.source_of(f) for f in row if runtime.source_of(f)}

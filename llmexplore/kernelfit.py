@@ -201,24 +201,64 @@ def predict_rows(rows: pd.DataFrame, curve: Curve) -> np.ndarray:
         one = soft_roofline_s(f / 2, by / 2, curve.eta_compute * rows.peak_flops.to_numpy(),
                               curve.eta_mem * rows.hbm_Bps.to_numpy(), curve.overhead_us * 1e-6, curve.knee)
         return 2.0 * one
-    return soft_roofline_s(rows.flops.to_numpy(), rows["bytes"].to_numpy(),
-                           curve.eta_compute * rows.peak_flops.to_numpy(), curve.eta_mem * rows.hbm_Bps.to_numpy(),
-                           curve.overhead_us * 1e-6, curve.knee)
+    t = soft_roofline_s(rows.flops.to_numpy(), rows["bytes"].to_numpy(),
+                        curve.eta_compute * rows.peak_flops.to_numpy(), curve.eta_mem * rows.hbm_Bps.to_numpy(),
+                        curve.overhead_us * 1e-6, curve.knee)
+    if curve.two_path:  # the second (bandwidth) path of a collective: the faster of the two
+        t = np.minimum(t, curve.overhead2_us * 1e-6 + rows["bytes"].to_numpy() / (curve.eta_mem2 * rows.hbm_Bps.to_numpy()))
+    return t
 
 
-_START = Curve(eta_compute=0.6, eta_mem=0.7, overhead_us=5.0, knee=2.0)
+_START = Curve(eta_compute=0.6, eta_mem=0.7, overhead_us=5.0, knee=2.0, eta_mem2=0.7, overhead2_us=20.0)
+
+
+def _two_path_start(rows: pd.DataFrame) -> Curve:
+    """Starting point of a two-path fit: a straight line through the smallest third of the messages (the latency
+    path) and one through the largest third (the bandwidth path); from any single start the min() leaves one
+    path without gradient."""
+    by, t = rows["bytes"].to_numpy(float), rows.measured_s.to_numpy(float)
+    order = np.argsort(by)
+    k = max(len(by) // 3, 2)
+    bw = rows.hbm_Bps.to_numpy(float)[0]
+
+    def line(idx):
+        slope, icpt = np.polyfit(by[idx], t[idx], 1)
+        eta = float(np.clip(1.0 / max(slope, 1e-30) / bw, 0.01, 1.1))
+        return eta, float(np.clip(icpt * 1e6, 0.1, 250.0))
+
+    (e1, a1), (e2, a2) = line(order[:k]), line(order[-k:])
+    return Curve(eta_compute=1.0, eta_mem=e1, overhead_us=a1, knee=16.0, eta_mem2=e2, overhead2_us=a2)
 
 
 #: parameters held fixed per class: GQA decode attention does 4 h d FLOPs per 2 h_kv d b_kv bytes (16 FLOP/B
 #: at 8 query heads per KV head, 1/18 of H100's ridge), so its compute term cannot be identified from the data
 #: and is pinned out of the way; the fit then has only bandwidth and overhead to explain the rows
 FIXED = {("attention_decode", "gqa"): {"eta_compute": 1.0, "knee": PARAM_BOUNDS["knee"][1]},
+         # MLA decode keeps its compute term (absorbed MLA is compute-heavy) but the hard corner: the
+         # crossover closed forms need a decode core that is piecewise linear in the context length
+         ("attention_decode", "mla"): {"knee": PARAM_BOUNDS["knee"][1]},
          **{("comm", op): {"eta_compute": 1.0, "knee": PARAM_BOUNDS["knee"][1]}
             for op in ("all_reduce", "all_gather", "reduce_scatter", "alltoall")}}
+#: curves with a second (bandwidth) path: the engines' custom all-reduce switches from a one-shot kernel (low
+#: latency, each rank reads all p - 1 peers: poor marginal bandwidth) to a two-shot/ring one (higher latency,
+#: 2 (p-1)/p n bus bytes) as messages grow: H100 TP8 TensorRT-LLM 3.6 us at 16 KB, 26 us at 1 MB, 1.09 ms at
+#: 256 MB, which no single alpha + n / B line follows (-60% at 1 MB, +54% at 256 MB)
+TWO_PATH = {("comm", "all_reduce")}
+
+
+def _curve(u, tile_m: int, two_path: bool) -> Curve:
+    vals = {n: float(from_u(n, x)) for n, x in zip(PARAMS, u)}
+    if not two_path:
+        vals.update(eta_mem2=0.0, overhead2_us=0.0)
+    return Curve(**vals, tile_m=tile_m)
 
 
 def _fit_u(rows: pd.DataFrame, tile_m: int, u0: np.ndarray) -> tuple[np.ndarray, float]:
-    fixed = dict(FIXED.get((rows["cls"].iloc[0], rows["variant"].iloc[0]), {}))
+    cls_variant = (rows["cls"].iloc[0], rows["variant"].iloc[0])
+    two_path = cls_variant in TWO_PATH
+    fixed = dict(FIXED.get(cls_variant, {}))
+    if not two_path:  # the second path does not exist: its coordinates are pinned (and ignored)
+        fixed.update(eta_mem2=PARAM_BOUNDS["eta_mem2"][0], overhead2_us=PARAM_BOUNDS["overhead2_us"][0])
     if "floor" in rows.columns and rows["floor"].fillna(False).astype(bool).any():
         # decode attention: the overhead is the median latency of the tiny kernels, the rest is fitted to the
         # kernels larger than L2 (load_rows)
@@ -238,8 +278,7 @@ def _fit_u(rows: pd.DataFrame, tile_m: int, u0: np.ndarray) -> tuple[np.ndarray,
         return u
 
     def residuals(v):
-        c = Curve(**{n: float(from_u(n, x)) for n, x in zip(PARAMS, expand(v))}, tile_m=tile_m)
-        return np.log(predict_rows(rows, c) / meas)
+        return np.log(predict_rows(rows, _curve(expand(v), tile_m, two_path)) / meas)
 
     sol = levenberg_marquardt(residuals, full[free], max_iter=80)
     return expand(sol["u"]), sol["cost"]
@@ -250,7 +289,8 @@ def fit_curve(rows: pd.DataFrame, *, bootstrap: int = BOOTSTRAP, seed: int = SEE
     if len(rows) > MAX_ROWS:  # deterministic thinning of whole curves' rows
         rows = rows.iloc[np.linspace(0, len(rows) - 1, MAX_ROWS).astype(int)]
     rows = rows.reset_index(drop=True)
-    u0 = _START.u()
+    two_path = (rows["cls"].iloc[0], rows["variant"].iloc[0]) in TWO_PATH
+    u0 = _two_path_start(rows).u() if two_path else _START.u()
     tiles = MOE_TILES if rows["cls"].iloc[0] == "grouped_gemm" else (1,)
     best = None
     for tile in tiles:
@@ -258,7 +298,7 @@ def fit_curve(rows: pd.DataFrame, *, bootstrap: int = BOOTSTRAP, seed: int = SEE
         if best is None or cost < best[2] - 1e-9:
             best = (tile, u, cost)
     tile, u, _ = best
-    curve = Curve(**{n: float(from_u(n, x)) for n, x in zip(PARAMS, u)}, tile_m=tile)
+    curve = _curve(u, tile, two_path)
     fitted = rows  # the overhead rows set t0; the error is stated over the fitted rows
     if "floor" in rows.columns:
         fitted = rows[~rows["floor"].fillna(False).astype(bool)].reset_index(drop=True)
@@ -276,7 +316,8 @@ def fit_curve(rows: pd.DataFrame, *, bootstrap: int = BOOTSTRAP, seed: int = SEE
             draws.append(_fit_u(sub, tile, u)[0])
         cov = np.cov(np.array(draws).T)
     return Curve(eta_compute=curve.eta_compute, eta_mem=curve.eta_mem, overhead_us=curve.overhead_us,
-                 knee=curve.knee, tile_m=tile, points=len(fitted), median_err_pct=float(np.median(err) * 100),
+                 knee=curve.knee, eta_mem2=curve.eta_mem2, overhead2_us=curve.overhead2_us, tile_m=tile,
+                 points=len(fitted), median_err_pct=float(np.median(err) * 100),
                  p90_err_pct=float(np.percentile(err, 90) * 100),
                  cov_u=tuple(tuple(float(x) for x in row) for row in cov), source=source)
 
@@ -333,7 +374,7 @@ def fit_all(*, engines=ENGINES + ("any",), gpus=GPUS, bootstrap: int = BOOTSTRAP
                 continue
             med, engine, c, err = best
             c = Curve(eta_compute=c.eta_compute, eta_mem=c.eta_mem, overhead_us=c.overhead_us, knee=c.knee,
-                      tile_m=c.tile_m, points=len(part), median_err_pct=med * 100,
+                      eta_mem2=c.eta_mem2, overhead2_us=c.overhead2_us, tile_m=c.tile_m, points=len(part), median_err_pct=med * 100,
                       p90_err_pct=float(np.percentile(err, 90) * 100), cov_u=c.cov_u,
                       source=f"{engine}'s curve: the best of the engines' over all {len(part)} rows of {gpu}")
             out.setdefault("any", {}).setdefault(gpu, {})[key] = c
@@ -370,6 +411,8 @@ def to_yaml(sets: dict) -> str:
                 block[key] = {
                     "eta_compute": round(c.eta_compute, 4), "eta_mem": round(c.eta_mem, 4),
                     "overhead_us": round(c.overhead_us, 3), "knee": round(c.knee, 3), "tile_m": int(c.tile_m),
+                    **({"eta_mem2": round(c.eta_mem2, 4), "overhead2_us": round(c.overhead2_us, 3)}
+                       if c.two_path else {}),
                     "points": int(c.points), "median_err_pct": round(c.median_err_pct, 2),
                     "p90_err_pct": round(c.p90_err_pct, 2),
                     **({"from_engine": c.source.split("'")[0]} if engine == "any" else {}),

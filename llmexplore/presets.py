@@ -239,7 +239,7 @@ KERNEL_FILE = DATA_DIR / "kernel_efficiency.yaml"
 #: GPUs without kernel measurements that borrow another GPU's curves (same tensor cores and memory type)
 KERNEL_GPU_FALLBACK = {"gb200": "b200"}
 _CURVE_FIELDS = ("eta_compute", "eta_mem", "overhead_us", "knee", "tile_m", "points", "median_err_pct",
-                 "p90_err_pct", "cov_u", "from_engine")
+                 "p90_err_pct", "cov_u", "from_engine", "eta_mem2", "overhead2_us")
 
 
 @functools.cache

@@ -308,6 +308,15 @@ def model_gpu_options(req, model_help: str = "model preset (see: presets models)
                      help="hardware preset (see: presets hardware)")
 
 
+def band_option(p, *, default: bool) -> None:
+    """``--band`` / ``--no-band``: whether headline numbers get their kernel-parameter band (``<key>_lo`` /
+    ``<key>_hi``: P10-P90 over 16 draws of the kernel curves, 16 times the work)."""
+    p.add_argument("--band", action=argparse.BooleanOptionalAction, default=default,
+                   help="add the kernel-curve parameter band [lo-hi] to the headline numbers (P10-P90 over 16 "
+                        "draws; 16x the work; none for a runtime without curves) "
+                        f"(default: {'on' if default else 'off'})")
+
+
 def dtype_runtime_options(p) -> None:
     """``--weight-dtype`` (default: the dtype the model's weights are released in), ``--kv-dtype`` and
     ``--runtime``: the same for every command."""

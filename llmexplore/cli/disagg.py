@@ -6,6 +6,7 @@ from ._framework import (
     COMMON_FLAGS,
     EXIT_OK,
     Checked,
+    band_option,
     dtype_runtime_options,
     int_in,
     model_gpu_options,
@@ -59,13 +60,22 @@ def add(sub) -> None:
                    help="log-sd of lognormal prompt lengths around the median --prompt (default: 0, all equal)")
     p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
     dtype_runtime_options(p)
+    band_option(p, default=False)
     p.add_argument("--json", action="store_true", help="JSON output")
     p.set_defaults(func=run, flags=FLAGS)
+
+
+#: headline numbers that get a parameter band (``<key>_lo`` / ``<key>_hi`` in --json; dotted = nested)
+BAND_KEYS = ("prefill_ms", "decode_step_ms", "transfer_exposed_ms", "disaggregated.gpus",
+             "disaggregated.prefill_instances", "disaggregated.decode_instances", "disaggregated.pd_gpu_ratio",
+             "disaggregated.goodput_per_gpu", "colocated.gpus", "colocated.instances", "colocated.goodput_per_gpu")
 
 
 def run(args) -> int:
     from .. import presets
     from ..sweeps import disagg as disagg_sweeps
+    from ..models.uncertainty import DRAWS
+    from ..sweeps.bands import with_band
 
     presets.link(args.link)  # unknown link: one-line error before any work
     s = disagg_sweeps.setup(args.model, args.gpu, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
@@ -73,7 +83,15 @@ def run(args) -> int:
                             ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms, weight_dtype=args.weight_dtype,
                             kv_dtype=args.kv_dtype, runtime=args.runtime, nics=args.nics,
                             prompt_sigma=args.prompt_sigma)
-    pt = disagg_sweeps.point_summary(s, link=args.link, decode_batch=args.batch, pipelined=not args.serial)
+    def build(rt):
+        si = s if rt is s.prefill.runtime else disagg_sweeps.setup(
+            args.model, args.gpu, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp, prompt_tokens=args.prompt,
+            output_tokens=args.output, rate_per_s=args.rate, ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms,
+            weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, runtime=rt, nics=args.nics,
+            prompt_sigma=args.prompt_sigma)
+        return disagg_sweeps.point_summary(si, link=args.link, decode_batch=args.batch, pipelined=not args.serial)
+
+    pt = with_band(build, s.prefill.runtime, BAND_KEYS, n=DRAWS if args.band else 0)
     doc = {**pt,
            "inputs": {"model": s.prefill.model.name, "gpu": s.prefill.hardware.name, "prompt": args.prompt,
                       "output": args.output, "rate": args.rate, "ttft_ms": args.ttft_ms, "tpot_ms": args.tpot_ms,
@@ -92,16 +110,23 @@ def run(args) -> int:
     print(f"KV per request {doc['kv_transfer_GB']:.3f} GB over {args.link}: {doc['transfer_serial_ms']:.2f} ms "
           f"serial, {doc['transfer_exposed_ms']:.2f} ms exposed ({'serial' if args.serial else 'pipelined'})")
     dd, cc = doc["disaggregated"], doc["colocated"]
+    def rng(d, key, fmt):  # " [lo-hi]" of a banded number, when it has a band
+        lo, hi = d.get(key + "_lo"), d.get(key + "_hi")
+        return f" [{lo:{fmt}}-{hi:{fmt}}]" if lo is not None and hi is not None else ""
+
     if dd["feasible"]:
         print(f"disaggregated: {dd['prefill_instances']} prefill + {dd['decode_instances']} decode instances = "
-              f"{dd['gpus']} GPUs, {dd['goodput_per_gpu']:.3f} req/s/GPU, TTFT p99 {dd['ttft_p99_ms']:.0f} ms, "
-              f"TPOT p99 {dd['tpot_p99_ms']:.1f} ms")
+              f"{dd['gpus']}{rng(dd, 'gpus', '.0f')} GPUs, {dd['goodput_per_gpu']:.3f} req/s/GPU, TTFT p99 "
+              f"{dd['ttft_p99_ms']:.0f} ms, TPOT p99 {dd['tpot_p99_ms']:.1f} ms")
     else:
         print(f"disaggregated: infeasible ({dd['reason']})")
     if cc["feasible"]:
-        print(f"colocated: {cc['instances']} instances = {cc['gpus']} GPUs, {cc['goodput_per_gpu']:.3f} req/s/GPU, "
+        print(f"colocated: {cc['instances']} instances = {cc['gpus']}{rng(cc, 'gpus', '.0f')} GPUs, "
+              f"{cc['goodput_per_gpu']:.3f} req/s/GPU, "
               f"chunk {cc['chunk_tokens']} tokens, TTFT p99 {cc['ttft_p99_ms']:.0f} ms, TPOT p99 "
               f"{cc['tpot_p99_ms']:.1f} ms")
     else:
         print(f"colocated: infeasible ({cc['reason']})")
+    if doc["band"]["draws"]:
+        print(f"[lo-hi]: {doc['band']['what']}")
     return EXIT_OK

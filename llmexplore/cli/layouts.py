@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from typing import Any, Mapping, Sequence
 
 from ..errors import UnknownPresetError
@@ -10,6 +12,7 @@ from ._framework import (
     EXIT_OK,
     Checked,
     Col,
+    band_option,
     dtype_runtime_options,
     format_table,
     int_in,
@@ -44,6 +47,7 @@ def add(sub) -> None:
     req.add_argument("--context", required=True, action=Checked, check=int_in(1, MAX_CONTEXT), metavar="S",
                      help="context length S [tokens]")
     dtype_runtime_options(p)
+    band_option(p, default=True)
     p.add_argument("--q-tokens", default=1, action=Checked, check=int_in(1, 1 << 20), metavar="Q",
                    help="query tokens per sequence per step (speculative decoding; default: 1)")
     p.add_argument("--context-cv", default=0.0, action=Checked, check=number_in(0.0, 100.0), metavar="CV",
@@ -56,6 +60,9 @@ def add(sub) -> None:
                    help='JSON: {"layouts": [...], "best": ..., "would_fit": [...], "inputs": {...}}')
     p.set_defaults(func=run, flags=FLAGS)
 
+
+#: context axis [tokens] over which the CLI reports where the best layout changes at the chosen batch
+BOUNDARY_AXIS = (16, 1 << 20)
 
 LAYOUT_COLS = [
     Col("layout", "layout"), Col("feasible", "fits"),
@@ -100,6 +107,8 @@ def run(args) -> int:
     from ..models import crossover
     from ..models.engine import Deployment
     from ..sweeps import layouts as layout_sweeps
+    from ..models.uncertainty import DRAWS
+    from ..sweeps.bands import boundary_bands, layout_bands
 
     for flag, name in (("--scale-up-link", args.scale_up_link), ("--scale-out-link", args.scale_out_link)):
         if name is not None:  # an unknown link is blamed on the flag that named it
@@ -114,6 +123,11 @@ def run(args) -> int:
     table = layout_sweeps.layout_table(dep, args.batch, args.context)
     best = layout_sweeps.best_layout(table)
     records = [_layout_record(row) for row in table.to_dict("records")]
+    bands = layout_bands(dep, args.batch, args.context, n=DRAWS if args.band else 0)
+    for rec in records:  # the step time's parameter band (null without kernel curves, or where it does not fit)
+        for side in ("lo", "hi"):
+            v = bands[f"step_ms_{side}"].get(rec["layout"])
+            rec[f"step_ms_{side}"] = v if v is not None and np.isfinite(v) else None
     would_fit = [] if best is not None else [
         {"change": w.change, "value": w.value, "layouts": list(w.layouts), "text": w.text}
         for w in crossover.would_fit(dep, args.batch, args.context)]
@@ -124,8 +138,21 @@ def run(args) -> int:
         "runtime": dep.runtime.name, "scale_up_link": dep.fabric.scale_up.name,
         "scale_out_link": dep.fabric.scale_out.name if dep.fabric.scale_out else None,
     }
+    bounds = boundary_bands(dep, args.batch, BOUNDARY_AXIS[0], BOUNDARY_AXIS[1], n=DRAWS if args.band else 0)
+    crossings = [{"before": r.before, "after": r.after, "kind": r.kind,
+                  "context": float(r.context) if r.resolved else None,
+                  "context_lo": float(r.context_lo) if args.band else None,
+                  "context_hi": float(r.context_hi) if args.band else None,
+                  "resolved": bool(r.resolved),
+                  "text": (f"{r.before} -> {r.after or 'nothing fits'} at {r.context:,.0f} tokens"
+                           + (f" [{r.context_lo:,.0f}-{r.context_hi:,.0f}]" if args.band and r.kind == "crossover"
+                              else "")
+                           if r.resolved else f"{r.before} -> {r.after}: not resolved by the model (the crossover's "
+                                              f"band spans [{r.context_lo:,.0f}, {r.context_hi:,.0f}] tokens)")}
+                 for r in bounds.itertuples()]
     if args.json:
-        print_json({"layouts": records, "best": best, "would_fit": would_fit, "inputs": inputs})
+        print_json({"layouts": records, "best": best, "best_agreement": bands["best_agreement"],
+                    "band": bands["band"], "boundaries": crossings, "would_fit": would_fit, "inputs": inputs})
         return EXIT_OK
     print(f"{dep.label()}; batch {args.batch}, context {args.context} tokens"
           + (f", {dep.q_tokens} query tokens/step" if dep.q_tokens != 1 else "")
@@ -133,4 +160,11 @@ def run(args) -> int:
     print("memory per rank [GB], decode step [ms]")
     print(format_table(records, LAYOUT_COLS))
     print(_best_line(records, best, would_fit))
+    if crossings:
+        print(f"at batch {args.batch}, context {BOUNDARY_AXIS[0]:,}-{BOUNDARY_AXIS[1]:,} tokens: "
+              + "; ".join(c["text"] for c in crossings))
+    if best is not None and bands["best_agreement"] is not None:
+        b = next(r for r in records if r["layout"] == best)
+        print(f"{best} step {b['step_ms']:.2f} ms [{b['step_ms_lo']:.2f}-{b['step_ms_hi']:.2f}]; {best} is fastest "
+              f"in {bands['best_agreement']:.0%} of the kernel-parameter draws ({bands['band']['what']})")
     return EXIT_OK

@@ -7,6 +7,7 @@ from ._framework import (
     COMMON_FLAGS,
     EXIT_OK,
     Checked,
+    band_option,
     dtype_runtime_options,
     int_in,
     model_gpu_options,
@@ -14,6 +15,9 @@ from ._framework import (
 )
 
 __all__ = ["add", "run", "FLAGS"]
+
+#: headline numbers that get a parameter band (``<key>_lo`` / ``<key>_hi`` in --json)
+BAND_KEYS = ("prefill_ms", "per_prompt_ms", "tokens_per_s", "mfu")
 
 #: API field names -> the flags of this command
 FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "prompt_tokens": "--prompt", "prefix_tokens": "--prefix",
@@ -42,18 +46,30 @@ def add(sub) -> None:
     p.add_argument("--prefix", default=0, action=Checked, check=int_in(0, MAX_CONTEXT), metavar="X",
                    help="tokens of each prompt already cached (prefix hit), < P (default: 0)")
     dtype_runtime_options(p)
+    band_option(p, default=True)
     p.add_argument("--json", action="store_true",
-                   help='JSON: {"prefill_ms", "per_prompt_ms", "tokens_per_s", "mfu", "flops", parts in ms, '
-                        'memory in GB, "feasible", "reason", "inputs": {...}}')
+                   help='JSON: {"prefill_ms", "per_prompt_ms", "tokens_per_s", "mfu" (each with _lo/_hi: the '
+                        'band over the kernel-curve parameter draws, null without curves), "flops", parts in ms, '
+                        'memory in GB, "feasible", "reason", "band": {...}, "inputs": {...}}')
     p.set_defaults(func=run, flags=FLAGS)
 
 
 def run(args) -> int:
     from ..sweeps import prefill as sp
 
+    from ..models.uncertainty import DRAWS
+    from ..sweeps.bands import with_band
+
     dep = sp.setup(args.model, args.gpu, ranks=args.ranks, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
                    runtime=args.runtime)
-    rec = sp.point_summary(dep, args.prompt, batch=args.batch, prefix_tokens=args.prefix)
+
+    def build(rt):
+        d = dep if rt is dep.runtime else sp.setup(args.model, args.gpu, ranks=args.ranks,
+                                                   weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
+                                                   runtime=rt)
+        return sp.point_summary(d, args.prompt, batch=args.batch, prefix_tokens=args.prefix)
+
+    rec = with_band(build, dep.runtime, BAND_KEYS, n=DRAWS if args.band else 0)
     doc = {**rec, "inputs": {"model": dep.model.name, "gpu": dep.hardware.name, "ranks": dep.ranks,
                              "batch": args.batch, "prompt": args.prompt, "prefix": args.prefix,
                              "weight_dtype": dep.weight_dtype, "kv_dtype": dep.kv_dtype,
@@ -65,12 +81,16 @@ def run(args) -> int:
     prompts = f"{B:,} prompt{'s' if B != 1 else ''} of {rec['prompt_tokens']:,} tokens"
     cached = f", {X:,} cached ({rec['new_tokens']:,} new each)" if X else ""
     print(f"{dep.label()}; {prompts}{cached}, one forward pass")
-    print(f"prefill {rec['prefill_ms']:,.2f} ms" + (f" ({rec['per_prompt_ms']:,.2f} ms of GPU time per prompt)"
-                                                     if B != 1 else "")
+    band = (f" [{rec['prefill_ms_lo']:,.2f}-{rec['prefill_ms_hi']:,.2f}]" if rec["prefill_ms_lo"] is not None
+            else "")
+    print(f"prefill {rec['prefill_ms']:,.2f} ms{band}"
+          + (f" ({rec['per_prompt_ms']:,.2f} ms of GPU time per prompt)" if B != 1 else "")
           + f", {rec['tokens_per_s']:,.0f} tokens/s, MFU {rec['mfu']:.3f} "
             f"({rec['flops']:.3e} FLOPs, {rec['achieved_TFLOPS_per_gpu']:,.0f} TFLOP/s per GPU)")
     print(f"parts [ms]: attention {rec['attention_ms']:,.2f} (core {rec['core_ms']:,.2f}), FFN {rec['ffn_ms']:,.2f}, "
           f"head {rec['head_ms']:,.2f}, comm {rec['comm_ms']:,.2f}, overhead {rec['overhead_ms']:,.2f}")
+    if rec["band"]["draws"]:
+        print(f"[lo-hi]: {rec['band']['what']}")
     fits = "fits" if rec["feasible"] else f"does not fit: {rec['reason']}"
     print(f"memory per rank [GB]: weights {rec['weights_GB']:,.2f} + KV {rec['kv_GB']:,.2f} + activations "
           f"{rec['activations_GB']:,.2f} + reserve {rec['reserve_GB']:,.2f} = {rec['total_GB']:,.2f} of "

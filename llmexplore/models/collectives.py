@@ -38,7 +38,8 @@ class Fabric:
     scale_up: Link
     scale_out: Link | None = None
     gpus_per_node: int = 8
-    #: fitted intra-node collectives (docs/models.md §1.2): {(op, ranks): (alpha_s, bus_Bps)} with op one of
+    #: fitted intra-node collectives (docs/models.md §1.2): {(op, ranks): (alpha_s, bus_Bps[, alpha2_s, bus2_Bps])}
+    #: (a second, bandwidth path when the engine switches algorithms by size) with op one of
     #: all_reduce, all_gather, reduce_scatter, alltoall; a flat intra-node collective of a listed size is
     #: alpha + factor (p-1)/p n / bus_Bps, every other one uses the links' alpha(p) and achievable bandwidth
     fitted: tuple = ()
@@ -73,8 +74,11 @@ def _flat(p: int, link: Link, n, factor: float, fitted: tuple[float, float] | No
     if p <= 1:
         return np.zeros_like(n)
     if fitted is not None:
-        alpha, bus = fitted
-        return alpha + factor * (p - 1) / p * n / bus
+        alpha, bus, *second = fitted
+        t = alpha + factor * (p - 1) / p * n / bus
+        if second and second[1] > 0:  # a second algorithm (bandwidth path): the engine takes the faster
+            t = np.minimum(t, second[0] + factor * (p - 1) / p * n / second[1])
+        return t
     return alpha_s(p, link) + factor * (p - 1) / p * n / (link.achievable_GBps * 1e9)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import zlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -124,24 +125,34 @@ class Deployment:
         object.__setattr__(self, "fabric", dataclasses.replace(self.fabric, fitted=self._fitted_collectives()))
 
     def _fitted_collectives(self) -> tuple:
-        """Intra-node collective curves of the kernel set ({(op, ranks): (alpha_s, bus_Bps)}, as a tuple), when
-        the deployment runs on its GPU's own scale-up link (the one they were measured on); else ()."""
+        """Intra-node collective curves of the kernel set ({(op, ranks): (alpha_s, bus_Bps)}, as a tuple).
+
+        They were measured on the GPU's own scale-up link. On another link (a what-if, or an edited preset) the
+        measured curve is scaled by the two links' ratios: alpha by their alpha(p), the bus bandwidth by their
+        achievable bandwidths, so a faster link is never slower than the measured one."""
         ks = self.kernels
-        up = self.fabric.scale_up
-        if ks is None or up.name != self.hardware.scale_up_link:
+        if ks is None or not self.hardware.scale_up_link:
             return ()
+        up, own = self.fabric.scale_up, presets.link(self.hardware.scale_up_link)
         out = []
         for key, c in ks.curves.items():
             cls, op, ranks = key.split(".")
-            if cls == "comm":
-                out.append(((op, int(ranks[1:])), (c.overhead_us * US, c.eta_mem * up.line_rate_GBps * 1e9)))
+            if cls != "comm":
+                continue
+            p = int(ranks[1:])
+            lat = (up.latency_us + up.latency_per_rank_us * (p - 1)) / (own.latency_us + own.latency_per_rank_us * (p - 1))
+            bw = up.achievable_GBps / own.achievable_GBps
+            line = own.line_rate_GBps * 1e9 * bw
+            out.append(((op, p), (c.overhead_us * US * lat, c.eta_mem * line, c.overhead2_us * US * lat,
+                                  c.eta_mem2 * line)))
         return tuple(sorted(out))
 
     # ---- kernel curves ----------------------------------------------------------------------------------
     @property
     def kernels(self) -> KernelSet | None:
-        """The runtime's fitted kernel curves on this GPU (docs/models.md §1.2), or None: scalar efficiencies."""
-        return _kernel_set(self.runtime.kernel_set, self.hardware.name)
+        """The runtime's fitted kernel curves on this GPU (docs/models.md §1.1a), or None: scalar efficiencies.
+        With ``runtime.kernel_draw`` = i >= 1, the i-th draw of their parameters (models/uncertainty.py)."""
+        return _kernel_set(self.runtime.kernel_set, self.hardware.name, self.runtime.kernel_draw)
 
     # ---- constants used by every layout ------------------------------------------------------------------
     @property
@@ -235,9 +246,15 @@ def check_batch_context(batch, context) -> tuple[np.ndarray, np.ndarray]:
 
 # ---- the one kernel pricing ----------------------------------------------------------------------------------
 @functools.cache
-def _kernel_set(engine: str, gpu: str) -> KernelSet | None:
+def _kernel_set(engine: str, gpu: str, draw: int = 0) -> KernelSet | None:
     if not engine:
         return None
+    if draw:
+        central = _kernel_set(engine, gpu, 0)
+        if central is None:
+            return None
+        curves = {k: perturbed(c, draw, k) for k, c in central.curves.items()}
+        return dataclasses.replace(central, curves=curves)
     found = presets.kernel_curves(engine, gpu)
     if found is None:
         return None
@@ -250,6 +267,20 @@ def _kernel_set(engine: str, gpu: str) -> KernelSet | None:
               for k, row in rows.items()}
     note = "" if src == gpu else f"{gpu} has no kernel measurements: priced with the {src} curves"
     return KernelSet(engine=engine, gpu=src, curves=curves, note=note)
+
+
+def perturbed(c: Curve, draw: int, key: str) -> Curve:
+    """Draw ``draw`` (>= 1) of a curve's parameters: u + L z with L L^T = cov_u (symmetric square root, so a
+    singular covariance from pinned parameters is fine) and z ~ N(0, I) seeded by (draw, key): deterministic,
+    and independent between curves."""
+    if not c.cov_u:
+        return c
+    cov = np.asarray(c.cov_u, dtype=float)
+    w, v = np.linalg.eigh((cov + cov.T) / 2.0)
+    root = v * np.sqrt(np.clip(w, 0.0, None))
+    seed = [int(draw), zlib.crc32(key.encode())]
+    z = np.random.default_rng(seed).standard_normal(len(w))
+    return c.with_u(c.u() + root @ z)
 
 
 @dataclass(frozen=True)

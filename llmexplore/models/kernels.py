@@ -5,7 +5,7 @@ Every kernel class is priced by one *soft roofline*
     t = t0 + (t_c^p + t_m^p)^(1/p),   t_c = F / (eta_c P_dtype),   t_m = M / (eta_m BW_hbm)
 
 with F the kernel's FLOPs and M its HBM bytes, P_dtype the datasheet dense peak of the kernel's input dtype and
-BW_hbm the datasheet HBM bandwidth. Four parameters per curve, each with a physical reading: ``eta_compute``
+BW_hbm the datasheet HBM bandwidth. Four parameters per curve (six for an all-reduce, below), each with a physical reading: ``eta_compute``
 (the fraction of peak a large kernel reaches), ``eta_mem`` (the fraction of bandwidth a weight- or KV-streaming
 kernel reaches), ``overhead_us`` (launch, prologue and tail: the latency of a tiny kernel) and ``knee`` p (how
 sharply the kernel turns from memory- to compute-bound: p -> infinity is the textbook max(), p = 1 adds the two
@@ -38,13 +38,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["CLASSES", "PARAMS", "Curve", "KernelSet", "soft_roofline_s", "gemm_work", "moe_block_work",
-           "attention_work", "to_u", "from_u", "PARAM_BOUNDS", "curve_key", "PREFILL_QUERY_TOKENS"]
+           "attention_work", "to_u", "from_u", "PARAM_BOUNDS", "curve_key", "PREFILL_QUERY_TOKENS", "HARD_KNEE"]
 
 CLASSES = ("gemm", "grouped_gemm", "attention_decode", "attention_prefill")
-PARAMS = ("eta_compute", "eta_mem", "overhead_us", "knee")
+PARAMS = ("eta_compute", "eta_mem", "overhead_us", "knee", "eta_mem2", "overhead2_us")
 #: physical range of each parameter (the fit works in an unbounded transform of these)
 PARAM_BOUNDS = {"eta_compute": (0.005, 1.0), "eta_mem": (0.005, 1.2), "overhead_us": (0.05, 300.0),
-                "knee": (1.0, 16.0)}
+                "knee": (1.0, 16.0), "eta_mem2": (0.005, 1.2), "overhead2_us": (0.05, 300.0)}
+#: a knee at or above this is the hard max(): the upper bound of the fit's range, so a curve whose data want a
+#: sharp corner gets exactly the textbook roofline (decode attention is pinned there, see kernelfit.FIXED)
+HARD_KNEE = 16.0
 #: query tokens per sequence from which a step's attention runs the prefill (flash) kernel rather than the
 #: decode kernel; speculative decoding (2-8 tokens) still runs decode kernels [modelling choice]
 PREFILL_QUERY_TOKENS = 16
@@ -94,6 +97,11 @@ class Curve:
     overhead_us: float
     knee: float
     tile_m: int = 1
+    #: a collective's second algorithm (all-reduce: the latency-bound one-shot path is (overhead_us, eta_mem),
+    #: the bandwidth-bound two-shot/ring path (overhead2_us, eta_mem2); the engine takes the faster, as the
+    #: custom all-reduces of TensorRT-LLM, vLLM and SGLang do by message size); 0 = one path
+    eta_mem2: float = 0.0
+    overhead2_us: float = 0.0
     points: int = 0
     median_err_pct: float = float("nan")
     p90_err_pct: float = float("nan")
@@ -101,17 +109,29 @@ class Curve:
     source: str = ""
 
     def u(self) -> np.ndarray:
-        return np.array([float(to_u(n, getattr(self, n))) for n in PARAMS])
+        """Parameters in the fit coordinates (a single-path curve's unused second path sits at its bound)."""
+        return np.array([float(to_u(n, max(getattr(self, n), PARAM_BOUNDS[n][0]))) for n in PARAMS])
 
     def with_u(self, u) -> "Curve":
         vals = {n: float(from_u(n, x)) for n, x in zip(PARAMS, u)}
+        if not self.two_path:  # a single-path curve stays single-path under a draw
+            vals.update(eta_mem2=0.0, overhead2_us=0.0)
         return Curve(tile_m=self.tile_m, points=self.points, median_err_pct=self.median_err_pct,
                      p90_err_pct=self.p90_err_pct, cov_u=self.cov_u, source=self.source, **vals)
 
+    @property
+    def two_path(self) -> bool:
+        """True for a collective with a latency path and a bandwidth path (``eta_mem2`` > 0)."""
+        return self.eta_mem2 > 0
+
     def time_s(self, flops, bytes_, peak_flops_per_s: float, hbm_Bps: float) -> np.ndarray:
-        """Kernel time [s] of F = ``flops`` and M = ``bytes_`` on a GPU of the given datasheet peaks."""
-        return soft_roofline_s(flops, bytes_, self.eta_compute * peak_flops_per_s, self.eta_mem * hbm_Bps,
-                               self.overhead_us * 1e-6, self.knee)
+        """Kernel time [s] of F = ``flops`` and M = ``bytes_`` on a GPU of the given datasheet peaks (for a
+        collective: M its bus bytes and ``hbm_Bps`` the link's line rate)."""
+        t = soft_roofline_s(flops, bytes_, self.eta_compute * peak_flops_per_s, self.eta_mem * hbm_Bps,
+                            self.overhead_us * 1e-6, self.knee)
+        if self.two_path:
+            t = np.minimum(t, self.overhead2_us * 1e-6 + np.asarray(bytes_, dtype=float) / (self.eta_mem2 * hbm_Bps))
+        return t
 
 
 @dataclass(frozen=True)
@@ -131,12 +151,12 @@ class KernelSet:
 
 def soft_roofline_s(flops, bytes_, flops_per_s: float, bytes_per_s: float, overhead_s: float,
                     knee: float = math.inf) -> np.ndarray:
-    """t0 + (t_c^p + t_m^p)^(1/p) [s]; p = inf is the hard roofline max(t_c, t_m). Written as
+    """t0 + (t_c^p + t_m^p)^(1/p) [s]; p >= HARD_KNEE (and inf) is the hard roofline max(t_c, t_m). Written as
     max * (1 + (min/max)^p)^(1/p) so that it cannot overflow for any p."""
     tc = np.asarray(flops, dtype=float) / flops_per_s
     tm = np.asarray(bytes_, dtype=float) / bytes_per_s
     hi = np.maximum(tc, tm)
-    if math.isinf(knee):
+    if knee >= HARD_KNEE * (1 - 1e-6):  # the fit's upper bound stands for the hard max (and keeps closed forms exact)
         return hi + overhead_s
     lo = np.minimum(tc, tm)
     with np.errstate(invalid="ignore", divide="ignore"):

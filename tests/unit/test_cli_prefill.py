@@ -142,7 +142,21 @@ def test_cli_text_output(capsys):
                         "forward pass")
     assert lines[1].startswith("prefill ") and "tokens/s, MFU 0." in lines[1] and "per prompt" in lines[1]
     assert lines[2].startswith("parts [ms]: attention ")
-    assert lines[3].startswith("memory per rank [GB]: weights ") and lines[3].endswith("usable: fits")
+    assert lines[3].startswith("[lo-hi]: P10-P90 over 16 draws of the kernel-curve parameters")
+    assert lines[4].startswith("memory per rank [GB]: weights ") and lines[4].endswith("usable: fits")
+
+
+def test_json_band_brackets_the_value_and_is_null_without_curves(capsys):
+    code, out, _ = _run(capsys, [*BASE, "--json"])
+    doc = json.loads(out)
+    for key in ("prefill_ms", "per_prompt_ms", "tokens_per_s", "mfu"):
+        assert doc[key + "_lo"] <= doc[key + "_hi"]
+        assert doc[key + "_lo"] < doc[key] * 1.2 and doc[key + "_hi"] > doc[key] / 1.2
+    assert doc["band"]["draws"] == 16 and doc["band"]["percentiles"] == [10.0, 90.0]
+    code, out, _ = _run(capsys, [*BASE, "--runtime", "scalar", "--json"])
+    doc = json.loads(out)
+    assert doc["prefill_ms_lo"] is None and doc["prefill_ms_hi"] is None and doc["band"]["draws"] == 0
+    assert "no fitted kernel curves" in doc["band"]["what"]
 
 
 def test_fp4_weights_run_on_b200_and_use_its_fp4_peak(capsys):

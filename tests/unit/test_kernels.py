@@ -141,7 +141,8 @@ def test_curves_are_pinned_to_their_data(gpu):
         part = rows[(rows.cls == cls) & (rows.variant == variant) & (rows.dtype == dtype)]
         if "floor" in part.columns:
             part = part[~part["floor"].fillna(False).astype(bool)]
-        c = K.Curve(**{k: want[k] for k in ("eta_compute", "eta_mem", "overhead_us", "knee", "tile_m")})
+        c = K.Curve(**{k: want[k] for k in ("eta_compute", "eta_mem", "overhead_us", "knee", "tile_m", "eta_mem2",
+                                            "overhead2_us") if k in want})
         err = np.abs(kernelfit.predict_rows(part, c) / part.measured_s.to_numpy() - 1) * 100
         assert np.median(err) == pytest.approx(want["median_err_pct"], abs=0.6), key
     assert CURVES["trtllm"][gpu]["gemm.plain.bf16"]["median_err_pct"] < 10
@@ -149,13 +150,13 @@ def test_curves_are_pinned_to_their_data(gpu):
 
 # ---- the engine uses them ---------------------------------------------------------------------------------------
 def test_runtimes_choose_their_kernel_sets():
-    assert Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="curves").kernels.engine == "any"
+    assert Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="default").kernels.engine == "any"
     for e in ("trtllm", "vllm", "sglang"):
         assert Deployment.build("llama-3-70b", "h100-sxm", 8, runtime=e).kernels.engine == e
-    assert Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="default").kernels is None
-    gb = Deployment.build("llama-3-70b", "gb200", 8, runtime="curves").kernels
+    assert Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="scalar").kernels is None
+    gb = Deployment.build("llama-3-70b", "gb200", 8, runtime="default").kernels
     assert gb.gpu == "b200" and "b200" in gb.note
-    assert Deployment.build("llama-3-70b", "mi300x", 8, runtime="curves").kernels is None  # no kernel data: scalars
+    assert Deployment.build("llama-3-70b", "mi300x", 8, runtime="default").kernels is None  # no kernel data: scalars
 
 
 def test_rejected_curves_fall_back_to_the_neutral_one():
@@ -192,27 +193,39 @@ def test_mla_prefill_uses_the_prefill_kernel_and_unabsorbed_flops():
 
 # ---- collectives ------------------------------------------------------------------------------------------------
 def test_fitted_allreduce_replaces_the_link_assumption():
-    """TensorRT-LLM's custom all-reduce on 8 H100s takes 3.6 us for 16 KB (aiconfigurator rows); the link preset's
-    assumed alpha of 8 + 0.5 x 7 us would have charged 11.5 us, 160 times per Llama-3-70B decode step."""
+    """TensorRT-LLM's custom all-reduce on 8 H100s takes 3.6 us for 16 KB, 26 us for 1 MB and 1.09 ms for 256 MB
+    (aiconfigurator rows); the link preset's assumed alpha of 8 + 0.5 x 7 us would have charged 11.5 us for
+    16 KB, 160 times per Llama-3-70B decode step. The two-path curve follows all three."""
     from llmexplore.models.collectives import allreduce_s
 
     dep = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm")
     assert dict(dep.fabric.fitted)[("all_reduce", 8)]
     t = float(allreduce_s(16384, 8, dep.fabric)) * 1e6
     assert 2.5 < t < 6.0
-    scalar = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="default")
+    assert float(allreduce_s(1 << 20, 8, dep.fabric)) * 1e6 == pytest.approx(26.0, rel=0.15)
+    assert float(allreduce_s(1 << 28, 8, dep.fabric)) * 1e6 == pytest.approx(1089.6, rel=0.15)
+    scalar = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="scalar")
     assert scalar.fabric.fitted == ()
     assert float(allreduce_s(16384, 8, scalar.fabric)) * 1e6 == pytest.approx(11.5 + 2 * 7 / 8 * 16384 / 370e3, rel=1e-6)
 
 
-def test_fitted_collectives_only_on_the_link_they_were_measured_on():
-    dep = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm", scale_up_link="pcie5-x16")
-    assert dep.fabric.fitted == ()
+def test_fitted_collectives_scale_with_another_link():
+    """On another scale-up link the measured curve is scaled by the links' latency and bandwidth ratios."""
+    from llmexplore.models.collectives import allreduce_s
+
+    own = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm")
+    pcie = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm", scale_up_link="pcie5-x16")
+    a_own, b_own, *_ = dict(own.fabric.fitted)[("all_reduce", 8)]
+    a, b, *_ = dict(pcie.fabric.fitted)[("all_reduce", 8)]
+    nv, pc = presets.link("nvlink4"), presets.link("pcie5-x16")
+    assert b / b_own == pytest.approx(pc.achievable_GBps / nv.achievable_GBps)
+    assert a / a_own == pytest.approx((pc.latency_us + 7 * pc.latency_per_rank_us) / (nv.latency_us + 7 * nv.latency_per_rank_us))
+    assert float(allreduce_s(1 << 24, 8, pcie.fabric)) > float(allreduce_s(1 << 24, 8, own.fabric))
 
 
 def test_a_replaced_runtime_refreshes_the_fitted_collectives():
     import dataclasses
 
     dep = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm")
-    scalar = dataclasses.replace(dep, runtime=presets.runtime("default"))
+    scalar = dataclasses.replace(dep, runtime=presets.runtime("scalar"))
     assert dep.fabric.fitted and scalar.fabric.fitted == ()

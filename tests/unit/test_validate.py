@@ -40,11 +40,11 @@ def test_rows_the_model_cannot_represent_say_why(by_engine):
 
 
 def test_recorded_accuracy(by_engine):
-    """Engine-matched curve presets: median |error| 12.4% over 41 rows (27.1% for the scalar default)."""
+    """Engine-matched curve presets: median |error| 14.7% over 41 rows (27.1% for the scalar runtime, the default before the curves)."""
     s = validate.summary(by_engine)
     assert s["modelled"] == 41
-    assert s["median_abs_error_pct"] == pytest.approx(12.4, abs=0.3)
-    scalar = validate.summary(validate.evaluate("default"))
+    assert s["median_abs_error_pct"] == pytest.approx(14.7, abs=0.3)
+    scalar = validate.summary(validate.evaluate("scalar"))
     assert scalar["median_abs_error_pct"] == pytest.approx(27.1, abs=0.3)
     assert s["median_abs_error_pct"] < scalar["median_abs_error_pct"] - 10
 
