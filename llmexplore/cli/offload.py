@@ -7,6 +7,7 @@ from ._framework import (
     COMMON_FLAGS,
     EXIT_OK,
     Checked,
+    band_option,
     dtype_runtime_options,
     int_in,
     model_gpu_options,
@@ -56,23 +57,39 @@ def add(sub) -> None:
     p.add_argument("--serial", action="store_true", help="the two hops one after the other (default: pipelined "
                                                           "per block)")
     dtype_runtime_options(p)
-    p.add_argument("--json", action="store_true", help="JSON output")
+    band_option(p, default=False)
+    p.add_argument("--json", action="store_true", help="JSON output (with --band: break_even_tokens_lo/_hi, "
+                                                       "recompute_ms_lo/_hi)")
     p.set_defaults(func=run, flags=FLAGS)
+
+
+#: headline numbers that get a parameter band with --band (the load side has no kernel curves: its band is 0)
+BAND_KEYS = ("recompute_ms", "load_ms", "break_even_tokens", "closed_form_tokens", "a_us_per_token")
 
 
 def run(args) -> int:
     from ..sweeps import offload as so
 
-    s = so.setup(args.model, args.gpu, storage=args.storage, tp=args.tp, kv_dtype=args.kv_dtype,
-                 weight_dtype=args.weight_dtype, runtime=args.runtime, block_tokens=args.block_tokens,
-                 pipelined=not args.serial, suffix_tokens=args.new_tokens, read_GBps=args.read_GBps,
-                 latency_us=args.latency_us)
-    rec = so.point_summary(s, args.prefix, queue_wait_ms=args.queue_wait_ms)
+    from ..models.uncertainty import DRAWS
+    from ..sweeps.bands import with_band
+
+    def setup(rt):
+        return so.setup(args.model, args.gpu, storage=args.storage, tp=args.tp, kv_dtype=args.kv_dtype,
+                        weight_dtype=args.weight_dtype, runtime=rt, block_tokens=args.block_tokens,
+                        pipelined=not args.serial, suffix_tokens=args.new_tokens, read_GBps=args.read_GBps,
+                        latency_us=args.latency_us)
+
+    s = setup(args.runtime)
+    rec = with_band(lambda rt: so.point_summary(s if rt is s.dep.runtime else setup(rt), args.prefix,
+                                                queue_wait_ms=args.queue_wait_ms),
+                    s.dep.runtime, BAND_KEYS, n=DRAWS if args.band else 0)
     if args.json:
         print_json(rec)
         return EXIT_OK
     be = rec["break_even_tokens"]
     be_text = "never (up to 2M tokens)" if be == float("inf") else f"{be:,.0f} tokens"
+    if rec.get("break_even_tokens_lo") is not None:
+        be_text += f" [{rec['break_even_tokens_lo']:,.0f}-{rec['break_even_tokens_hi']:,.0f}]"
     why = ("the fixed latency of a load (per token, loading is cheaper than recomputing)" if rec["set_by"] == "latency"
            else "the per-token bandwidth (per token, loading is dearer than recomputing; the quadratic attention "
                 "term of recompute catches up)")
@@ -83,6 +100,8 @@ def run(args) -> int:
           f"(effective read {rec['effective_read_GBps']:.2f} GB/s) -> {rec['decision']}")
     print(f"break-even: {be_text}, set by {why}; closed form {rec['closed_form_tokens']:,.0f} tokens "
           f"(a = {rec['a_us_per_token']:.2f} us/token to recompute, c = {rec['c_us_per_token']:.2f} us/token to load)")
+    if rec["band"]["draws"]:
+        print(f"[lo-hi]: {rec['band']['what']}")
     if rec["also_pays_below"]:
         print("note: loading also pays for some shorter prefixes (an MoE prefill that wakes every expert)")
     if rec["queue_wait_ms"]:

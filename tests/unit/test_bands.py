@@ -119,3 +119,17 @@ def test_cli_pd_band_is_opt_in(capsys):
     doc = json.loads(out)
     d = doc["disaggregated"]
     assert d["gpus_lo"] <= d["gpus"] <= d["gpus_hi"] and doc["prefill_ms_lo"] < doc["prefill_ms_hi"]
+
+
+def test_cli_offload_break_even_band(capsys):
+    """Llama-3-70B TP8 H100 on NVMe Gen4: the bandwidth-set break-even moves with the prefill curves' draws."""
+    base = ["offload", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--tp", "8",
+            "--prefix", "32768", "--json"]
+    code, out, _ = _run(capsys, [*base, "--band"])
+    doc = json.loads(out)
+    assert doc["set_by"] == "bandwidth"
+    assert doc["break_even_tokens_lo"] <= doc["break_even_tokens"] <= doc["break_even_tokens_hi"]
+    assert doc["break_even_tokens_hi"] > doc["break_even_tokens_lo"]  # the recompute side has curves
+    assert doc["load_ms_lo"] == pytest.approx(doc["load_ms_hi"])  # the load side has no kernel curves
+    code, out, _ = _run(capsys, base)
+    assert json.loads(out)["break_even_tokens_lo"] is None
