@@ -49,13 +49,13 @@ import sys
 from typing import Sequence
 
 from ..errors import LlmexploreError
-from . import calibrate, calibrate_disk, disagg, layouts, moe, offload, prefill, presets, report, transfer
+from . import calibrate, calibrate_disk, disagg, layouts, moe, offload, prefill, presets, report, transfer, validate
 from ._framework import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, Parser, UsageError, fail, flag_message
 
 __all__ = ["main", "build_parser", "PROG", "COMMANDS"]
 
 #: command modules, in help order; each has ``add(subparsers)`` and ``run(args) -> exit status``
-COMMANDS = [report, presets, layouts, disagg, prefill, moe, transfer, offload, calibrate, calibrate_disk]
+COMMANDS = [report, presets, layouts, disagg, prefill, moe, transfer, offload, calibrate, calibrate_disk, validate]
 
 
 def _version() -> str:

@@ -45,6 +45,7 @@ BASE = {
     "calibrate": ["calibrate", "--data", str(DATA)],
     "calibrate-disk": ["calibrate-disk", ".", "--size-mb", "1", "--block-sizes", "4", "--queue-depths", "1"],
     "presets": ["presets", "models"],
+    "validate": ["validate"],
     "report": ["report", "--out", "reports-fuzz"],
 }
 
@@ -258,7 +259,7 @@ FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCh
 
 #: examples per command: the cheap commands get more
 EXAMPLES = {"layouts": 120, "prefill": 60, "moe": 60, "pd": 40, "transfer": 60, "offload": 50, "calibrate": 25,
-            "calibrate-disk": 20, "presets": 15, "report": 25}
+            "calibrate-disk": 20, "presets": 15, "report": 25, "validate": 10}
 
 
 @pytest.mark.parametrize("command", list(EXAMPLES))

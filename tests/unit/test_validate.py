@@ -64,3 +64,18 @@ def test_summary_and_ranking_shapes(by_engine):
     assert list(r.columns) == ["a", "b", "measured_ratio", "predicted_ratio", "resolved", "agrees"]
     # the only pair over the 5% margin differs in EP size, which the step model does not represent
     assert (~r.resolved).all()
+
+
+def test_cli_validate_json(capsys):
+    import json
+
+    from llmexplore import cli
+
+    assert cli.main(["validate", "--runtime", "default", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["modelled"] == 41 and doc["summary"]["rows"] == 43
+    assert doc["summary"]["median_abs_error_pct"] == pytest.approx(15.0, abs=0.3)
+    assert {"category", "rows", "median_abs_error_pct"} <= set(doc["categories"][0])
+    assert len(doc["rows"]) == 43 and doc["inputs"]["runtime"] == "default"
+    assert cli.main(["validate", "--runtime", "nonsense"]) == 2
+    assert "--runtime: no runtime preset 'nonsense'" in capsys.readouterr().err
