@@ -225,10 +225,11 @@ def _check_index_parameters(params: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _registry() -> dict[str, Callable[[Mapping[str, Any]], dict[str, str]]]:
-    from .sweeps import disagg, layouts, moe, offload, transfer
+    from .sweeps import disagg, fidelity, layouts, moe, offload, transfer
 
     return {
         "00_index": _check_index_parameters,
+        "05_fidelity": fidelity.check_notebook_parameters,
         "10_attention_layouts": layouts.check_notebook_parameters,
         "20_pd_disaggregation": disagg.check_notebook_parameters,
         "30_moe_expert_parallel": moe.check_notebook_parameters,

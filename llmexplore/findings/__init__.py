@@ -1,7 +1,7 @@
 """Findings in words: the sentence each notebook section ends with, and the figure titles built from it.
 
 One module per area (:mod:`.layouts`, :mod:`.disagg`, :mod:`.moe`, :mod:`.transfer`,
-:mod:`.offload`). Every sentence is computed
+:mod:`.offload`, :mod:`.fidelity`). Every sentence is computed
 from the same tables the figures show (the sweeps), so the headline number in the text is the number in the
 figure; a ``short=True`` variant of a sentence is the figure's title. Shared here: how numbers read in a sentence.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["num", "in_ms", "in_tokens", "join", "layouts", "disagg", "moe", "transfer", "offload"]
+__all__ = ["num", "in_ms", "in_tokens", "join", "layouts", "disagg", "moe", "transfer", "offload", "fidelity"]
 
 
 def num(x: float, digits: int = 3) -> str:
@@ -37,4 +37,4 @@ def join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-from . import disagg, layouts, moe, offload, transfer  # noqa: E402  (area modules use the helpers above)
+from . import disagg, fidelity, layouts, moe, offload, transfer  # noqa: E402  (area modules use the helpers above)

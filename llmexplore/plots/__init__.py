@@ -1,6 +1,7 @@
 """Figure builders: tidy results in, ``go.Figure`` out. No model computations, no ``.show()``, no files.
 
-One module per area (:mod:`.layouts`, :mod:`.disagg`, :mod:`.moe`, :mod:`.transfer`, :mod:`.offload`); the shared style lives
+One module per area (:mod:`.layouts`, :mod:`.disagg`, :mod:`.moe`, :mod:`.transfer`, :mod:`.offload`,
+:mod:`.fidelity`); the shared style lives
 here. Every figure has unit-bearing axis titles and a legend entry or label for every line; a layout or serving
 mode keeps one colour throughout the workbook; series that can overlap also differ in dash pattern or marker.
 
@@ -25,7 +26,8 @@ from ..errors import SpecError
 
 __all__ = ["TEMPLATE", "TITLE_CHARS", "NOT_FIT", "RANK_SERIES", "RANK_KEY", "RANK_MARKER", "ref_line",
            "ref_trace", "base", "base_layout", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
-           "not_fit_key", "chosen_marker", "update_from", "layouts", "disagg", "moe", "transfer", "offload", "tables"]
+           "not_fit_key", "chosen_marker", "update_from", "layouts", "disagg", "moe", "transfer", "offload", "fidelity",
+           "tables"]
 
 TEMPLATE = "plotly_white"
 #: longest title line [characters]: plotly never wraps titles, and 80 characters of its 17 px title font fill
@@ -282,4 +284,4 @@ def update_from(fig: go.Figure, new) -> None:
                 fig.layout[key] = empty
 
 
-from . import disagg, layouts, moe, offload, tables, transfer  # noqa: E402  (area modules use the style above)
+from . import disagg, fidelity, layouts, moe, offload, tables, transfer  # noqa: E402  (area modules use the style above)

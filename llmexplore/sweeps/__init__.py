@@ -1,6 +1,7 @@
 """Sweeps: evaluate the models over grids and package the results as tidy tables (one row per point).
 
-One module per area (:mod:`.layouts`, :mod:`.disagg`, :mod:`.moe`, ...; :mod:`.prefill` holds the record of
+One module per area (:mod:`.layouts`, :mod:`.disagg`, :mod:`.moe`, ..., :mod:`.fidelity`: the model against
+measurements; :mod:`.prefill` holds the record of
 the ``prefill`` command); each builds its result records once, and the notebooks, the explorers and the command
 line all read them. Shared here: grids and the one unit conversion
 from model outputs (seconds, bytes) to table columns (``step_ms``, ``kv_GB``): :func:`tidy`.
@@ -21,7 +22,7 @@ from ..errors import LlmexploreError, SpecError, UnknownPresetError
 from ..units import display_name, from_si, si_unit_of
 
 __all__ = ["log_grid", "tidy", "summary_frame", "DEFAULT_UNITS", "preset_param", "int_param", "built", "layouts",
-           "disagg", "moe", "transfer", "offload", "prefill"]
+           "disagg", "moe", "transfer", "offload", "prefill", "fidelity"]
 
 #: display unit of each SI base unit in tables
 DEFAULT_UNITS = {"s": "ms", "B": "GB"}
@@ -103,4 +104,4 @@ def built(names: str, make, rename: dict[str, str] | None = None):
         raise SpecError(rename[arg] + text[len(arg):] if arg else f"{names}: {text}") from None
 
 
-from . import disagg, layouts, moe, offload, prefill, transfer  # noqa: E402  (area modules use the helpers above)
+from . import disagg, fidelity, layouts, moe, offload, prefill, transfer  # noqa: E402  (area modules use the helpers above)

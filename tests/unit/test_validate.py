@@ -35,18 +35,22 @@ def test_every_row_is_cited_and_uses_presets(rows):
 
 def test_rows_the_model_cannot_represent_say_why(by_engine):
     bad = by_engine[by_engine.status != "ok"]
-    assert len(bad) == 2 and bad.status.str.contains("must divide the query heads").all()
+    assert len(bad) == 2 and bad.status.str.contains("must divide the query heads").all()  # 72 and 48 ranks
     assert bad.predicted_ms.isna().all()
 
 
 def test_recorded_accuracy(by_engine):
-    """Engine-matched curve presets: median |error| 14.7% over 41 rows (27.1% for the scalar runtime, the default before the curves)."""
+    """Engine-matched curve presets: median |error| 8.6% over 50 of 52 rows (19.7% for the scalar runtime, the
+    default before the curves). Over the first 43 rows (before 9 ML.ENERGY TP1/TP2 rows that are easy for
+    the model were added for the ranking check) the figures were 14.7% and 27.1%: compare like with like."""
     s = validate.summary(by_engine)
-    assert s["modelled"] == 41
-    assert s["median_abs_error_pct"] == pytest.approx(14.7, abs=0.3)
+    assert s["modelled"] == 50 and s["rows"] == 52
+    assert s["median_abs_error_pct"] == pytest.approx(8.6, abs=0.3)
     scalar = validate.summary(validate.evaluate("scalar"))
-    assert scalar["median_abs_error_pct"] == pytest.approx(27.1, abs=0.3)
-    assert s["median_abs_error_pct"] < scalar["median_abs_error_pct"] - 10
+    assert scalar["median_abs_error_pct"] == pytest.approx(19.7, abs=0.3)
+    assert s["median_abs_error_pct"] < scalar["median_abs_error_pct"] - 8
+    first43 = by_engine.iloc[:43]
+    assert validate.summary(first43)["median_abs_error_pct"] == pytest.approx(14.7, abs=0.3)
 
 
 def test_loaded_decode_follows_the_nim_concurrency_sweep(by_engine):
@@ -62,8 +66,12 @@ def test_summary_and_ranking_shapes(by_engine):
     assert isinstance(s["categories"], pd.DataFrame) and s["categories"].rows.sum() == s["modelled"]
     r = validate.ranking(by_engine)
     assert list(r.columns) == ["a", "b", "measured_ratio", "predicted_ratio", "resolved", "agrees"]
-    # the only pair over the 5% margin differs in EP size, which the step model does not represent
-    assert (~r.resolved).all()
+    # 7 pairs over the 5% margin: 6 ML.ENERGY 1-vs-2-GPU pairs, all ordered as measured (the model overstates
+    # the 2-GPU speed-up by 3-9%), and one DeepSeek pair that differs only in EP size, which the step model does
+    # not represent (unresolved, not counted as agreeing)
+    assert len(r) == 7 and int(r.resolved.sum()) == 6 and bool(r[r.resolved].agrees.all())
+    unresolved = r[~r.resolved]
+    assert set(unresolved.a) | set(unresolved.b) <= {"trtllm-dsr1-b200-bs1-ep8", "trtllm-dsr1-b200-bs1-nomtp"}
 
 
 def test_cli_validate_json(capsys):
@@ -73,9 +81,9 @@ def test_cli_validate_json(capsys):
 
     assert cli.main(["validate", "--runtime", "default", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["summary"]["modelled"] == 41 and doc["summary"]["rows"] == 43
-    assert doc["summary"]["median_abs_error_pct"] == pytest.approx(15.0, abs=0.3)
+    assert doc["summary"]["modelled"] == 50 and doc["summary"]["rows"] == 52
+    assert doc["summary"]["median_abs_error_pct"] == pytest.approx(11.5, abs=0.3)
     assert {"category", "rows", "median_abs_error_pct"} <= set(doc["categories"][0])
-    assert len(doc["rows"]) == 43 and doc["inputs"]["runtime"] == "default"
+    assert len(doc["rows"]) == 52 and doc["inputs"]["runtime"] == "default"
     assert cli.main(["validate", "--runtime", "nonsense"]) == 2
     assert "--runtime: no runtime preset 'nonsense'" in capsys.readouterr().err

@@ -1,0 +1,324 @@
+"""Findings of notebooks/05_fidelity.ipynb: how far the model's step times are from published measurements it was
+never fitted to (before and after the kernel curves), per category, how well each kernel curve fits its kernel
+rows, and where the model is weakest, with the documented reason.
+
+Every sentence reads the tables of :mod:`llmexplore.sweeps.fidelity` (the ones the figures and tables show);
+``short=True`` gives a figure's title. The causes of the weakest categories are the ones documented in
+``data/validation/README.md`` (and the notes of ``e2e.csv``) and ``docs/models.md`` §1.1a.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import presets
+from ..sweeps.fidelity import ENGINE_LABELS, CurveTables, runtime_label
+from . import join, num
+
+__all__ = ["how", "with_", "pct", "accuracy_sentence", "in_sample_sentence", "category_sentence", "gemm_sentence",
+           "moe_sentence", "attention_sentence", "allreduce_sentence", "fit_error_sentence", "cause",
+           "weakest_sentence", "interference_sentence", "not_modelled_sentence", "ranking_sentence", "recap_sentence",
+           "CAUSES", "SHORT_CAUSES", "NO_CAUSE", "HIGH_BATCH"]
+
+#: ML.ENERGY rows from this batch up are "high batch" (data/validation/README.md: the model is expected to read
+#: low there, the saturated servers' steps also carry other requests' prefills)
+HIGH_BATCH = 64
+
+#: documented causes of a category's error, first match wins: (name, test on the category's rows, text)
+CAUSES = [
+    ("deepep", lambda d: (d["category"].str.startswith("mla-moe").all() and (d["layout"] == "DPA").all()
+                          and (d["kind"] == "prefill").all()),
+     "the step engine gathers every token onto each rank for the MoE, where SGLang's wide expert parallelism "
+     "sends them with DeepEP all-to-all and runs DeepGEMM: the model has no DeepEP path (docs/models.md §1.1a)"),
+    ("no-kernel-data", lambda d: (d["gpu"] == "mi300x").all(),
+     "MI300X has no kernel data, so its kernels are priced with scalar efficiencies fitted on H100 "
+     "(docs/models.md §1.1a)"),
+    ("mle-layout", lambda d: d["id"].str.startswith("mle-").all() and (d["model"] == "deepseek-v3").all(),
+     "ML.ENERGY's DeepSeek-V3.1 rows report expert parallelism 8 with neither tensor nor data parallelism on 8 "
+     "GPUs, so the attention layout (TP8 assumed) is uncertain, and the saturated servers' steps also carry other "
+     "requests' prefills (data/validation/README.md)"),
+    ("interference", lambda d: d["id"].str.startswith("mle-").all() and (d["batch"] >= HIGH_BATCH).any(),
+     "ML.ENERGY measures saturated servers: at high batch other requests' prefill chunks and per-sequence host work "
+     "share the steps, which the step model has no term for, and the prompt lengths are not published "
+     "(data/validation/README.md)"),
+    ("mle", lambda d: d["id"].str.startswith("mle-").all(),
+     "ML.ENERGY's prompt lengths are not published (context 1,000 tokens assumed) and its steps can carry other "
+     "requests' prefill chunks (data/validation/README.md)"),
+]
+#: the cause of each entry of CAUSES in a few words (the recap)
+SHORT_CAUSES = {"deepep": "no DeepEP all-to-all path in the model", "no-kernel-data": "no kernel data",
+                "mle-layout": "an uncertain attention layout under live traffic",
+                "interference": "prefill interference under live traffic", "mle": "unpublished prompt lengths"}
+NO_CAUSE = "no documented cause: each row's note in data/validation/e2e.csv lists its assumptions"
+
+
+def pct(x: float, *, sign: bool = False) -> str:
+    """``"12.4%"``; with ``sign`` ``"+256%"`` / ``"−50.3%"``."""
+    text = f"{num(abs(x))}%"
+    return (("+" if x >= 0 else "−") + text) if sign else text
+
+
+def how(choice: str) -> str:
+    """How a runtime choice prices a row, for a sentence."""
+    return {"engine": "by each row's engine preset (TensorRT-LLM, vLLM or SGLang kernel curves)",
+            "default": "with the engine-neutral kernel curves (default)",
+            "scalar": "with the scalar pre-curve efficiencies"}.get(choice, f"with the {choice} runtime preset")
+
+
+def with_(choice: str) -> str:
+    """``"with the engine presets"``: a runtime choice in a short phrase."""
+    return {"engine": "with the engine presets", "default": "with the engine-neutral curves",
+            "scalar": "with the scalar model"}.get(choice, f"with runtime {choice}")
+
+
+def _g(x: float) -> str:
+    """A value a reader typed (a band, a margin): ``15``, ``2.5``."""
+    return f"{float(x):g}"
+
+
+def _row(summary: pd.DataFrame, choice: str) -> pd.Series:
+    return summary[summary["choice"] == choice].iloc[0]
+
+
+def accuracy_sentence(summary: pd.DataFrame, runtime: str, baseline: str, *, short: bool = False) -> str:
+    """Section 1: the median |error| over the validation rows the model can represent, after (``runtime``) and
+    before (``baseline``), and the other choices; ``summary``: :func:`~llmexplore.sweeps.fidelity.accuracy_summary`."""
+    a, b = _row(summary, runtime), _row(summary, baseline)
+    band = _g(a["band_pct"])
+    if short:
+        return (f"Median |error| {pct(a['median_abs_error_pct'])} ({runtime_label(runtime)}) vs "
+                f"{pct(b['median_abs_error_pct'])} ({runtime_label(baseline)}) on {a['modelled']} of {a['rows']} "
+                "published measurements")
+    text = (f"Priced {how(runtime)}, the model is off by a median {pct(a['median_abs_error_pct'])} (p90 "
+            f"{pct(a['p90_abs_error_pct'])}) on the {a['modelled']} of {a['rows']} published measurements it can "
+            f"represent, none of which it was fitted to, and {a['within_band']} of them fall within ±{band}%")
+    if baseline != runtime:
+        text += (f"; {how(baseline)} it is off by {pct(b['median_abs_error_pct'])} (p90 "
+                 f"{pct(b['p90_abs_error_pct'])}, {b['within_band']} within ±{band}%)")
+    others = [f"{how(r.choice)}, {pct(r.median_abs_error_pct)}" for r in summary.itertuples()
+              if r.choice not in (runtime, baseline)]
+    if others:
+        text += "; " + "; ".join(others)
+    return text + "."
+
+
+def in_sample_sentence(summary: pd.DataFrame, runtime: str, baseline: str) -> str:
+    """The in-sample calibration points: agreement there is fitted, not evidence."""
+    a, b = _row(summary, runtime), _row(summary, baseline)
+    text = (f"On the {a['in_sample_points']} in-sample points (AIConfigurator's estimate for Llama-3.1-70B TP8 on "
+            f"H100, which the presets' overheads and efficiencies were fitted to) the largest |error| is "
+            f"{pct(a['in_sample_max_abs_error_pct'])} {with_(runtime)}")
+    if baseline != runtime:
+        text += f" and {pct(b['in_sample_max_abs_error_pct'])} {with_(baseline)}"
+    return text + ": agreement there is fitted, not evidence of accuracy elsewhere."
+
+
+def category_sentence(cats: pd.DataFrame, runtime: str, baseline: str) -> str:
+    """Section 2: in how many categories the runtime beats the baseline, and the largest gain and loss;
+    ``cats``: :func:`~llmexplore.sweeps.fidelity.category_errors` with both choices."""
+    after, before = cats[f"{runtime}_abs_error_pct"], cats[f"{baseline}_abs_error_pct"]
+    worst = cats.loc[after.idxmax()]
+    head = (f"{with_(runtime).capitalize()} the worst category is `{worst['category']}`, off by "
+            f"{pct(worst[f'{runtime}_error_pct'], sign=True)} (median of {worst['rows']} rows)")
+    if runtime == baseline:
+        return head + "."
+    delta = after - before
+    better, worse = int((delta < 0).sum()), int((delta > 0).sum())
+    gain = cats.loc[delta.idxmin()]
+    text = (f"{head}. Against the {runtime_label(baseline)} model, the {runtime_label(runtime)} lower the median "
+            f"|error| in {better} of {len(cats)} categories and raise it in {worse}; the largest gain is "
+            f"`{gain['category']}` ({pct(gain[f'{baseline}_abs_error_pct'])} → {pct(gain[f'{runtime}_abs_error_pct'])})")
+    if worse:
+        loss = cats.loc[delta.idxmax()]
+        text += (f", the largest loss `{loss['category']}` ({pct(loss[f'{baseline}_abs_error_pct'])} → "
+                 f"{pct(loss[f'{runtime}_abs_error_pct'])})")
+    return text + "."
+
+
+# ---- kernel curves ---------------------------------------------------------------------------------------------
+
+
+def _whose(ct: CurveTables) -> str:
+    hw = presets.hardware(ct.gpu).label
+    if ct.engine == "any":
+        return f"On {hw}, the engine-neutral curves"
+    return f"On {hw}, {ENGINE_LABELS[ct.engine]}'s curves"
+
+
+def _medians(ct: CurveTables) -> str:
+    one = ct.curves["panel"].nunique() == 1
+    parts = [f"{pct(r.median_abs_error_pct)} ({r.panel if not r.series else r.series if one else f'{r.panel}, {r.series}'})"
+             for r in ct.curves.itertuples()]
+    return join(parts)
+
+
+def gemm_sentence(ct: CurveTables, *, short: bool = False) -> str:
+    """Dense GEMMs: each curve's median |error| over its kernel rows and the fastest measured GEMM of the first
+    panel against the datasheet peak."""
+    if not len(ct.curves):
+        return f"No dense-GEMM kernel rows for {ct.engine} on {ct.gpu}."
+    if short:
+        return f"Dense GEMMs on {presets.hardware(ct.gpu).label}: median |error| {_medians(ct)}"
+    first = ct.panels.iloc[0]
+    pts = ct.points[ct.points["panel"] == first["panel"]]
+    best = pts.loc[pts["y"].idxmax()]
+    return (f"{_whose(ct)} for dense GEMMs are within {_medians(ct)} of their kernel rows (median |error|); the "
+            f"fastest {first['panel']} GEMM drawn ({best['shape']}, M = {best['x']:,.0f}) reaches {num(best['y'])} "
+            f"TFLOP/s, {pct(100 * best['y'] / first['ref_y'])} of the {num(first['ref_y'])} TFLOP/s datasheet peak, "
+            "and small M is bound by streaming the weights.")
+
+
+def moe_sentence(ct: CurveTables, *, short: bool = False, few: float = 8.0, many: float = 256.0) -> str:
+    """Grouped MoE GEMMs: each curve's median |error| and the measured efficiency at few and many tokens per
+    expert (medians over the shapes drawn in the first panel)."""
+    if not len(ct.curves):
+        return f"No grouped MoE kernel rows for {ct.engine} on {ct.gpu}."
+    if short:
+        return f"Grouped MoE GEMMs on {presets.hardware(ct.gpu).label}: median |error| {_medians(ct)}"
+    first = ct.panels.iloc[0]["panel"]
+    pts = ct.points[ct.points["panel"] == first]
+    lo, hi = pts[pts["x"] <= few]["y"], pts[pts["x"] >= many]["y"]
+    text = f"{_whose(ct)} for grouped MoE GEMMs are within {_medians(ct)} of their kernel rows (median |error|)"
+    if len(lo) and len(hi):
+        text += (f"; the {first} blocks drawn reach a median {pct(lo.median())} of the dense peak at up to "
+                 f"{_g(few)} tokens per expert and {pct(hi.median())} from {_g(many)} on: with few tokens per "
+                 "expert the block streams its weights and pads each expert's rows to the kernel's M tile")
+    return text + "."
+
+
+def attention_sentence(ct: CurveTables, *, short: bool = False) -> str:
+    """Decode attention: each curve's median |error| and the highest measured bandwidth per variant against the
+    datasheet HBM bandwidth."""
+    if not len(ct.curves):
+        return f"No decode-attention kernel rows for {ct.engine} on {ct.gpu}."
+    if short:
+        return f"Decode attention on {presets.hardware(ct.gpu).label}: median |error| {_medians(ct)}"
+    fastest = []
+    for p in ct.panels.itertuples():
+        pts = ct.points[(ct.points["panel"] == p.panel) & ct.points["fitted"]]
+        if len(pts):
+            fastest.append(f"{p.panel} {num(pts['y'].max())} TB/s ({pct(100 * pts['y'].max() / p.ref_y)})")
+    bw = ct.panels["ref_y"].iloc[0]
+    return (f"{_whose(ct)} for decode attention are within {_medians(ct)} of their kernel rows (median |error|); "
+            f"the fastest kernels larger than L2 stream {join(fastest)} of the {num(bw)} TB/s datasheet bandwidth.")
+
+
+def allreduce_sentence(ct: CurveTables, *, short: bool = False) -> str:
+    """All-reduce: each curve's median and p90 |error| and the measured latency of the smallest message."""
+    if not len(ct.curves):
+        return f"No all-reduce rows for {ct.engine} on {ct.gpu}."
+    if short:
+        return f"All-reduce on {presets.hardware(ct.gpu).label}: median |error| {_medians(ct)}"
+    parts = [f"{pct(r.median_abs_error_pct)} (p90 {pct(r.p90_abs_error_pct)}) on {r.series}"
+             for r in ct.curves.itertuples()]
+    big = ct.curves.iloc[-1]["series"]
+    pts = ct.points[ct.points["series"] == big].sort_values("x")
+    small = pts.iloc[0]
+    return (f"{_whose(ct)} for the intra-node all-reduce are within {join(parts)} (median |error|); on {big} the "
+            f"smallest message ({num(small['x'] * 1e6)} B) takes {num(small['measured_us'])} µs, the fixed cost a "
+            "tensor-parallel decode step pays twice per layer.")
+
+
+def fit_error_sentence(catalog: pd.DataFrame, rejected: pd.DataFrame) -> str:
+    """Section 4: how many curves, how well they fit their kernel rows, the worst, and the rejected ones."""
+    sets = catalog[["engine", "gpu"]].drop_duplicates()
+    worst = catalog.loc[catalog["median_err_pct"].idxmax()]
+    text = (f"data/kernel_efficiency.yaml holds {len(catalog)} curves in {len(sets)} engine × GPU sets; the median "
+            f"curve is within {pct(catalog['median_err_pct'].median())} of its kernel rows (median |error|), "
+            f"{int((catalog['median_err_pct'] <= 10).sum())} are within 10%, and the worst is {worst['key']} of "
+            f"{worst['engine']} on {worst['gpu']} at {pct(worst['median_err_pct'])}")
+    if len(rejected):
+        groups = []
+        for (engine, key), g in rejected.groupby(["engine", "key"], sort=False):
+            groups.append(f"{engine}'s {key} on {join(list(g['gpu']))} ({g['reason'].iloc[0]})")
+        text += (f"; {len(rejected)} fitted curves were rejected as not the engine's production kernel, and the "
+                 f"engine-neutral curve prices those kernels: {'; '.join(groups)}")
+    return text + "."
+
+
+# ---- where the model is weakest ----------------------------------------------------------------------------------
+
+
+def cause(rows: pd.DataFrame, *, short: bool = False) -> str:
+    """The documented cause of a category's error (:data:`CAUSES`, first match), or :data:`NO_CAUSE`; ``short``:
+    in a few words (:data:`SHORT_CAUSES`, "" when none is documented)."""
+    for name, test, text in CAUSES:
+        if len(rows) and bool(test(rows)):
+            return SHORT_CAUSES[name] if short else text
+    return "" if short else NO_CAUSE
+
+
+def _ok(acc: pd.DataFrame, runtime: str) -> pd.DataFrame:
+    return acc[(acc["set"] == "validation") & (acc["choice"] == runtime) & (acc["status"] == "ok")]
+
+
+def weakest_sentence(acc: pd.DataFrame, cats: pd.DataFrame, runtime: str, *, n: int = 3) -> str:
+    """Section 5: the ``n`` categories with the largest median |error| under ``runtime``, signed, with their
+    documented cause."""
+    ok = _ok(acc, runtime)
+    top = cats.sort_values(f"{runtime}_abs_error_pct", ascending=False, kind="stable").head(n)
+    parts = []
+    for r in top.itertuples():
+        rows = ok[ok["category"] == r.category]
+        err = getattr(r, f"{runtime}_error_pct")
+        parts.append(f"`{r.category}` reads {'high' if err >= 0 else 'low'} by {pct(err, sign=True)} "
+                     f"({r.rows} {'row' if r.rows == 1 else 'rows'}): {cause(rows)}")
+    return f"Weakest {with_(runtime)}: " + "; ".join(parts) + "."
+
+
+def interference_sentence(acc: pd.DataFrame, runtime: str, *, high_batch: int = HIGH_BATCH) -> str:
+    """ML.ENERGY rows (saturated vLLM servers) at high and low batch: the model's median error in each."""
+    ok = _ok(acc, runtime)
+    mle = ok[ok["id"].str.startswith("mle-")]
+    hi, lo = mle[mle["batch"] >= high_batch], mle[mle["batch"] < high_batch]
+    if not len(hi) or not len(lo):
+        return "The validation set holds no ML.ENERGY rows at both low and high batch."
+    return (f"The ML.ENERGY rows (vLLM under live chat traffic) show the interference the step model leaves out: it "
+            f"reads a median {pct(hi['error_pct'].median(), sign=True)} at batch {high_batch} and above "
+            f"({len(hi)} rows) but {pct(lo['error_pct'].median(), sign=True)} below ({len(lo)} rows), where fewer "
+            "other requests' prefills share each step.")
+
+
+def not_modelled_sentence(nm: pd.DataFrame, rows: int) -> str:
+    """The validation rows the model cannot represent, with the reason."""
+    if not len(nm):
+        return f"The model represents all {rows} validation rows."
+    parts = [f"`{r.id}` ({r.reason})" for r in nm.itertuples()]
+    ranks = join([f"{int(r):,}" for r in nm["ranks"]])
+    return (f"{len(nm)} of the {rows} rows cannot be represented and are left out of every statistic: "
+            f"{join(parts)}. Those deployments spread the model over {ranks} ranks with redundant experts, which the "
+            "step model's divisibility rules do not represent (data/validation/README.md).")
+
+
+def ranking_sentence(pairs: pd.DataFrame, runtime: str, *, margin_pct: float = 5.0) -> str:
+    """The ranking check: pairs over the margin, how many the model tells apart and orders correctly, and what the
+    unresolved ones differ in; ``pairs``: :func:`~llmexplore.sweeps.fidelity.ranking_pairs`."""
+    m = _g(margin_pct)
+    if not len(pairs):
+        return (f"No two rows of one model, GPU, phase and workload differ in their measured time by more than {m}%, "
+                "so the validation set cannot check how the model ranks deployments.")
+    resolved, agrees = int(pairs["resolved"].sum()), int(pairs["agrees"].sum())
+    text = (f"Ranking check {with_(runtime)}: {len(pairs)} {'pair' if len(pairs) == 1 else 'pairs'} of rows of one model, "
+            f"GPU, phase and workload differ in their measured time by more than {m}%; the model tells {resolved} of "
+            f"them apart and orders {agrees} correctly")
+    unresolved = pairs[~pairs["resolved"].astype(bool)]
+    if len(unresolved):
+        parts = [f"`{r.a}` vs `{r.b}` (measured {num(r.measured_ratio)}× apart) differ only in {r.differs_in}"
+                 for r in unresolved.itertuples()]
+        text += f"; {join(parts)}, which the validation rows do not pass to the model, so it prices them alike"
+        if not resolved:
+            text += " — the set is too small to test the ranking"
+    return text + "."
+
+
+def recap_sentence(acc: pd.DataFrame, summary: pd.DataFrame, cats: pd.DataFrame, runtime: str, baseline: str) -> str:
+    """The notebook's summary in one sentence."""
+    a, b = _row(summary, runtime), _row(summary, baseline)
+    worst = cats.sort_values(f"{runtime}_abs_error_pct", ascending=False, kind="stable").iloc[0]
+    ok = _ok(acc, runtime)
+    why = cause(ok[ok["category"] == worst["category"]], short=True)
+    return (f"In short: {pct(a['median_abs_error_pct'])} median |error| {with_(runtime)} against "
+            f"{pct(b['median_abs_error_pct'])} {with_(baseline)}, over {a['modelled']} of {a['rows']} published "
+            f"measurements never fitted; the weakest category is `{worst['category']}` "
+            f"({pct(worst[f'{runtime}_error_pct'], sign=True)}{': ' + why if why else ''}).")
