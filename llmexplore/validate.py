@@ -46,8 +46,10 @@ def category(row) -> str:
 
 
 def _predict_ms(row, runtime: str) -> float:
+    dispatch = row.get("moe_dispatch")
     dep = Deployment.build(row["model"], row["gpu"], int(row["ranks"]), runtime=runtime,
-                           weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"])
+                           weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"],
+                           moe_dispatch=dispatch if isinstance(dispatch, str) and dispatch else "gather")
     b = int(row["batch"])
     if row["kind"] == "decode":
         return float(step_time(dep, b, float(row["context"]), row["layout"])["step_s"]) * 1e3

@@ -56,7 +56,9 @@ def run(args) -> int:
         return EXIT_OK
     print(f"{s['modelled']} of {s['rows']} published measurements modelled (runtime: {args.runtime}); median "
           f"|error| {s['median_abs_error_pct']:.1f}%, p90 {s['p90_abs_error_pct']:.1f}%")
-    print(format_table(table.to_dict("records"), ROW_COLS))
+    rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}  # NaN: not modelled
+            for r in table.to_dict("records")]
+    print(format_table(rows, ROW_COLS))
     print(format_table(cats.to_dict("records"), CATEGORY_COLS))
     over = len(rank)
     resolved = int(rank.resolved.sum()) if over else 0

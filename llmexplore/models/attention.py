@@ -311,6 +311,13 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     core = core_s(dep, b, s, layout, q)
     dense, moe = _ffn_layer_s(dep, n_ffn)
     comm_attn, comm_ffn = _comm_layer_s(dep, b, layout, q)
+    comm_moe = comm_ffn
+    if layout == "DPA" and m.is_moe and dep.moe_dispatch == "alltoall":
+        # DeepEP: each of the rank's n_attn tokens goes to the ranks of its k experts (FP8 dispatch when the
+        # weights are quantised, BF16 combine); the dense layers keep the gather
+        pairs_B = n_attn * m.experts_per_token * H
+        comm_moe = (alltoall_s(pairs_B * (1.0 if dep.b_w < 2.0 else ba), T, fab)
+                    + alltoall_s(pairs_B * ba, T, fab))
     n_lm = n_ffn if lt is None else n_ffn / q * lt
     head = gemm_s(dep, n_lm, H, m.vocab / T, b_w=EMB_BYTES) + elementwise_s(dep, 2 * n_ffn * H * ba)
     head_comm = (allreduce_s(n_ffn * H * ba, T, fab)  # vocab-parallel embedding
@@ -321,7 +328,7 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     ffn_dense = m.dense_layers * dense
     ffn_moe = m.moe_layers * moe
     ffn = ffn_dense + ffn_moe
-    comm = L * (comm_attn + comm_ffn) + head_comm
+    comm = L * comm_attn + m.dense_layers * comm_ffn + m.moe_layers * comm_moe + head_comm
     overhead = step_overhead_s(dep)
     shape = np.broadcast_shapes(b.shape, s.shape, np.shape(q), np.shape(lt) if lt is not None else ())
     total = attention + ffn + comm + head + overhead
@@ -339,7 +346,7 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
         "ffn_moe_s": np.broadcast_to(ffn_moe, shape),
         "comm_attn_s": np.broadcast_to(L * comm_attn, shape),
         "comm_ffn_dense_s": np.broadcast_to(m.dense_layers * comm_ffn, shape),
-        "comm_ffn_moe_s": np.broadcast_to(m.moe_layers * comm_ffn, shape),
+        "comm_ffn_moe_s": np.broadcast_to(m.moe_layers * comm_moe, shape),
         "comm_head_s": np.broadcast_to(head_comm, shape),
     }
 

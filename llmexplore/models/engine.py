@@ -44,7 +44,7 @@ from .kernels import PREFILL_QUERY_TOKENS, Curve, KernelSet, gemm_work, moe_bloc
 from .stats import expected_max_std_normal
 
 __all__ = ["LAYOUTS", "LAYOUT_INFO", "KERNEL_CLASSES", "EMB_BYTES", "LOGIT_BYTES", "MAX_RANKS", "Deployment",
-           "KernelRates", "resolve_deployment", "check_layout", "check_batch_context", "kernel_rates", "kernel_s",
+           "KernelRates", "MOE_DISPATCH", "resolve_deployment", "check_layout", "check_batch_context", "kernel_rates", "kernel_s",
            "gemm_s", "elementwise_s", "step_overhead_s", "gemm_variant", "kernel_curve", "moe_s", "PREFILL_QUERY_TOKENS"]
 
 LAYOUTS = ("TP", "CP", "DPA", "DOP")
@@ -57,6 +57,7 @@ LAYOUT_INFO = {
 KERNEL_CLASSES = ("gemm", "grouped_gemm", "attention", "attention_decode", "attention_prefill", "elementwise")
 EMB_BYTES = 2.0  # embeddings, LM head, norms and router kept in BF16 (the DeepSeek-V3 FP8 checkpoint does this)
 LOGIT_BYTES = 4.0  # FP32 logits
+MOE_DISPATCH = ("gather", "alltoall")
 MAX_RANKS = 1024  # largest attention group (ranks T) the model accepts
 MAX_BATCH = 1 << 24  # sequences per step: far beyond any GPU's memory, small enough to allocate nothing silly
 MAX_CONTEXT = 1 << 30  # tokens per sequence
@@ -83,17 +84,22 @@ class Deployment:
     q_tokens: int = 1
     context_cv: float = 0.0
     logits_tokens: int | None = None
+    #: how a DPA step moves tokens to the experts: "gather" (every rank all-gathers the batch and
+    #: reduce-scatters the result: SGLang --enable-dp-attention) or "alltoall" (each token goes only to the
+    #: ranks of its top-k experts, FP8 dispatch and BF16 combine: DeepEP, SGLang --enable-deepep-moe)
+    moe_dispatch: str = "gather"
 
     @classmethod
     def build(cls, model="llama-3-70b", gpu="h100-sxm", ranks: int = 8, *, runtime="default",
               weight_dtype: str | None = None, kv_dtype: str = "bf16", q_tokens: int = 1,
-              context_cv: float = 0.0, scale_up_link=None, scale_out_link=None) -> "Deployment":
+              context_cv: float = 0.0, scale_up_link=None, scale_out_link=None,
+              moe_dispatch: str = "gather") -> "Deployment":
         """Resolve presets (names or specs) and validate. Links default to the GPU's own; ``weight_dtype``
         defaults to the dtype the model's weights are released in."""
         m, hw, rt, fabric = resolve_deployment(model, gpu, runtime, scale_up_link, scale_out_link)
         return cls(model=m, hardware=hw, ranks=ranks, runtime=rt, fabric=fabric,
                    weight_dtype=m.weight_dtype if weight_dtype is None else weight_dtype,
-                   kv_dtype=kv_dtype, q_tokens=q_tokens, context_cv=context_cv)
+                   kv_dtype=kv_dtype, q_tokens=q_tokens, context_cv=context_cv, moe_dispatch=moe_dispatch)
 
     def __post_init__(self) -> None:
         m = self.model
@@ -108,6 +114,7 @@ class Deployment:
             object.__setattr__(self, "logits_tokens", _check.integer("logits_tokens", self.logits_tokens, lo=1,
                                                                      hi=self.q_tokens))
         object.__setattr__(self, "context_cv", _check.number("context_cv", self.context_cv, lo=0.0, hi=100.0))
+        _check.choice("moe_dispatch", self.moe_dispatch, MOE_DISPATCH)
         rules = [("query heads", m.heads)]
         if m.dense_layers:
             rules.append(("FFN intermediate size", m.intermediate))

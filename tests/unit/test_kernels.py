@@ -229,3 +229,21 @@ def test_a_replaced_runtime_refreshes_the_fitted_collectives():
     dep = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm")
     scalar = dataclasses.replace(dep, runtime=presets.runtime("scalar"))
     assert dep.fabric.fitted and scalar.fabric.fitted == ()
+
+
+# ---- DPA with all-to-all expert dispatch (DeepEP) ------------------------------------------------------------
+def test_alltoall_dispatch_moves_only_the_routed_tokens():
+    """DeepSeek-V3 prefill on 32 H100 with data-parallel attention: an all-gather sends every rank's tokens to all
+    31 others; DeepEP sends each token only to its top-8 experts' ranks (FP8 out, BF16 back), so the MoE
+    layers' communication shrinks while the expert compute and the dense layers stay as they are."""
+    g = Deployment.build("deepseek-v3", "h100-sxm", 32)
+    a = Deployment.build("deepseek-v3", "h100-sxm", 32, moe_dispatch="alltoall")
+    rg = step_time(g, 128, 2048.0, "DPA", q_tokens=4096, logits_tokens=1)
+    ra = step_time(a, 128, 2048.0, "DPA", q_tokens=4096, logits_tokens=1)
+    assert float(ra["comm_ffn_moe_s"]) < 0.8 * float(rg["comm_ffn_moe_s"])
+    for k in ("ffn_s", "attention_s", "comm_ffn_dense_s", "comm_attn_s"):
+        assert float(ra[k]) == pytest.approx(float(rg[k]), rel=1e-12), k
+    # TP and dense models do not change
+    assert float(step_time(a, 64, 4096, "TP")["step_s"]) == float(step_time(g, 64, 4096, "TP")["step_s"])
+    with pytest.raises(Exception, match="moe_dispatch must be one of"):
+        Deployment.build("deepseek-v3", "h100-sxm", 32, moe_dispatch="deepep")
