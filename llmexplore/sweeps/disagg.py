@@ -358,7 +358,7 @@ def check_notebook_parameters(p) -> dict[str, str]:
     Bounds keep a report run to minutes (grids of at most 1,000 points, 20 million simulated requests).
     """
 
-    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("LINK", "links")):
+    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("LINK", "links"), ("RUNTIME", "runtime")):
         preset_param(name, kind, p[name])
     int_param("PREFILL_TP", p["PREFILL_TP"], 1, MAX_RANKS)
     int_param("DECODE_TP", p["DECODE_TP"], 1, MAX_RANKS)
@@ -387,5 +387,5 @@ def check_notebook_parameters(p) -> dict[str, str]:
     built("MODEL, GPU, PREFILL_TP, DECODE_TP", lambda: setup(
         p["MODEL"], p["GPU"], prefill_tp=p["PREFILL_TP"], decode_tp=p["DECODE_TP"], prompt_tokens=p["PROMPT"],
         output_tokens=p["OUTPUT"], rate_per_s=p["RATE"], ttft_slo_ms=p["TTFT_SLO_MS"],
-        tpot_slo_ms=p["TPOT_SLO_MS"]), names)
+        tpot_slo_ms=p["TPOT_SLO_MS"], runtime=p["RUNTIME"]), names)
     return {}

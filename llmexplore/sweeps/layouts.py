@@ -206,7 +206,8 @@ def check_notebook_parameters(p) -> dict[str, str]:
     from ..errors import SpecError
     from ..models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
 
-    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("GQA_MODEL", "models"), ("GQA_GPU", "hardware")):
+    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("GQA_MODEL", "models"), ("GQA_GPU", "hardware"),
+                       ("RUNTIME", "runtime")):
         preset_param(name, kind, p[name])
     for name in ("WEIGHT_DTYPE", "KV_DTYPE"):
         if not isinstance(p[name], str) or p[name] not in NOTEBOOK_DTYPES:
@@ -238,9 +239,10 @@ def check_notebook_parameters(p) -> dict[str, str]:
     int_param("FLUCT_SEGMENTS", p["FLUCT_SEGMENTS"], 1, 100_000)
     int_param("FLUCT_SEGMENT_STEPS", p["FLUCT_SEGMENT_STEPS"], 1, 1 << 24)
     int_param("SEED", p["SEED"], 0, 2**32 - 1)
-    built("MODEL, GPU, RANKS", lambda: Deployment.build(p["MODEL"], p["GPU"], p["RANKS"],
+    built("MODEL, GPU, RANKS", lambda: Deployment.build(p["MODEL"], p["GPU"], p["RANKS"], runtime=p["RUNTIME"],
                                                           weight_dtype=p["WEIGHT_DTYPE"], kv_dtype=p["KV_DTYPE"]),
            {"ranks": "RANKS"})
-    built("GQA_MODEL, GQA_GPU, GQA_RANKS", lambda: Deployment.build(p["GQA_MODEL"], p["GQA_GPU"], p["GQA_RANKS"]),
+    built("GQA_MODEL, GQA_GPU, GQA_RANKS", lambda: Deployment.build(p["GQA_MODEL"], p["GQA_GPU"], p["GQA_RANKS"],
+                                                                    runtime=p["RUNTIME"]),
            {"ranks": "GQA_RANKS"})
     return {}

@@ -109,7 +109,7 @@ def moe_records(md: MoEDeployment, batch, context, skew) -> list[dict]:
 
 def scenario_table(model="deepseek-v3", gpu: str = "h200", gpus: int = 16, *, batch=(64, 256, 1024, 4096),
                    context: int = 2048, skew: float = 2.6, redundant=(16, 32), layers: int | None = LAYERS,
-                   weight_dtype=None, kv_dtype="bf16") -> pd.DataFrame:
+                   weight_dtype=None, kv_dtype="bf16", runtime="default") -> pd.DataFrame:
     """``model`` on ``gpus`` GPUs: pure TP vs TP2 x EP vs DPA + EP (:func:`scenario_splits`), each EP split with
     a static placement, EPLB without redundancy and EPLB with each count in ``redundant``; one row per
     configuration and batch (:func:`moe_records`). Redundant counts that the EP degree does not divide
@@ -122,7 +122,7 @@ def scenario_table(model="deepseek-v3", gpu: str = "h200", gpus: int = 16, *, ba
             ("eplb", r) for r in redundant if (m.routed_experts + r) % ep == 0]
         for bal, red in configs:
             md = config(model, gpu, gpus, tp=tp, ep=ep, redundant=red, balance=bal, layers=layers,
-                        weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+                        weight_dtype=weight_dtype, kv_dtype=kv_dtype, runtime=runtime)
             records += moe_records(md, list(batch), context, skew)
     return pd.DataFrame(records)
 
@@ -138,13 +138,13 @@ def _balances(ep: int, redundant: int) -> list[tuple[str, str | None, int]]:
 
 def step_vs_skew(model="deepseek-v3", gpu="h200", gpus: int = 16, *, tp: int, ep: int, redundant: int = 32,
                  batch: int = 256, context: int = 2048, skews=np.linspace(1.0, 4.0, 25),
-                 layers: int | None = LAYERS, weight_dtype=None) -> pd.DataFrame:
+                 layers: int | None = LAYERS, weight_dtype=None, runtime="default") -> pd.DataFrame:
     """Decode step and MoE-layer time vs hot-expert skew for static, EPLB and EPLB + redundant placements."""
     skews = _check.real_array("skews", np.atleast_1d(skews), lo=1.0, hi=1e4)
     frames = []
     for label, bal, red in _balances(ep, redundant):
         md = config(model, gpu, gpus, tp=tp, ep=ep, redundant=red, balance=bal, layers=layers,
-                    weight_dtype=weight_dtype)
+                    weight_dtype=weight_dtype, runtime=runtime)
         r = moe_model.step_time(md, batch, context, skew=skews)
         fits = bool(np.all(moe_model.memory_per_gpu(md, batch, context)["feasible"]))
         cols = tidy(r, _UNITS, keep=["step_s", "moe_layer_s", "routed_layer_s", "time_straggler",
@@ -157,12 +157,12 @@ def step_vs_skew(model="deepseek-v3", gpu="h200", gpus: int = 16, *, tp: int, ep
 
 def step_vs_batch(model="deepseek-v3", gpu="h200", gpus: int = 16, *, batches=(16, 64, 256, 1024, 4096),
                   context: int = 2048, skew: float = 2.6, layers: int | None = LAYERS,
-                  weight_dtype=None) -> pd.DataFrame:
+                  weight_dtype=None, runtime="default") -> pd.DataFrame:
     """Per MoE layer: routed GEMMs, dispatch and combine time vs batch, for every tp x ep split (static)."""
     b = _check.real_array("batches", np.atleast_1d(batches), lo=1, hi=1 << 24, integer=True)
     frames = []
     for label, tp, ep in layout_options(gpus, model, gpu):
-        md = config(model, gpu, gpus, tp=tp, ep=ep, layers=layers, weight_dtype=weight_dtype)
+        md = config(model, gpu, gpus, tp=tp, ep=ep, layers=layers, weight_dtype=weight_dtype, runtime=runtime)
         r = moe_model.step_time(md, b, context, skew=skew)
         mem = moe_model.memory_per_gpu(md, b, context)
         cols = tidy(r, _UNITS, keep=["step_s", "routed_layer_s", "dispatch_layer_s", "combine_layer_s",
@@ -249,6 +249,7 @@ def check_notebook_parameters(p) -> dict[str, str]:
 
     m = preset_param("MODEL", "models", p["MODEL"])
     preset_param("GPU", "hardware", p["GPU"])
+    preset_param("RUNTIME", "runtime", p["RUNTIME"])
     if not m.is_moe:
         moe_names = [n for n, x in presets.table("models").items() if x.is_moe]
         return {"MODEL": f"{m.name} is a dense model; this notebook needs a MoE model ({', '.join(moe_names)})"}
@@ -277,8 +278,10 @@ def check_notebook_parameters(p) -> dict[str, str]:
     red = max(p["REDUNDANT"])
     if red == 0:
         raise SpecError(f"REDUNDANT must hold at least one count > 0 to compare against, got {p['REDUNDANT']!r}")
-    built("TP, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=tp, ep=gpus // tp, redundant=red))
-    built("GPUS, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=1, ep=gpus, redundant=red))
+    built("TP, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=tp, ep=gpus // tp, redundant=red,
+                                          runtime=p["RUNTIME"]))
+    built("GPUS, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=1, ep=gpus, redundant=red,
+                                            runtime=p["RUNTIME"]))
     return {}
 
 

@@ -425,6 +425,7 @@ def check_notebook_parameters(p) -> dict[str, str]:
     m = preset_param("MODEL", "models", p["MODEL"])
     preset_param("GPU", "hardware", p["GPU"])
     preset_param("STORAGE", "storage", p["STORAGE"])
+    preset_param("RUNTIME", "runtime", p["RUNTIME"])
     dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
     tp = int_param("TP", p["TP"], 1, MAX_RANKS)
     int_param("PREFIX", p["PREFIX"], 0, of.MAX_PREFIX)
@@ -436,7 +437,8 @@ def check_notebook_parameters(p) -> dict[str, str]:
     _check.number("TTFT_SLO_MS", p["TTFT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
     _check.number("STAGING_GB", p["STAGING_GB"], lo=0, hi=1e6)
     s = built("MODEL, GPU, TP", lambda: setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp, kv_dtype=p["KV_DTYPE"],
-                                              block_tokens=p["BLOCK_TOKENS"]), rename={"tp": "TP"})
+                                              block_tokens=p["BLOCK_TOKENS"], runtime=p["RUNTIME"]),
+              rename={"tp": "TP"})
     full_ms = float(prefill_time(s.dep, int(p["PROMPT_TOKENS"]), 0)["prefill_s"]) * 1e3
     if float(p["TTFT_SLO_MS"]) <= full_ms:
         raise SpecError(f"TTFT_SLO_MS must exceed the prefill of one PROMPT_TOKENS = {int(p['PROMPT_TOKENS']):,}-token "

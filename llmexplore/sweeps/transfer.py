@@ -270,6 +270,7 @@ def check_notebook_parameters(p) -> dict[str, str]:
     m = preset_param("MODEL", "models", p["MODEL"])
     preset_param("GPU", "hardware", p["GPU"])
     preset_param("LINK", "links", p["LINK"])
+    preset_param("RUNTIME", "runtime", p["RUNTIME"])
     dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
     sizes = {}
     for name, hi in (("PREFILL_TP", MAX_TP), ("PREFILL_DP", MAX_DP), ("DECODE_TP", MAX_TP), ("DECODE_DP", MAX_DP)):
@@ -287,7 +288,7 @@ def check_notebook_parameters(p) -> dict[str, str]:
           lambda: setup(m.name, prefill_tp=sizes["PREFILL_TP"], decode_tp=sizes["DECODE_TP"],
                         prefill_dp=sizes["PREFILL_DP"], decode_dp=sizes["DECODE_DP"], page_size=p["PAGE_SIZE"],
                         kv_dtype=p["KV_DTYPE"], gpu=p["GPU"], link=p["LINK"], prompt_tokens=p["PROMPT_TOKENS"],
-                        dp_pairing=pairing),
+                        dp_pairing=pairing, runtime=p["RUNTIME"]),
           # the longer names first: a message is renamed by the first argument it starts with
           rename={"prefill_tp x prefill_dp": "PREFILL_TP x PREFILL_DP", "decode_tp x decode_dp": "DECODE_TP x DECODE_DP",
                   "prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "page_size": "PAGE_SIZE"})

@@ -38,7 +38,8 @@ class PDExplorer(Explorer):
                                    prompt_tokens=int(p["prompt"]), output_tokens=int(p["output"]),
                                    rate_per_s=float(p["rate"]), ttft_slo_ms=float(p["ttft_slo"]),
                                    tpot_slo_ms=float(p["tpot_slo"]), weight_dtype=f["weight_dtype"],
-                                   kv_dtype=f["kv_dtype"], nics=None if p["nics"] == NICS[0] else 1)
+                                   kv_dtype=f["kv_dtype"], nics=None if p["nics"] == NICS[0] else 1,
+                                   runtime=p["runtime"])
 
     def evaluate(self):
         p = self.params()
@@ -88,8 +89,9 @@ def _status(rows: list[dict], best: dict | None, percentile: float, rate: float,
 def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp: int = 8, decode_tp: int = 8,
                 link: str = "roce-400g", prompt: int = 4096, output: int = 256, rate: float = 36.0,
                 ttft_slo_ms: float = 1000.0, tpot_slo_ms: float = 40.0, weight_dtype: str | None = None,
-                kv_dtype: str = "bf16") -> PDExplorer:
-    """Sliders for prompt and output length, arrival rate and SLOs; dropdowns for the link and NICs.
+                kv_dtype: str = "bf16", runtime: str = "default") -> PDExplorer:
+    """Sliders for prompt and output length, arrival rate and SLOs; dropdowns for the link, NICs and the
+    runtime preset (``data/runtime.yaml``: how kernels are priced).
 
     ``weight_dtype`` defaults to the dtype the model's weights are released in. Unknown names raise
     :class:`~llmexplore.errors.SpecError`; values outside the sliders' usual range are added to them.
@@ -107,6 +109,7 @@ def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp
     weight_dtype = dtype_name("weight_dtype", presets.model(model).weight_dtype if weight_dtype is None
                               else weight_dtype)
     kv_dtype = dtype_name("kv_dtype", kv_dtype)
+    runtime = preset_name("runtime", "runtime", runtime)
     controls = {
         "prompt": choice_slider(log_options(256, 65536), prompt, "prompt", "tokens"),
         "output": choice_slider(log_options(16, 8192), output, "output", "tokens"),
@@ -115,8 +118,9 @@ def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp
         "tpot_slo": choice_slider(nice_options(5, 1000), tpot_slo_ms, "TPOT SLO (p99)", "ms"),
         "link": dropdown(presets.names("links"), link, "link"),
         "nics": dropdown(NICS, NICS[0], "NICs"),
+        "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
     }
-    rows = [["prompt", "output", "rate"], ["ttft_slo", "tpot_slo"], ["link", "nics"]]
+    rows = [["prompt", "output", "rate"], ["ttft_slo", "tpot_slo"], ["link", "nics", "runtime"]]
     fixed = {"model": model, "gpu": gpu, "prefill_tp": prefill_tp, "decode_tp": decode_tp,
              "weight_dtype": weight_dtype, "kv_dtype": kv_dtype}
     return PDExplorer.build(controls, rows, fixed=fixed)

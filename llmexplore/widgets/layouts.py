@@ -34,7 +34,7 @@ class LayoutExplorer(Explorer):
     def deployment(self) -> Deployment:
         p = self.params()
         return Deployment.build(p["model"], p["gpu"], int(p["ranks"]), weight_dtype=p["weight_dtype"],
-                                kv_dtype=p["kv_dtype"])
+                                kv_dtype=p["kv_dtype"], runtime=p["runtime"])
 
     def evaluate(self):
         p = self.params()
@@ -67,9 +67,10 @@ def _status(table, best: str | None, batch: int, context: int) -> str:
 
 
 def layout_explorer(model: str = "deepseek-v3", gpu: str = "h200", ranks: int = 8, batch: int = 64,
-                    context: int = 8192, weight_dtype: str | None = None, kv_dtype: str = "bf16"
-                    ) -> LayoutExplorer:
-    """Sliders for batch, context and ranks; dropdowns for model, GPU and dtypes; two live figures.
+                    context: int = 8192, weight_dtype: str | None = None, kv_dtype: str = "bf16",
+                    runtime: str = "default") -> LayoutExplorer:
+    """Sliders for batch, context and ranks; dropdowns for model, GPU, dtypes and the runtime preset
+    (``data/runtime.yaml``: how kernels are priced); two live figures.
 
     ``weight_dtype`` defaults to the dtype the model's weights are released in. Unknown names raise
     :class:`~llmexplore.errors.SpecError`; values outside the sliders' usual range are added to them.
@@ -82,6 +83,7 @@ def layout_explorer(model: str = "deepseek-v3", gpu: str = "h200", ranks: int = 
     weight_dtype = dtype_name("weight_dtype", presets.model(model).weight_dtype if weight_dtype is None
                               else weight_dtype)
     kv_dtype = dtype_name("kv_dtype", kv_dtype)
+    runtime = preset_name("runtime", "runtime", runtime)
     controls = {
         "batch": choice_slider(log_options(1, 1024), batch, "batch", "sequences"),
         "context": choice_slider(log_options(256, 1 << 20), context, "context", "tokens"),
@@ -91,6 +93,7 @@ def layout_explorer(model: str = "deepseek-v3", gpu: str = "h200", ranks: int = 
         "gpu": dropdown(presets.names("hardware"), gpu, "GPU"),
         "weight_dtype": dropdown(list(DTYPE_BYTES), weight_dtype, "weights"),
         "kv_dtype": dropdown(list(DTYPE_BYTES), kv_dtype, "KV cache"),
+        "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
     }
-    rows = [["batch", "context", "ranks"], ["model", "gpu"], ["weight_dtype", "kv_dtype"]]
+    rows = [["batch", "context", "ranks"], ["model", "gpu", "runtime"], ["weight_dtype", "kv_dtype"]]
     return LayoutExplorer.build(controls, rows)

@@ -52,9 +52,9 @@ class MoEExplorer(Explorer):
         top = min(max(value for _, value in self.controls["skew"].options), f["max_skew"])
         skews = np.unique(np.r_[np.linspace(1.0, max(top, 1.0), N_SKEW), skew])
         df = moe_sweeps.step_vs_skew(f["model"], f["gpu"], f["gpus"], tp=tp, ep=ep, redundant=redundant,
-                                     batch=batch, context=f["context"], skews=skews)
+                                     batch=batch, context=f["context"], skews=skews, runtime=p["runtime"])
         md = moe_sweeps.config(f["model"], f["gpu"], f["gpus"], tp=tp, ep=ep, redundant=redundant,
-                               balance="eplb" if ep > 1 else None)
+                               balance="eplb" if ep > 1 else None, runtime=p["runtime"])
         loads = moe_sweeps.gpu_loads(md, skew=skew)
         split = split_label(tp, ep)
         if ep == 1:
@@ -89,9 +89,10 @@ def _status(at, peak: dict[str, float], skew: float) -> str:
 
 
 def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, *, tp: int = 2, ep: int = 8,
-                 batch: int = 256, context: int = 2048, skew: float = 2.6, redundant: int = 32
-                 ) -> MoEExplorer:
-    """Sliders for skew, batch and redundant experts; a dropdown for the TP x EP split of ``gpus`` GPUs.
+                 batch: int = 256, context: int = 2048, skew: float = 2.6, redundant: int = 32,
+                 runtime: str = "default") -> MoEExplorer:
+    """Sliders for skew, batch and redundant experts; dropdowns for the TP x EP split of ``gpus`` GPUs and the
+    runtime preset (``data/runtime.yaml``: how kernels are priced).
 
     Unknown names (or a model without MoE layers) raise :class:`~llmexplore.errors.SpecError`; values outside
     the sliders' usual range, and a split that is not among the model's options, are added to the controls
@@ -106,6 +107,7 @@ def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, 
     context = _check.integer("context", context, lo=1)
     skew = _check.number("skew", skew, lo=1.0)
     redundant = _check.integer("redundant", redundant, lo=0, hi=moe_model.MAX_REDUNDANT)
+    runtime = preset_name("runtime", "runtime", runtime)
     splits = moe_sweeps.layout_options(gpus, model, gpu)  # SpecError for a model without MoE layers
     options = [(label, (t, e)) for label, t, e in splits]
     if (tp, ep) not in [o[1] for o in options]:
@@ -116,8 +118,9 @@ def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, 
         "batch": choice_slider(log_options(16, 8192), batch, "batch", "sequences"),
         "redundant": choice_slider([0, 16, 32, 64], redundant, "redundant experts", label=lambda v: f"{v:,}"),
         "layout": dropdown(options, (tp, ep), "TP x EP"),
+        "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
     }
-    rows = [["skew", "batch"], ["redundant", "layout"]]
+    rows = [["skew", "batch"], ["redundant", "layout", "runtime"]]
     m = presets.model(model)
     fixed = {"model": m.name, "gpu": gpu, "gpus": gpus, "context": context, "splits": splits,
              "max_skew": m.routed_experts / m.experts_per_token}  # the largest skew top-k routing allows

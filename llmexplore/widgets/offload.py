@@ -60,13 +60,13 @@ class OffloadExplorer(Explorer):
         lat = None if float(p["latency_us"]) == base.latency_us else float(p["latency_us"])
         return offload_sweeps.setup(p["model"], p["gpu"], storage=p["storage"], tp=int(p["tp"]),
                                     kv_dtype=p["kv_dtype"], block_tokens=f["block_tokens"], read_GBps=bw,
-                                    latency_us=lat)
+                                    latency_us=lat, runtime=p["runtime"])
 
     def _tables(self, s: offload_sweeps.OffloadSetup) -> dict:
         """The tables that do not depend on the prefix, the wait or the hit ratio (remembered per deployment and
         tier, so moving those sliders only recomputes the point and the preload curve)."""
-        key = (s.dep.model.name, s.dep.hardware.name, s.dep.ranks, s.dep.kv_dtype, s.tier.name,
-               s.tier.read_GBps, s.tier.latency_us)
+        key = (s.dep.model.name, s.dep.hardware.name, s.dep.ranks, s.dep.kv_dtype, s.dep.runtime.name,
+               s.tier.name, s.tier.read_GBps, s.tier.latency_us)
         hit = self.fixed.setdefault("_cache", {}).get(key)
         if hit is None:
             tiers = [s.tier if n == self.params()["storage"] else presets.storage(n) for n in presets.names("storage")]
@@ -146,9 +146,11 @@ def _percent(v: float) -> str:
 def offload_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, storage: str = "nvme-gen4", tp: int = 8,
                      kv_dtype: str = "bf16", prefix: int = 32768, hit_ratio: float = 0.563,
                      queue_wait_ms: float = 20.0, read_GBps: float | None = None, latency_us: float | None = None,
-                     block_tokens: int = 256, prompt_tokens: int = 32768) -> OffloadExplorer:
+                     block_tokens: int = 256, prompt_tokens: int = 32768, runtime: str = "default"
+                     ) -> OffloadExplorer:
     """Sliders for the prefix length, hit ratio, queue wait, TP and the tier's read bandwidth and latency
-    (defaults: the tier's presets); dropdowns for the model, GPU, storage tier and KV dtype; four live figures.
+    (defaults: the tier's presets); dropdowns for the model, GPU, storage tier, KV dtype and the runtime preset
+    (``data/runtime.yaml``: how the recompute is priced); four live figures.
     ``block_tokens`` and ``prompt_tokens`` (the prompt a hit ratio is a share of) are fixed.
 
     Unknown names raise :class:`~llmexplore.errors.SpecError`; values outside the sliders' usual range are
@@ -158,6 +160,7 @@ def offload_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, stora
     gpu = preset_name("hardware", "gpu", gpu)
     storage = preset_name("storage", "storage", storage)
     kv_dtype = dtype_name("kv_dtype", kv_dtype)
+    runtime = preset_name("runtime", "runtime", runtime)
     tier = presets.storage(storage)
     tp = _check.integer("tp", tp, lo=1, hi=MAX_RANKS)
     prefix = _check.integer("prefix", prefix, lo=0, hi=MAX_PREFIX, unit="tokens")
@@ -182,7 +185,8 @@ def offload_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, stora
         "gpu": dropdown(presets.names("hardware"), gpu, "GPU"),
         "storage": dropdown(presets.names("storage"), storage, "storage tier"),
         "kv_dtype": dropdown(list(DTYPE_BYTES), kv_dtype, "KV cache"),
+        "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
     }
     rows = [["prefix", "hit_ratio", "queue_wait_ms"], ["storage", "read_GBps", "latency_us"],
-            ["model", "gpu", "tp", "kv_dtype"]]
+            ["model", "gpu", "tp", "kv_dtype", "runtime"]]
     return OffloadExplorer.build(controls, rows, fixed={"block_tokens": block_tokens, "prompt_tokens": prompt_tokens})

@@ -2,8 +2,9 @@
 
 The figures are the notebook's (:func:`llmexplore.plots.transfer.byte_matrix_figure`,
 :func:`~llmexplore.plots.transfer.fanout_figure`, :func:`~llmexplore.plots.transfer.pairs_figure`) for the chosen
-model, prefill and decode TP x DP, page size, KV dtype, link and DP pairing; the status line is the notebook's
-finding (:func:`llmexplore.findings.transfer.plan_sentence`). A layout pair the planner cannot serve (a decode
+model, prefill and decode TP x DP, page size, KV dtype, link, DP pairing and runtime; the status line is the
+notebook's finding (:func:`llmexplore.findings.transfer.plan_sentence`) and the prefill time the pipelined transfer
+overlaps (what the runtime preset prices). A layout pair the planner cannot serve (a decode
 DP group without a prefill group under version-1 pairing, a TP that does not fit the KV heads) is reported in
 the status line with the planner's own message.
 """
@@ -13,7 +14,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import _check, presets
+from ..findings import num
 from ..findings import transfer as transfer_findings
 from ..plots import transfer as transfer_plots
 from ..sweeps import transfer as transfer_sweeps
@@ -51,7 +55,7 @@ class TransferExplorer(Explorer):
                                      prefill_dp=int(p["prefill_dp"]), decode_dp=int(p["decode_dp"]),
                                      page_size=int(p["page_size"]), kv_dtype=p["kv_dtype"],
                                      prompt_tokens=f["prompt_tokens"], link=p["link"], gpu=f["gpu"],
-                                     dp_pairing=p["dp_pairing"])
+                                     dp_pairing=p["dp_pairing"], runtime=p["runtime"])
 
     def evaluate(self):
         p, f = self.params(), self.fixed
@@ -62,7 +66,7 @@ class TransferExplorer(Explorer):
         chosen = (int(p["prefill_tp"]), int(p["decode_tp"]))
         pairs = transfer_sweeps.layout_pairs(p["model"], pairs_around(s.model, *chosen), page_size=int(p["page_size"]),
                                              kv_dtype=p["kv_dtype"], prompt_tokens=f["prompt_tokens"],
-                                             link=p["link"], gpu=f["gpu"])
+                                             link=p["link"], gpu=f["gpu"], runtime=p["runtime"])
         tr = s.traffic
         where = (f" — prefill DP group {tr.prefill_dp_group} → decode DP group {tr.decode_dp_group}"
                  if s.mt.prefill_layout.dp_size > 1 or s.mt.decode_layout.dp_size > 1 else "")
@@ -76,6 +80,9 @@ class TransferExplorer(Explorer):
                                            f"{transfer_findings.pairs_sentence(pairs, short=True)}"}),
         }
         status = html.escape(transfer_findings.plan_sentence(summary, s))
+        if np.isfinite(summary.get("prefill_ms", np.nan)):  # what the runtime prices: the prefill it hides behind
+            status += (f" The prefill it overlaps takes {num(summary['prefill_ms'])} ms on prefill "
+                       f"TP{s.mt.prefill_layout.tp_size_per_dp}.")
         head, sep, rest = status.partition(": ")
         return draws, f"<b>{head}</b>{sep}{rest}", {"summary": summary, "matrix": matrix, "ranks": ranks,
                                                       "pairs": pairs}
@@ -83,10 +90,11 @@ class TransferExplorer(Explorer):
 
 def transfer_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp: int = 8, prefill_dp: int = 1,
                       decode_tp: int = 4, decode_dp: int = 1, page_size: int = 16, kv_dtype: str = "bf16",
-                      link: str = "roce-400g", prompt_tokens: int = 4096, dp_pairing: str = "index"
-                      ) -> TransferExplorer:
-    """Sliders for prefill and decode TP and DP and the page size; dropdowns for the model, KV dtype, link and
-    DP pairing; three live figures. ``gpu`` and ``prompt_tokens`` are fixed (the prefill time the pipelined
+                      link: str = "roce-400g", prompt_tokens: int = 4096, dp_pairing: str = "index",
+                      runtime: str = "default") -> TransferExplorer:
+    """Sliders for prefill and decode TP and DP and the page size; dropdowns for the model, KV dtype, link, DP
+    pairing and the runtime preset (``data/runtime.yaml``: it prices the prefill a pipelined transfer hides
+    behind); three live figures. ``gpu`` and ``prompt_tokens`` are fixed (the prefill time the pipelined
     transfer overlaps, and the request that is timed).
 
     Unknown names raise :class:`~llmexplore.errors.SpecError`; sizes outside the sliders' usual range are
@@ -105,6 +113,7 @@ def transfer_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, pref
     page_size = _check.integer("page_size", page_size, lo=1, hi=MAX_PAGE_TOKENS, unit="tokens")
     prompt_tokens = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=1 << 24, unit="tokens")
     dp_pairing = _check.choice("dp_pairing", dp_pairing, DP_PAIRINGS)
+    runtime = preset_name("runtime", "runtime", runtime)
     gpus, groups = _count("GPU"), _count("group")
     controls = {
         "prefill_tp": choice_slider(TPS, sizes["prefill_tp"], "prefill TP", label=gpus),
@@ -116,7 +125,8 @@ def transfer_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, pref
         "kv_dtype": dropdown(list(DTYPE_BYTES), kv_dtype, "KV cache"),
         "link": dropdown(presets.names("links"), link, "link"),
         "dp_pairing": dropdown(PAIRINGS, dp_pairing, "DP pairing"),
+        "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
     }
     rows = [["prefill_tp", "prefill_dp", "decode_tp", "decode_dp"], ["page_size", "model", "kv_dtype"],
-            ["link", "dp_pairing"]]
+            ["link", "dp_pairing", "runtime"]]
     return TransferExplorer.build(controls, rows, fixed={"gpu": gpu, "prompt_tokens": prompt_tokens})

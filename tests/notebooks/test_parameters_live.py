@@ -165,6 +165,7 @@ def says(name: str, text: str) -> Signal:
 #: the smallest settings each notebook runs in (the baseline); variants change a few names from here
 BASE = {
     "00_index": {},
+    "05_fidelity": {},
     "10_attention_layouts": dict(N_CONTEXT=12, N_BATCH=5, TRACE_BATCH=64, TRACE_SEGMENT=4096, FLUCT_SEGMENTS=12),
     "20_pd_disaggregation": dict(N_RATES=4, N_BANDWIDTHS=6, PROMPTS=[1024, 4096], OUTPUTS=[128, 512], GRID_MAX=6,
                                  SIM_REQUESTS=5000, PROMPT_SIGMAS=[0.0]),
@@ -181,6 +182,16 @@ STEADY = "scheduler_figure(steady"
 CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
     "00_index": [
         (dict(KIND="links"), {"KIND": rec("first_table_rows")}),
+    ],
+    "05_fidelity": [
+        # the two runtimes compared each move their own recorded median; the band moves the rows within it
+        (dict(RUNTIME="default", BASELINE="engine", BAND_PCT=25.0),
+         {"RUNTIME": rec("compared", lambda c: c["runtime_median_abs_error_pct"]),
+          "BASELINE": rec("compared", lambda c: c["baseline_median_abs_error_pct"]), "BAND_PCT": rec("within_band")}),
+        # the kernel set drawn is named in its label; a 30% margin leaves no pair to rank
+        (dict(GPU="b200", ENGINE="vllm", MARGIN_PCT=30.0),
+         {"GPU": says("kernel_set", "B200"), "ENGINE": says("kernel_set", "vLLM"),
+          "MARGIN_PCT": rec("ranking", lambda r: r["pairs"])}),
     ],
     "10_attention_layouts": [
         # the deployment: every section moves, the label says which parameter reached it; the GQA contrast
@@ -206,6 +217,8 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
          {"TRACE_SEGMENT": rec("policy_total_s"), "FLUCT_SEGMENTS": rec("steady_policy_total_s")}),
         (dict(HORIZON_STEPS=32, FLUCT_SEGMENT_STEPS=32),
          {"HORIZON_STEPS": rec("policy_total_s"), "FLUCT_SEGMENT_STEPS": fig(STEADY, "x", "active sequences")}),
+        # the runtime preset reprices every kernel: every time moves, so it runs alone
+        (dict(RUNTIME="scalar"), {"RUNTIME": rec("step_ms")}),
     ],
     "20_pd_disaggregation": [
         # grids and axes, the prompt (its KV bytes move with nothing else here) and the SLO lines
@@ -226,6 +239,8 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         (dict(LINK="ib-ndr400", SIM_REQUESTS=4000, OUTPUT=1024),
          {"LINK": out("say(findings.disagg.transfer_sentence"), "SIM_REQUESTS": rec("queue_check_max_abs_error_pct"),
           "OUTPUT": rec("decode_step_ms")}),
+        # the runtime preset reprices every kernel (every time moves): alone
+        (dict(RUNTIME="scalar"), {"RUNTIME": rec("prefill_ms")}),
     ],
     "30_moe_expert_parallel": [
         (dict(MODEL="qwen3-30b-a3b"), {"MODEL": rec("step_ms_at_batch")}),
@@ -237,6 +252,7 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         (dict(CONTEXT=4096, MC_TRIALS=10), {"CONTEXT": rec("step_ms_at_batch"), "MC_TRIALS": rec("max_load_error_pct")}),
         (dict(SKEW=3.0, REDUNDANT=[16]),
          {"SKEW": rec("dispatch_combine_us_at_batch"), "REDUNDANT": rec("rank_load_max_before_after", sorted)}),
+        (dict(RUNTIME="scalar"), {"RUNTIME": rec("step_ms_at_batch")}),
     ],
     "40_kv_transfer": [
         # the link alone sets the latency, the GPU alone the prefill time, the decode TP the sources per rank
@@ -252,17 +268,22 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         # 2,048 tokens fill whole pages of 16 and of 32 tokens: the page size moves the fragments, not the bytes
         (dict(PAGE_SIZE=32, PROMPT_TOKENS=2048),
          {"PAGE_SIZE": rec("fragment_bytes_per_page"), "PROMPT_TOKENS": rec("plan", lambda p: p["request_MB"])}),
+        # the runtime prices the prefill the pipelined transfer overlaps (the plan's bytes and links stay)
+        (dict(RUNTIME="scalar"), {"RUNTIME": rec("plan", lambda p: p["prefill_ms"])}),
     ],
     "50_ssd_offload": [
         # the deployment: the recorded label names model, GPU, ranks and KV dtype
         (dict(MODEL="qwen3-32b", GPU="h200", TP=4, KV_DTYPE="fp8"),
          {"MODEL": says("deployment", "Qwen3-32B"), "GPU": says("deployment", "H200"), "TP": says("deployment", "on 4x"),
           "KV_DTYPE": says("deployment", "KV fp8")}),
-        # the tier and the block size (in the label); the chosen wait and hit ratio are marked on their figures
-        (dict(STORAGE="nvme-gen5", BLOCK_TOKENS=512, QUEUE_WAIT_MS=100.0, HIT_RATIO=0.9),
+        # the tier and the block size (in the label); the chosen wait and hit ratio are marked on their figures;
+        # the runtime reprices the recompute of the decided prefix (whole blocks of 256 or 512 tokens: the same
+        # cached tokens, and recomputing them does not depend on the tier)
+        (dict(STORAGE="nvme-gen5", BLOCK_TOKENS=512, QUEUE_WAIT_MS=100.0, HIT_RATIO=0.9, RUNTIME="scalar"),
          {"STORAGE": says("deployment", "Gen5"), "BLOCK_TOKENS": says("deployment", "512-token blocks"),
           "QUEUE_WAIT_MS": fig("preload_figure(", "x", "chosen queue wait"),
-          "HIT_RATIO": fig("hit_ratio_figure(", "x", "chosen hit ratio")}),
+          "HIT_RATIO": fig("hit_ratio_figure(", "x", "chosen hit ratio"),
+          "RUNTIME": rec("point", lambda p: p["recompute_ms"])}),
         # the decided prefix, the staging budget and the prompt a hit ratio is a share of move separate records
         (dict(PREFIX=65536, STAGING_GB=8.0, PROMPT_TOKENS=16384),
          {"PREFIX": rec("point", lambda p: p["cached_tokens"]), "STAGING_GB": rec("staging", lambda s: s["budget_GB"]),
@@ -276,8 +297,12 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
 #: values that make no sense for a notebook: its parameter check must stop the run in the imports cell
 REJECTED = [
     ("00_index", dict(KIND="gpus"), r"KIND must be one of"),
+    ("05_fidelity", dict(ENGINE="tgi"), r"ENGINE must be one of"),
+    ("05_fidelity", dict(RUNTIME="fastest"), r"RUNTIME must be 'engine' \(each row priced by its engine's preset\)"),
+    ("05_fidelity", dict(GPU="mi300x"), r"GPU = 'mi300x' does not apply to this notebook: mi300x has no kernel"),
     ("10_attention_layouts", dict(WEIGHT_DTYPE="fp32"), r"WEIGHT_DTYPE must be one of bf16, fp8"),
     ("10_attention_layouts", dict(CONTEXT_MAX=128), r"CONTEXT_MAX must be greater than CONTEXT_MIN"),
+    ("10_attention_layouts", dict(RUNTIME="turbo"), r"RUNTIME must name a preset in data/runtime.yaml"),
     ("20_pd_disaggregation", dict(PREFILL_TP=3), r"PREFILL_TP \(3\) must divide"),
     ("30_moe_expert_parallel", dict(MODEL="llama-3-70b"), r"MODEL = 'llama-3-70b' does not apply to this notebook"),
     ("40_kv_transfer", dict(DECODE_DP=2), r"DECODE_DP must be <= PREFILL_DP \(1\) with DP_PAIRING = 'index'"),

@@ -99,7 +99,7 @@ def test_presets_human_tables(capsys, kind, expected):
 # ---- layouts -----------------------------------------------------------------------------------------------
 def test_layouts_json_schema_and_consistency(capsys):
     doc = run_json(capsys, [*LAYOUT_ARGS, "--json"])
-    assert set(doc) == {"layouts", "best", "would_fit", "inputs"}
+    assert set(doc) == {"layouts", "best", "best_agreement", "band", "boundaries", "would_fit", "inputs"}
     assert doc["would_fit"] == []  # something fits
     rows = doc["layouts"]
     assert [r["layout"] for r in rows] == ["TP", "CP", "DPA", "DOP"]
@@ -129,7 +129,9 @@ def test_layouts_human_table_and_best_line(capsys):
     best = next(r for r in doc["layouts"] if r["layout"] == doc["best"])
     lines = out.rstrip("\n").splitlines()
     expected = f"best: {doc['best']} ({best['step_ms']:.1f} ms/step, {best['tokens_per_s']:.0f} tok/s)"
-    assert lines[-1] == expected
+    assert lines[len(doc["layouts"]) + 3] == expected  # right after the table
+    # --band (on by default): the best layout's step time over the kernel-parameter draws comes last
+    assert lines[-1].startswith(f"{doc['best']} step {best['step_ms']:.2f} ms [")
     for lay in ("TP", "CP", "DPA", "DOP"):
         assert any(line.startswith(lay + " ") for line in lines)
     assert "DeepSeek-V3" in lines[0] and "8x" in lines[0]

@@ -186,20 +186,28 @@ def test_colocated_chunked_prefill(s70):
     assert co["feasible"] and co["ttft_s"] <= 1.0 and co["tpot_s"] <= 0.04
 
 
-def test_scenario_llama70_36rps(s70):
-    """The reference scenario: RDMA disaggregation beats colocation; 100 GbE TCP with one NIC per 8-GPU node
-    does not; the break-even link bandwidth lies between them and pipelining lowers it (it hides latency,
-    not the link's occupancy: 36 req/s x 1.34 GB = 48 GB/s must cross the links either way)."""
-    comp = sweeps.disagg.link_comparison(s70).set_index(["mode", "link"])["gpus"]
+@pytest.mark.parametrize("runtime", ["default", "scalar"])
+def test_scenario_llama70_36rps(runtime):
+    """The reference scenario: RDMA disaggregation beats colocation; the break-even link bandwidth of one NIC
+    per 8-GPU instance lies below RoCE and pipelining never raises it (it hides latency, not the link's
+    occupancy: 36 req/s x 1.34 GB = 48 GB/s must cross the links either way); 100 GbE TCP with one NIC per
+    node pays exactly when its bandwidth is at or above that break-even. With the kernel curves (default)
+    colocation needs 208 GPUs and the break-even is 7.4 GB/s, so TCP pays (144 GPUs pipelined); with the scalar
+    efficiencies colocation needed 136 and the break-even was 10-11.7 GB/s, so TCP (144) did not."""
+    s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", prompt_tokens=4096, output_tokens=256, rate_per_s=36,
+                            ttft_slo_ms=1000, tpot_slo_ms=40, runtime=runtime)
+    comp = sweeps.disagg.link_comparison(s).set_index(["mode", "link"])["gpus"]
     colo = comp[("colocated", "-")]
     assert comp[("disaggregated, pipelined", "roce-400g")] < colo
     assert comp[("disaggregated, pipelined", "nvlink4")] < colo
-    assert comp[("disaggregated, pipelined", "tcp-100g (1 NIC/instance)")] > colo
-    one_nic = sweeps.disagg.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40, nics=1)
+    one_nic = sweeps.disagg.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40, nics=1,
+                                  runtime=runtime)
     be = sweeps.disagg.breakeven_bandwidth(sweeps.disagg.gpus_vs_bandwidth(one_nic, np.geomspace(1, 400, 40)))
     tcp = presets.link("tcp-100g").achievable_GBps
     roce = presets.link("roce-400g").achievable_GBps
-    assert tcp < be["disaggregated, pipelined"] <= be["disaggregated, serial"] < roce
+    assert be["disaggregated, pipelined"] <= be["disaggregated, serial"] < roce
+    for mode in ("disaggregated, serial", "disaggregated, pipelined"):
+        assert (comp[(mode, "tcp-100g (1 NIC/instance)")] <= colo) == (tcp >= be[mode]), mode
     # the aggregate KV bandwidth the links must carry sets the scale of the break-even
     assert 36 * 4096 * 327_680 / 1e9 == pytest.approx(48.3, abs=0.1)
 
@@ -216,7 +224,9 @@ def test_cli_pd_json(capsys):
     assert cli.main(["pd", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--prompt", "4096", "--output", "256",
                      "--rate", "36", "--ttft-ms", "1000", "--tpot-ms", "40", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["prefill_ms"] == pytest.approx(171.6, abs=0.5)  # AIConfigurator 171.62 ms (calibration set)
+    # AIConfigurator 171.62 ms (calibration set). The kernel curves are fitted to kernels and only two overheads to
+    # this set, so the default runtime reproduces its points to ~7-9% (161.5 ms here): within 10%
+    assert doc["prefill_ms"] == pytest.approx(171.62, rel=0.10)
     assert doc["kv_transfer_GB"] == pytest.approx(4096 * 327_680 / 1e9)
     assert doc["disaggregated"]["feasible"] and doc["colocated"]["feasible"]
     assert doc["disaggregated"]["gpus"] < doc["colocated"]["gpus"]
@@ -260,7 +270,8 @@ def test_variable_prompts_ttft_matches_simulation():
     import dataclasses
     s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", prompt_sigma=0.5)
     pre, _ = s.sides()
-    assert pre.cs2 > 0.2 and pre.prefill_s > 0.1716  # the mean prompt is above the median
+    median = float(prefill_time(s.prefill, 4096)["prefill_s"])
+    assert pre.cs2 > 0.2 and pre.prefill_s > median  # the mean prompt is above the median
     rng = np.random.default_rng(5)
     for c, rho, tol in ((1, 0.7, 0.02), (4, 0.7, 0.05)):
         lam = rho * c / pre.prefill_s

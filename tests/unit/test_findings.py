@@ -25,10 +25,10 @@ def dsv3():
 def test_best_layout_sentence_states_the_headline(dsv3):
     dep, table, bounds = dsv3
     assert fl.best_layout_sentence(table, bounds, batch=64, context=8192, short=True) == (
-        "DOP is fastest at 26.4 ms per step; TP overtakes it below 1,186 tokens")
+        "DPA is fastest at 33.2 ms per step; TP overtakes it below 1,771 tokens")
     assert fl.best_layout_sentence(table, bounds, batch=64, context=8192) == (
-        "DOP is fastest at batch 64 and 8,192 tokens, at 26.4 ms per step (next: DPA, 26.7 ms); TP overtakes "
-        "it below 1,186 tokens and it stops fitting above 83,184 tokens.")
+        "DPA is fastest at batch 64 and 8,192 tokens, at 33.2 ms per step (next: DOP, 33.3 ms); TP overtakes "
+        "it below 1,771 tokens and above 66,848 tokens it stops fitting and DOP takes over.")
     nothing = table.assign(feasible=False)
     assert fl.best_layout_sentence(nothing, batch=64, context=8192) == "Nothing fits at batch 64 and 8,192 tokens."
 
@@ -41,7 +41,8 @@ def test_memory_boundaries_and_closed_form_sentences(dsv3):
     some = table.assign(feasible=table["layout"] != "TP")
     assert "TP does not fit" in fl.memory_sentence(some, 64, 8192)
     assert fl.boundaries_sentence(bounds, 64, 256, 262144) == (
-        "At batch 64, TP is best up to 1,186 tokens, then DOP up to 83,184 tokens, and beyond that nothing fits.")
+        "At batch 64, TP is best up to 1,771 tokens, then DPA up to 66,848 tokens, then DOP up to 83,184 tokens, and "
+        "beyond that nothing fits.")
     assert "does not change" in fl.boundaries_sentence(bounds.iloc[:0], 64, 256, 512)
     assert "B·s* = 149,276 context tokens per step (2,332 tokens per sequence at batch 64)" in (
         fl.closed_form_sentence(dep, 171_966_464 / 1152, bounds, 64))
@@ -61,8 +62,8 @@ def test_phase_and_transition_sentences(dsv3):
         "nothing fits on 25%.")
     assert fl.phase_sentence(phase, short=True, subject="X") == "X: TP is the best layout on 50% of the batch × context grid"
     tr = sl.transition_table(dep, 64, 8192)
-    assert fl.transition_sentence(tr, short=True) == "Switching into TP costs up to 54.4 ms of exposed handoff"
-    assert fl.transition_sentence(tr).startswith("Switching into TP is the expensive direction: 54.4 ms of exposed "
+    assert fl.transition_sentence(tr, short=True) == "Switching into TP costs up to 52.7 ms of exposed handoff"
+    assert fl.transition_sentence(tr).startswith("Switching into TP is the expensive direction: 52.7 ms of exposed "
                                                  "handoff from CP, DPA and DOP (KV all-gather)")
 
 
@@ -87,11 +88,11 @@ def pd_default():
 
 def test_pd_sentences(pd_default):
     s, point, comparison = pd_default
-    assert fd.request_sentence(point, s).startswith("One 4,096-token prompt takes 172 ms to prefill on TP8")
+    assert fd.request_sentence(point, s).startswith("One 4,096-token prompt takes 162 ms to prefill on TP8")
     assert "1.34 GB" in fd.request_sentence(point, s)
     assert fd.comparison_sentence(comparison, s, link="roce-400g") == (
         "At 36 req/s with TTFT p99 ≤ 1,000 ms and TPOT p99 ≤ 40 ms, the fewest GPUs are 72 (disaggregated, "
-        "pipelined over roce-400g), against 136 GPUs colocated; disaggregated, serial over tcp-100g "
+        "pipelined over roce-400g), against 208 GPUs colocated; disaggregated, serial over tcp-100g "
         "(1 NIC/instance) needs 160 GPUs.")
     none = comparison.assign(gpus=np.inf)
     assert fd.comparison_sentence(none, s).startswith("Nothing meets TTFT p99 ≤ 1000 ms")
@@ -137,8 +138,10 @@ def moe_default():
 
 def test_moe_sentences(moe_default):
     text = fm.scenario_sentence(moe_default, 256)
-    assert text.startswith("At batch 256 the fastest configuration is DPA+EP16 with EPLB, at 23.1 ms per step, "
-                           "against 37.5 ms for pure TP16")
+    # the kernel curves price DPA's replicated attention projections at 16 sequences per rank higher than the scalar
+    # efficiencies did (7.25 vs 4.82 ms per step), so TP2xEP8 with EPLB (28.14 ms) edges out DPA+EP16 (28.42 ms)
+    assert text.startswith("At batch 256 the fastest configuration is TP2xEP8 with EPLB, at 28.1 ms per step, "
+                           "against 38.3 ms for pure TP16")
     assert len(fm.scenario_sentence(moe_default, 256, short=True)) <= TITLE_CHARS
     assert fm.scenario_sentence(moe_default.assign(feasible=False), 256) == "Nothing fits at batch 256."
     assert fm.pretty_label("TP2xEP8 +32 EPLB") == "TP2xEP8 with EPLB and 32 redundant experts"
@@ -258,21 +261,23 @@ def test_offload_break_even_sentence_names_the_term_that_sets_it(off_default):
 
     s, table = off_default
     assert fo.break_even_sentence(table, s) == (
-        "Llama-3-70B on 8x H100 SXM 80GB: loading a cached prefix from NVMe SSD, PCIe Gen4 x4 pays only from 28,416 "
-        "tokens — per token the drive (46.9 us) is slower than recomputing (39.9 us), so the quadratic attention term "
+        "Llama-3-70B on 8x H100 SXM 80GB: loading a cached prefix from NVMe SSD, PCIe Gen4 x4 pays only from 40,192 "
+        "tokens — per token the drive (46.9 us) is slower than recomputing (35.6 us), so the quadratic attention term "
         "sets the break-even; from Host DRAM over PCIe Gen4 x16, Host DRAM over PCIe Gen5 x16 and NVMe SSD, PCIe Gen5 "
-        "x4 it pays from one block; from NFS over 25 GbE it pays from 371,968 tokens.")
+        "x4 it pays from one block; from NFS over 25 GbE it pays from 338,432 tokens.")
     assert fo.break_even_sentence(table, s, short=True) == (
-        "Llama-3-70B: loading pays from (tokens) DRAM Gen4 256, DRAM Gen5 256, NVMe Gen4 28,416, NVMe Gen5 256, "
-        "NFS 371,968")
+        "Llama-3-70B: loading pays from (tokens) DRAM Gen4 256, DRAM Gen5 256, NVMe Gen4 40,192, NVMe Gen5 256, "
+        "NFS 338,432")
     fast = so.setup(storage="nvme-gen5")
     text = fo.break_even_sentence(so.break_even_table(fast), fast)
     assert "from NVMe SSD, PCIe Gen5 x4 pays from 256 tokens (one block) — per token the drive (23.5 us) is faster" in text
     assert "fixed latency (0.270 ms)" in text
     point = so.point_summary(s, 32768, queue_wait_ms=20)
     table2 = fo.summary_table(point, s)
-    assert list(table2.columns) == ["quantity", "value"] and "load" in table2["value"].tolist()
-    assert "28,416 tokens, set by the bandwidth" in table2["value"].tolist()
+    # a 32,768-token prefix is now below the 40,192-token break-even: the gate recomputes it (it loaded it below
+    # the scalar model's 28,416)
+    assert list(table2.columns) == ["quantity", "value"] and "recompute" in table2["value"].tolist()
+    assert "40,192 tokens, set by the bandwidth" in table2["value"].tolist()
     assert fo.tokens(float("inf")) == "never (up to 2,097,152 tokens)" and fo.tokens(256, one_block=256) == \
         "256 tokens (one block)"
 
@@ -293,14 +298,15 @@ def test_offload_regime_precision_and_map_sentences(off_default):
     # where it loses on the map: below its break-even (grid prefixes are not block multiples: within a block)
     lost = float(text.split("loses for every prefix of the map up to ")[1].split(" tokens")[0].replace(",", ""))
     after = grid["prefix_tokens"][grid["prefix_tokens"] > lost].min()  # the map's next prefix: loading wins there
-    assert lost < 28416 <= np.floor(after / 256) * 256
+    be = float(off_default[1].set_index("tier").loc["nvme-gen4", "break_even_tokens"])  # 40,192
+    assert lost < be <= np.floor(after / 256) * 256
     prec = so.precision_table(s)
     assert fo.precision_sentence(prec, s).startswith(
         "FP8 KV halves the bytes per token: loading from NVMe SSD, PCIe Gen4 x4 drops from 46.9 us to 23.5 us per "
-        "token and pays from 256 tokens (one block); FP8 weights instead make recompute cheaper (39.9 us → 27.5 us "
-        "per token) and move the break-even from 28,416 tokens to 78,848 tokens")
+        "token and pays from 256 tokens (one block); FP8 weights instead make recompute cheaper (35.6 us → 28.6 us "
+        "per token) and move the break-even from 40,192 tokens to 64,512 tokens")
     assert fo.precision_sentence(prec, s, short=True) == (
-        "NVMe Gen4 break-even (tokens): as set 28,416, FP8 KV 256, FP8 weights 78,848, FP8 weights and KV 256")
+        "NVMe Gen4 break-even (tokens): as set 40,192, FP8 KV 256, FP8 weights 64,512, FP8 weights and KV 256")
     pivot = fo.precision_pivot(prec)
     assert pivot["precision"].tolist()[0] == "as set: weights bf16, KV bf16" and pivot.shape == (4, 6)
     bmap = so.break_even_map(s, np.geomspace(0.5, 100, 60), np.geomspace(1, 1e4, 40))
@@ -321,10 +327,10 @@ def test_offload_preload_staging_hit_ratio_and_measured_sentences(off_default):
     queue = so.pool_queue(s, 1.0, prompt_tokens=32768, hit_ratio=0.563, ttft_slo_ms=3000)
     curve = so.preload_curve(s, 32768, so.grid_with(0, 1000, 101, 20, queue["mean_wait_ms"]))
     text = fo.preload_sentence(curve, queue, point, s)
-    assert text.startswith("A request whose 32,768-token prefix waits 364 ms on average (M/D/1 at 0.200 req/s per "
-                           "instance of the pool sized for the TTFT SLO; 1,369 ms at p90)")
-    assert text.endswith("the break-even falls from 28,416 tokens to 256 tokens (one block) once the wait reaches "
-                         "50.0 ms.")
+    assert text.startswith("A request whose 32,768-token prefix waits 437 ms on average (M/D/1 at 0.250 req/s per "
+                           "instance of the pool sized for the TTFT SLO; 1,431 ms at p90)")
+    assert text.endswith("the break-even falls from 40,192 tokens to 256 tokens (one block) once the wait reaches "
+                         "120 ms.")
     dram = so.setup(storage="dram-pcie4")
     assert "nothing to stage" in fo.preload_sentence(so.preload_curve(dram, 32768, [0, 100]), queue,
                                                      so.point_summary(dram, 32768), dram)
@@ -338,9 +344,9 @@ def test_offload_preload_staging_hit_ratio_and_measured_sentences(off_default):
     text = fo.hit_ratio_sentence(gpus, saved, s, hit_ratio=0.563, rate_per_s=1.0, prompt_tokens=32768)
     assert text.startswith("At a hit ratio of 56.3% of 32,768-token prompts, 18,432 tokens of each prompt are cached, "
                            "below the break-even of NVMe SSD, PCIe Gen4 x4: the gate recomputes them")
-    assert "6.32 GPU-s per request from Host DRAM over PCIe Gen4 x16" in text and "6.04 GB of storage" in text
+    assert "5.78 GPU-s per request from Host DRAM over PCIe Gen4 x16" in text and "6.04 GB of storage" in text
     assert fo.hit_ratio_sentence(gpus, saved, s, hit_ratio=0.563, rate_per_s=1.0, prompt_tokens=32768,
-                                 short=True) == "56.3% hit ratio on NVMe Gen4: 40 GPUs vs 40, 0 GPU-s saved per request"
+                                 short=True) == "56.3% hit ratio on NVMe Gen4: 32 GPUs vs 32, 0 GPU-s saved per request"
     assert fo.measured_sentence(None) == fo.NO_MEASUREMENT
     m = pd.DataFrame({"modelled_ms": [1.0, 2.0, 4.0], "measured_ms": [1.1, 2.2, 4.4]})
     assert fo.measured_sentence(m).startswith("Over 3 loads read from the disk, the measured time is 1.10 × the modelled")

@@ -28,9 +28,11 @@ DSV3 = presets.model("deepseek-v3")
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True)
 
 
-def build(tp, ep, redundant=0, balance=None, gpu="h200", **kw):
+def build(tp, ep, redundant=0, balance=None, gpu="h200", runtime="scalar", **kw):
+    """The hand calculations below are of the scalar roofline (one efficiency per kernel class): runtime
+    ``scalar``; the kernel curves are tested in test_kernels.py."""
     return moe.MoEDeployment.build("deepseek-v3", gpu, tp * ep, tp=tp, ep=ep, redundant=redundant,
-                                   balance=balance, **kw)
+                                   balance=balance, runtime=runtime, **kw)
 
 
 # ---- routing load ------------------------------------------------------------------------------------------

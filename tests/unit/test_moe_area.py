@@ -68,15 +68,25 @@ def test_cli_moe_bad_input(capsys, argv, needle):
     assert len(err) == 1 and needle in err[0]
 
 
+def _named_mode_has_the_fewest_gpus(app) -> str:
+    """The mode the status line names has the fewest GPUs of the bars (ties: the first, the simpler mode)."""
+    bars = app.figures["gpus"].data[0]
+    named = app.status_text.split("Fewest GPUs: ")[1].split(" (")[0]
+    assert bars.y[list(bars.x).index(named)] == min(bars.y)
+    return named
+
+
 def test_pd_explorer_headless():
     app = widgets.disagg.pd_explorer(rate=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0)
     before = list(app.figures["gpus"].data[0].y)
-    assert "Fewest GPUs: disaggregated" in app.status.value
+    assert _named_mode_has_the_fewest_gpus(app).startswith("disaggregated")
     app.controls["link"].value = "tcp-100g"
     app.controls["nics"].value = "one per instance"
     after = list(app.figures["gpus"].data[0].y)
     assert after[0] == before[0] and after[2] > before[2]  # colocated unchanged, disaggregated needs more
-    assert "Fewest GPUs: colocated" in app.status.value
+    # with the kernel curves colocation needs 208 GPUs, so even TCP disaggregation (144) stays cheaper; with the
+    # scalar efficiencies colocation (136) won here
+    assert _named_mode_has_the_fewest_gpus(app) == "disaggregated, pipelined"
     app.controls["rate"].value = 1000.0
     assert "No pool" in app.status.value
 

@@ -220,8 +220,10 @@ def test_planner_benefit_never_falls_when_the_budget_grows(dep70, cands, b1, b2)
 
 def test_planner_prefers_benefit_per_staged_byte(dep70):
     t = presets.storage("nvme-gen4")
-    # same wait: the shorter prefix stages fewer bytes for the same (wait-capped) benefit
-    out = pr.plan_preloads(dep70, t, [("big", 65536, 0.05), ("small", 32768, 0.05)], 12e9)
+    # same wait: the shorter prefix stages fewer bytes for the same (wait-capped) benefit. Both prefixes are
+    # above the gate's break-even (40,192 tokens on 8 H100 with the default runtime), so both are worth
+    # preloading; the budget holds one of them.
+    out = pr.plan_preloads(dep70, t, [("big", 131072, 0.05), ("small", 65536, 0.05)], 30e9)
     assert [c.chosen for c in out] == [False, True] and "over budget" in out[0].reason
 
 
@@ -273,7 +275,8 @@ def _offload_json(capsys, *argv) -> dict:
     return json.loads(out)
 
 
-@pytest.mark.parametrize("prefix", [0, 255, 256, 28160, 28416, 28672, 131072])
+# one block below, at and one block above the break-even (40,192 tokens with the default runtime)
+@pytest.mark.parametrize("prefix", [0, 255, 256, 39936, 40192, 40448, 131072])
 def test_cli_decision_is_load_exactly_at_or_above_the_break_even(capsys, prefix):
     doc = _offload_json(capsys, "--model", "llama-3-70b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--tp", "8",
                         "--prefix", str(prefix))

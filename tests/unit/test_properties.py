@@ -10,6 +10,7 @@ import dataclasses
 import functools
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -121,7 +122,9 @@ def test_scalar_equals_broadcast(dep, lay, bs, ss):
             one_t = att.step_time(dep, b, s, lay)
             one_m = att.memory_per_rank(dep, b, s, lay)
             for key in ("step_s", "comm_s", "core_s", "tokens_per_s"):
-                assert float(one_t[key]) == float(grid_t[key][i, j])
+                # equal to the last bit or two: numpy's vectorised pow (the soft roofline's knee) may round
+                # an array element one ulp away from the same scalar
+                assert float(one_t[key]) == pytest.approx(float(grid_t[key][i, j]), rel=1e-13, abs=0)
             for key in ("total_B", "kv_B", "feasible"):
                 assert float(one_m[key]) == float(grid_m[key][i, j])
 
@@ -141,5 +144,7 @@ def test_best_layout_grid_is_argmin_of_feasible(dep, bs, ss):
                 continue
             best = min(times.values())
             chosen = LAYOUTS[g["best"][i, j]]
-            assert chosen in times and times[chosen] == best
-            assert g["best_step_s"][i, j] == best
+            # grid and scalar evaluations agree to an ulp or two (vectorised pow in the soft roofline), so the
+            # chosen layout is a best one within that rounding
+            assert chosen in times and times[chosen] == pytest.approx(best, rel=1e-13, abs=0)
+            assert g["best_step_s"][i, j] == pytest.approx(best, rel=1e-13, abs=0)

@@ -7,7 +7,7 @@ same builder draws from the same sweep table.
 import numpy as np
 import pytest
 
-from llmexplore import plots, presets, sweeps, widgets
+from llmexplore import findings, plots, presets, sweeps, widgets
 from llmexplore.errors import LlmexploreError, SpecError, UnknownPresetError
 from llmexplore.models.engine import Deployment
 from llmexplore.plots import trace
@@ -77,8 +77,12 @@ def test_context_slider_moves_the_marker_and_memory_bars(app):
 
 
 def test_status_names_the_best_layout(app):
-    assert "Best: DOP" in app.status.value
-    assert app.last["best"] == "DOP"
+    # the layout the sweep table finds fastest among those that fit (DPA with the kernel curves, 33.2 ms, a hair
+    # ahead of DOP's 33.3 ms; DOP with the scalar efficiencies)
+    dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8", kv_dtype="bf16")
+    best = sweeps.layouts.best_layout(sweeps.layouts.layout_table(dep, 64, 8192))
+    assert best == "DPA" and f"Best: {best}" in app.status.value
+    assert app.last["best"] == best
 
 
 def test_bad_combination_shows_a_message_not_a_traceback(app):
@@ -104,8 +108,8 @@ def test_nothing_fits_is_reported(app):
 # A: one figure builder, traces by name, one sweep definition
 
 
-def _expected_layout_figures(model, gpu, ranks, batch, context, wdt="fp8", kvdt="bf16"):
-    dep = Deployment.build(model, gpu, ranks, weight_dtype=wdt, kv_dtype=kvdt)
+def _expected_layout_figures(model, gpu, ranks, batch, context, wdt="fp8", kvdt="bf16", runtime="default"):
+    dep = Deployment.build(model, gpu, ranks, weight_dtype=wdt, kv_dtype=kvdt, runtime=runtime)
     step = plots.layouts.step_time_figure(sweeps.layouts.layout_curves(dep, [batch], CONTEXT_GRID),
                                           context_marker=context)
     mem = plots.layouts.memory_figure(sweeps.layouts.memory_table(dep, batch, context))
@@ -315,7 +319,7 @@ def test_status_text_is_the_status_line_without_html(app, pd_app, moe_app, kv_ap
     for a in (app, pd_app, moe_app, kv_app):
         text = a.status_text
         assert text and "<" not in text and "&amp;" not in text
-    assert app.status_text.startswith("Best: DOP — ")
+    assert app.status_text.startswith(f"Best: {app.last['best']} — ")
     assert pd_app.status_text.startswith("Fewest GPUs: disaggregated, pipelined")
     assert moe_app.status_text.startswith("At skew 2.6×: static placement")
     assert kv_app.status_text.startswith("Prefill TP8 → decode TP4 of Llama-3-70B: each decode rank gathers from 2")
@@ -442,13 +446,13 @@ def test_offload_explorer_starts_from_the_notebook_figures(off_app):
     s = sweeps.offload.setup()
     assert off_app.status_text.startswith(
         "Llama-3-70B on 8x H100 SXM 80GB, NVMe SSD, PCIe Gen4 x4: a 32,768-token prefix (128 blocks, 10,737 MB) "
-        "recomputes in 1,574 ms and loads in 1,537 ms → load (break-even 28,416 tokens, set by the bandwidth)")
+        "recomputes in 1,469 ms and loads in 1,537 ms → recompute (break-even 40,192 tokens, set by the bandwidth)")
     costs = off_app.figures["costs"]
     static = plots.offload.cost_curves_figure(sweeps.offload.cost_curves(s, widgets.offload.CURVE_PREFIXES),
                                               sweeps.offload.break_even_table(s))
     for name in (plots.offload.RECOMPUTE, plots.offload.load_name("NVMe SSD, PCIe Gen4 x4")):
         assert _same(trace(costs, name).y, trace(static, name).y)
-    assert 28416.0 in list(trace(costs, plots.offload.BREAK_EVEN).x)
+    assert 40192.0 in list(trace(costs, plots.offload.BREAK_EVEN).x)
     assert set(off_app.figures) == {"costs", "regime", "map", "preload"}
 
 
@@ -463,7 +467,10 @@ def test_offload_sliders_redraw_in_place(off_app):
     assert "after a 100 ms queue wait" in off_app.status_text
     assert list(trace(preload, "chosen queue wait").x) == [100.0, 100.0]
     off_app.controls["hit_ratio"].value = 1.0
-    assert "A hit ratio of 100% of a 32,768-token prompt caches 32,768 tokens: loaded" in off_app.status_text
+    # loaded exactly when the cached tokens reach the break-even (40,192 tokens: 32,768 are recomputed)
+    be = off_app.last["point"]["break_even_tokens"]
+    assert (f"A hit ratio of 100% of a 32,768-token prompt caches 32,768 tokens: "
+            f"{'loaded' if 32768 >= be else 'recomputed (below the break-even)'}") in off_app.status_text
     # a faster drive: the chosen tier's load curve and its break-even move, the regime map keeps its axes
     gen4 = _y(trace(costs, plots.offload.load_name("NVMe SSD, PCIe Gen4 x4")))
     off_app.controls["read_GBps"].value = 20
@@ -491,3 +498,99 @@ def test_offload_explorer_reports_a_deployment_it_cannot_evaluate(off_app):
     off_app.controls["tp"].value = 1
     assert off_app.status_text.startswith("Llama-3.2-3B on 1x H100 SXM 80GB, NVMe SSD, PCIe Gen4 x4")
     assert not off_app.figures["costs"].layout.title.text.startswith("Not updated")
+
+
+# --------------------------------------------------------------------------------------------------
+# the runtime dropdown (every explorer): the preset that prices the kernels (data/runtime.yaml)
+
+
+def _runtime_options(app) -> list:
+    return [o[1] if isinstance(o, tuple) else o for o in app.controls["runtime"].options]
+
+
+def test_every_explorer_offers_every_runtime_preset(app, pd_app, moe_app, kv_app, off_app):
+    for a in (app, pd_app, moe_app, kv_app, off_app):
+        assert _runtime_options(a) == presets.names("runtime") and a.controls["runtime"].value == "default"
+    with pytest.raises(UnknownPresetError, match="runtime"):
+        widgets.layouts.layout_explorer(runtime="warp-drive")
+
+
+def test_runtime_dropdown_reprices_the_layout_explorer():
+    app = widgets.layouts.layout_explorer("deepseek-v3", "h200", 8, 64, 8192, "fp8", "bf16", runtime="default")
+    before = app.status_text
+    app.controls["runtime"].value = "scalar"
+    dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8", kv_dtype="bf16", runtime="scalar")
+    table = sweeps.layouts.layout_table(dep, 64, 8192)
+    best = sweeps.layouts.best_layout(table)
+    step_ms = float(table.set_index("layout").loc[best, "step_ms"])
+    assert app.status_text != before
+    assert app.status_text.startswith(f"Best: {best} — {plots.fmt(step_ms, 'ms')} per step")
+    step, mem = _expected_layout_figures("deepseek-v3", "h200", 8, 64, 8192, runtime="scalar")
+    _assert_shows(app.figures["step"], step)
+    app.controls["runtime"].value = "default"
+    assert app.status_text == before
+
+
+def test_runtime_dropdown_reprices_the_pd_explorer(pd_app):
+    app = pd_app
+    before = app.status_text
+    try:
+        app.controls["runtime"].value = "scalar"
+        s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", prompt_tokens=4096, output_tokens=256, rate_per_s=36.0,
+                                ttft_slo_ms=1000.0, tpot_slo_ms=40.0, runtime="scalar")
+        prefill_ms = float(sweeps.disagg.exposed_vs_bandwidth(s, widgets.disagg.BANDWIDTHS)["prefill_ms"].iloc[0])
+        rows = sweeps.disagg.mode_rows(s, "roce-400g")
+        assert app.status_text != before and f"Prefill of one prompt {plots.fmt(prefill_ms, 'ms')};" in app.status_text
+        assert list(trace(app.figures["gpus"], "GPUs").y) == [r["gpus"] for r in rows]
+    finally:
+        app.controls["runtime"].value = "default"
+    assert app.status_text == before
+
+
+def test_runtime_dropdown_reprices_the_moe_explorer(moe_app):
+    app = moe_app
+    before, curve = app.status_text, _y(trace(app.figures["skew"], "static placement"))
+    try:
+        app.controls["runtime"].value = "scalar"
+        df = sweeps.moe.step_vs_skew("deepseek-v3", "h200", 16, tp=2, ep=8, redundant=32, batch=256, context=2048,
+                                     skews=[2.6], runtime="scalar")
+        static = float(df.set_index("placement").loc["static placement", "step_ms"])
+        assert app.status_text.startswith(f"At skew 2.6×: static placement {plots.fmt(static, 'ms')} per step")
+        assert app.status_text != before and not _same(curve, _y(trace(app.figures["skew"], "static placement")))
+    finally:
+        app.controls["runtime"].value = "default"
+    assert app.status_text == before
+
+
+def test_runtime_dropdown_reprices_the_transfer_explorer(kv_app):
+    from llmexplore.findings import transfer as ft
+
+    app = kv_app
+    before = app.status_text
+    try:
+        app.controls["runtime"].value = "scalar"
+        s = sweeps.transfer.setup("llama-3-70b", prefill_tp=8, decode_tp=4, runtime="scalar")
+        summary = sweeps.transfer.plan_summary(s)
+        # the plan and its transfer times do not depend on the runtime; the prefill they hide behind does
+        assert app.last["summary"]["prefill_ms"] == pytest.approx(summary["prefill_ms"], rel=1e-12)
+        assert app.status_text == (f"{ft.plan_sentence(summary, s)} The prefill it overlaps takes "
+                                   f"{findings.num(summary['prefill_ms'])} ms on prefill TP8.")
+        assert app.status_text != before
+    finally:
+        app.controls["runtime"].value = "default"
+    assert app.status_text == before
+
+
+def test_runtime_dropdown_reprices_the_offload_explorer():
+    app = widgets.offload.offload_explorer()
+    before = app.status_text
+    app.controls["runtime"].value = "scalar"
+    s = sweeps.offload.setup(runtime="scalar")
+    point = sweeps.offload.point_summary(s, 32768, queue_wait_ms=20.0)
+    assert app.status_text != before
+    assert f"recomputes in {findings.num(point['recompute_ms'])} ms" in app.status_text
+    static = plots.offload.cost_curves_figure(sweeps.offload.cost_curves(s, widgets.offload.CURVE_PREFIXES),
+                                              sweeps.offload.break_even_table(s))
+    assert _same(trace(app.figures["costs"], plots.offload.RECOMPUTE).y, trace(static, plots.offload.RECOMPUTE).y)
+    app.controls["runtime"].value = "default"
+    assert app.status_text == before
