@@ -59,7 +59,7 @@ def runtime_label(choice: str) -> str:
 
 
 def runtime_choices(*first: str) -> tuple[str, ...]:
-    """``first`` (e.g. the notebook's RUNTIME and BASELINE), then the rest of :data:`RUNTIMES`, each once."""
+    """``first`` (e.g. the notebook's PRICING and BASELINE), then the rest of :data:`RUNTIMES`, each once."""
     return tuple(dict.fromkeys([*first, *RUNTIMES]))
 
 
@@ -517,7 +517,7 @@ def _runtime_choice(name: str, value) -> str:
 def check_notebook_parameters(p) -> dict[str, str]:
     """Validate the parameters of ``notebooks/05_fidelity.ipynb`` (``{NAME: value}``); SpecError naming the
     parameter, the value and the rule. A GPU preset without kernel measurements does not apply here."""
-    _runtime_choice("RUNTIME", p["RUNTIME"])
+    _runtime_choice("PRICING", p["PRICING"])
     _runtime_choice("BASELINE", p["BASELINE"])
     hw = preset_param("GPU", "hardware", p["GPU"])
     _check.choice("ENGINE", p["ENGINE"], ENGINES)

@@ -185,8 +185,8 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
     ],
     "05_fidelity": [
         # the two runtimes compared each move their own recorded median; the band moves the rows within it
-        (dict(RUNTIME="default", BASELINE="engine", BAND_PCT=25.0),
-         {"RUNTIME": rec("compared", lambda c: c["runtime_median_abs_error_pct"]),
+        (dict(PRICING="default", BASELINE="engine", BAND_PCT=25.0),
+         {"PRICING": rec("compared", lambda c: c["runtime_median_abs_error_pct"]),
           "BASELINE": rec("compared", lambda c: c["baseline_median_abs_error_pct"]), "BAND_PCT": rec("within_band")}),
         # the kernel set drawn is named in its label; a 30% margin leaves no pair to rank
         (dict(GPU="b200", ENGINE="vllm", MARGIN_PCT=30.0),
@@ -298,7 +298,7 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
 REJECTED = [
     ("00_index", dict(KIND="gpus"), r"KIND must be one of"),
     ("05_fidelity", dict(ENGINE="tgi"), r"ENGINE must be one of"),
-    ("05_fidelity", dict(RUNTIME="fastest"), r"RUNTIME must be 'engine' \(each row priced by its engine's preset\)"),
+    ("05_fidelity", dict(PRICING="fastest"), r"PRICING must be 'engine' \(each row priced by its engine's preset\)"),
     ("05_fidelity", dict(GPU="mi300x"), r"GPU = 'mi300x' does not apply to this notebook: mi300x has no kernel"),
     ("10_attention_layouts", dict(WEIGHT_DTYPE="fp32"), r"WEIGHT_DTYPE must be one of bf16, fp8"),
     ("10_attention_layouts", dict(CONTEXT_MAX=128), r"CONTEXT_MAX must be greater than CONTEXT_MIN"),

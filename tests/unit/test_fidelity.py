@@ -15,7 +15,7 @@ from llmexplore.nbtools import parameter_checker
 from llmexplore.plots import fidelity as pf
 from llmexplore.sweeps import fidelity as sf
 
-DEFAULTS = dict(RUNTIME="engine", BASELINE="scalar", BAND_PCT=15.0, MARGIN_PCT=5.0, GPU="h100-sxm", ENGINE="trtllm")
+DEFAULTS = dict(PRICING="engine", BASELINE="scalar", BAND_PCT=15.0, MARGIN_PCT=5.0, GPU="h100-sxm", ENGINE="trtllm")
 
 
 @pytest.fixture(scope="module")
@@ -318,10 +318,10 @@ def test_recap_sentence(acc, summary, cats):
 def test_notebook_parameters():
     check = parameter_checker("05_fidelity")
     assert check(DEFAULTS) == {}
-    assert check({**DEFAULTS, "RUNTIME": "trtllm", "ENGINE": "any", "GPU": "b200"}) == {}
+    assert check({**DEFAULTS, "PRICING": "trtllm", "ENGINE": "any", "GPU": "b200"}) == {}
     assert "borrows the b200 curves" in check({**DEFAULTS, "GPU": "gb200"})["GPU"]
     assert "no kernel measurements" in check({**DEFAULTS, "GPU": "mi300x"})["GPU"]
-    for bad, message in ((dict(ENGINE="tgi"), "ENGINE must be one of"), (dict(RUNTIME="fast"), "RUNTIME must be"),
+    for bad, message in ((dict(ENGINE="tgi"), "ENGINE must be one of"), (dict(PRICING="fast"), "PRICING must be"),
                          (dict(BASELINE=3), "BASELINE must be"), (dict(BAND_PCT=0), "BAND_PCT"),
                          (dict(MARGIN_PCT=-1), "MARGIN_PCT"), (dict(GPU="a100"), "GPU must name a preset")):
         with pytest.raises(SpecError, match=message):
