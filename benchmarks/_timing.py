@@ -18,6 +18,19 @@ def median_s(fn, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+def redraw_ms(app, control: str, values) -> float:
+    """Median time [ms] for an explorer to redraw after its ``control`` is set to each of ``values`` in turn
+    (a value equal to the current one is skipped: setting it would not redraw)."""
+    times = []
+    for v in values:
+        if app.controls[control].value == v:
+            continue
+        t = time.perf_counter()
+        app.controls[control].value = v
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
 def reference_s() -> float:
     """A fixed numpy workload (20 elementwise passes over 1e6 doubles) to express timings as ratios."""
     x = np.linspace(1.0, 2.0, 1_000_000)

@@ -9,9 +9,7 @@ of a 100-point step-time line < 1 s. The last line is machine-readable: ``grid_s
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_s as _median_s  # noqa: E402
+from _timing import redraw_ms as _redraw_ms  # noqa: E402
 from _timing import print_table, reference_s  # noqa: E402
 
 from llmexplore import widgets  # noqa: E402
@@ -47,15 +46,7 @@ def main() -> int:
 
     band_s = _median_s(lambda: band_of(line_ms, "default"), repeats=3)
 
-    app = widgets.layouts.layout_explorer()
-    redraws = []
-    for v in (32, 64, 128, 256, 64, 16, 64):
-        if app.controls["batch"].value == v:
-            continue
-        t = time.perf_counter()
-        app.controls["batch"].value = v
-        redraws.append(time.perf_counter() - t)
-    redraw_ms = statistics.median(redraws) * 1e3
+    redraw_ms = _redraw_ms(widgets.layouts.layout_explorer(), "batch", [32, 64, 128, 256, 64, 16, 64])
 
     rows = [
         ("reference numpy workload", ref, "baseline", "-"),

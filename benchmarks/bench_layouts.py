@@ -8,9 +8,7 @@ redraw < 100 ms. The last line is machine-readable: ``grid_s=… speedup=… red
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_s as _median_s  # noqa: E402
+from _timing import redraw_ms as _redraw_ms  # noqa: E402
 from _timing import reference_s  # noqa: E402
 from _timing import print_table  # noqa: E402
 
@@ -53,16 +52,7 @@ def main() -> int:
     per_point_loop = loop_s / N_LOOP
     speedup = per_point_loop / per_point_grid
 
-    app = widgets.layouts.layout_explorer()
-    values = [32, 64, 128, 256, 64, 16, 64]
-    redraws = []
-    for v in values:
-        if app.controls["batch"].value == v:
-            continue
-        t = time.perf_counter()
-        app.controls["batch"].value = v
-        redraws.append(time.perf_counter() - t)
-    redraw_ms = statistics.median(redraws) * 1e3
+    redraw_ms = _redraw_ms(widgets.layouts.layout_explorer(), "batch", [32, 64, 128, 256, 64, 16, 64])
 
     rows = [
         ("reference numpy workload", ref, "baseline", "-"),

@@ -21,14 +21,13 @@ writes ``data/kernel_efficiency.yaml``; a test re-fits a few curves and checks t
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from . import presets
-from .models.kernels import (CLASSES, PARAM_BOUNDS, PARAMS, Curve, attention_work, curve_key, from_u, gemm_work,
+from .models.kernels import (PARAM_BOUNDS, PARAMS, Curve, attention_work, curve_key, from_u, gemm_work,
                              moe_block_work, soft_roofline_s, to_u)
 from .models.lsq import levenberg_marquardt
 
