@@ -60,15 +60,21 @@ def best_layout_sentence(table: pd.DataFrame, boundaries: pd.DataFrame | None = 
         b = boundaries.sort_values("context")
         below = b[(b["context"] <= context) & (b["after"] == best) & (b["kind"] == "crossover")]
         above = b[(b["context"] > context) & (b["before"] == best)]
+        def unresolved(r) -> bool:  # a banded crossover the kernel-parameter draws cannot place
+            return "resolved" in r.index and r["kind"] == "crossover" and not bool(r["resolved"])
+
         if len(below):
             r = below.iloc[-1]
-            around.append(f"{r['before']} overtakes it below {in_tokens(r['context'])}")
+            around.append(f"where {r['before']} overtakes it is not resolved by the model" if unresolved(r) else
+                          f"{r['before']} overtakes it below {in_tokens(r['context'])}")
         if len(above):
             r = above.iloc[0]
             if r["kind"] == "memory" and not isinstance(r["after"], str):
                 around.append(f"it stops fitting above {in_tokens(r['context'])}")
             elif r["kind"] == "memory":
                 around.append(f"above {in_tokens(r['context'])} it stops fitting and {r['after']} takes over")
+            elif unresolved(r):
+                around.append(f"where {r['after']} takes over is not resolved by the model")
             else:
                 around.append(f"{r['after']} takes over above {in_tokens(r['context'])}")
     if short:
@@ -101,21 +107,37 @@ def phase_sentence(phase: dict, *, short: bool = False, subject: str = "") -> st
 
 
 def boundaries_sentence(boundaries: pd.DataFrame, batch: int, s_lo: float, s_hi: float) -> str:
-    """Section 4: the best layout along the context axis at one batch, with the exact boundaries."""
+    """Section 4: the best layout along the context axis at one batch, with the exact boundaries. With the
+    columns of :func:`llmexplore.sweeps.bands.boundary_bands`, each crossover also gets its parameter band, and
+    one the model cannot place is said to be not resolved instead of given as a number."""
     if not len(boundaries):
         return f"At batch {batch:,} the best layout does not change between {in_tokens(s_lo)} and {in_tokens(s_hi)}."
     b = boundaries.sort_values("context")
+    banded = "resolved" in b.columns
+
+    def at(r) -> str:
+        if banded and r["kind"] == "crossover":
+            if not bool(r["resolved"]):
+                return "a crossover not resolved by the model (its band spans the axis)"
+            if r["context_hi"] > r["context_lo"]:
+                return f"{in_tokens(r['context'])} [{num(r['context_lo'])}-{num(r['context_hi'])}]"
+        return in_tokens(r["context"])
+
     first = b.iloc[0]["before"]
-    parts = [f"{first} is best up to {in_tokens(b.iloc[0]['context'])}"]
+    parts = [f"{first} is best up to {at(b.iloc[0])}"]
     for i in range(len(b)):
         r = b.iloc[i]
-        end = b.iloc[i + 1]["context"] if i + 1 < len(b) else None
         if not isinstance(r["after"], str):
             parts.append("and beyond that nothing fits")
             break
-        parts.append(f"then {r['after']}" + (f" up to {in_tokens(end)}" if end is not None else
+        parts.append(f"then {r['after']}" + (f" up to {at(b.iloc[i + 1])}" if i + 1 < len(b) else
                                               f" up to {in_tokens(s_hi)}"))
-    return f"At batch {batch:,}, " + ", ".join(parts) + "."
+    text = f"At batch {batch:,}, " + ", ".join(parts) + "."
+    cross = b[b["kind"] == "crossover"] if banded else b.iloc[:0]
+    if len(cross) and ((cross["context_hi"] > cross["context_lo"]) | ~cross["resolved"].astype(bool)).any():
+        text += (" Brackets: P10-P90 of the crossover over 16 draws of the kernel curves' parameters; memory limits "
+                 "do not depend on them.")
+    return text
 
 
 def closed_form_sentence(dep: Deployment, tokens: float | None, boundaries: pd.DataFrame, batch: int) -> str:

@@ -44,6 +44,17 @@ def test_memory_boundaries_and_closed_form_sentences(dsv3):
         "At batch 64, TP is best up to 1,771 tokens, then DPA up to 66,848 tokens, then DOP up to 83,184 tokens, and "
         "beyond that nothing fits.")
     assert "does not change" in fl.boundaries_sentence(bounds.iloc[:0], 64, 256, 512)
+    # with the kernel-parameter band: the crossover gets its P10-P90; one the draws cannot place is not a number
+    banded = bounds.assign(context_lo=bounds["context"], context_hi=bounds["context"], present=1.0, resolved=True)
+    cx = banded["kind"] == "crossover"
+    banded.loc[cx, ["context_lo", "context_hi"]] = [1185.0, 2570.0]
+    assert fl.boundaries_sentence(banded, 64, 256, 262144).startswith(
+        "At batch 64, TP is best up to 1,771 tokens [1,185-2,570], then DPA up to 66,848 tokens")
+    banded.loc[cx, "resolved"] = False
+    text = fl.boundaries_sentence(banded, 64, 256, 262144)
+    assert "TP is best up to a crossover not resolved by the model" in text and "1,771" not in text
+    assert "not resolved by the model" in fl.best_layout_sentence(table.assign(feasible=True), banded, batch=64,
+                                                                  context=8192)
     assert "B·s* = 149,276 context tokens per step (2,332 tokens per sequence at batch 64)" in (
         fl.closed_form_sentence(dep, 171_966_464 / 1152, bounds, 64))
     gqa = Deployment.build("llama-3-70b", "h100-sxm", 8)
