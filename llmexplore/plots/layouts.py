@@ -56,6 +56,7 @@ def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs 
                  hovertemplate=f"{lay} communication: %{{y:,.3~r}} ms<extra></extra>"),
         ]
     data.append(not_fit_key(any_bad))
+    data += _band_traces(curves)
     if context_marker is not None:
         data.append(chosen_marker(context_marker, finite, what="context",
                                   hover=f"chosen context: {fmt(context_marker, 'tokens')}"))
@@ -64,6 +65,35 @@ def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs 
     layout["yaxis"].update(type="log", title=dict(text="step time (ms)"))
     layout["yaxis2"].update(type="log", title=dict(text="time per step (ms)"))
     return {"data": data, "layout": layout}
+
+
+def _band_traces(curves: pd.DataFrame) -> list[dict]:
+    """Shaded P10-P90 bands of the step time (columns ``step_ms_lo`` / ``step_ms_hi``, from
+    :func:`llmexplore.sweeps.bands.curves_with_band`) where they have width; one legend entry for all."""
+    if "step_ms_lo" not in curves.columns:
+        return []
+    out, first = [], True
+    for lay, g in curves.groupby("layout", sort=False):
+        g = g.sort_values("context")
+        ok = g["feasible"].to_numpy(bool) & np.isfinite(g["step_ms_lo"].to_numpy(float))
+        lo, hi = g["step_ms_lo"].to_numpy(float)[ok], g["step_ms_hi"].to_numpy(float)[ok]
+        if not ok.any() or not np.any(hi > lo):
+            continue
+        x = g["context"].to_numpy(float)[ok]
+        out.append(dict(type="scatter", x=np.concatenate([x, x[::-1]]), y=np.concatenate([hi, lo[::-1]]),
+                        fill="toself", fillcolor=_translucent(LAYOUT_COLORS.get(lay, "#888888")),
+                        line=dict(width=0), mode="lines", hoverinfo="skip", legendgroup="band",
+                        name="P10-P90 over kernel-parameter draws" if first else f"{lay} band", showlegend=first))
+        first = False
+    return out
+
+
+def _translucent(color: str, alpha: float = 0.18) -> str:
+    """A hex colour (#rrggbb) as rgba with ``alpha``; other colour strings pass through."""
+    if isinstance(color, str) and color.startswith("#") and len(color) == 7:
+        r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+        return f"rgba({r},{g},{b},{alpha})"
+    return color
 
 
 def phase_diagram_figure(phase: dict, *, title: str = "Best feasible layout") -> go.Figure:

@@ -15,7 +15,7 @@ import numpy as np
 from .. import presets
 from ..models.uncertainty import BAND_PERCENTILES, DRAWS, band, runtime_draws
 
-__all__ = ["with_band", "band_info", "get_path", "resolved", "layout_bands", "boundary_bands"]
+__all__ = ["with_band", "band_info", "get_path", "resolved", "layout_bands", "boundary_bands", "curves_with_band"]
 
 
 def get_path(rec: dict, path: str):
@@ -156,3 +156,21 @@ def boundary_bands(dep, batch: int, s_lo: float, s_hi: float, n: int = DRAWS):
         out.loc[i, ["context_lo", "context_hi", "present"]] = [lo, hi, present]
         out.loc[i, "resolved"] = bool(present >= 0.5 and resolved(lo, hi, s_lo, s_hi))
     return out
+
+
+def curves_with_band(dep, batch: int, context, n: int = DRAWS):
+    """:func:`llmexplore.sweeps.layouts.layout_curves` at one batch with ``step_ms_lo`` / ``step_ms_hi``: the
+    P10/P90 of each layout's step time over the kernel-parameter draws (equal to ``step_ms`` for a runtime
+    without curves)."""
+    import dataclasses
+
+    from . import layouts as lay
+
+    central = lay.layout_curves(dep, [batch], context)
+    rts = runtime_draws(dep.runtime, n) if n else []
+    if not rts:
+        return central.assign(step_ms_lo=central["step_ms"], step_ms_hi=central["step_ms"])
+    steps = np.array([lay.layout_curves(dataclasses.replace(dep, runtime=rt), [batch], context)["step_ms"]
+                      .to_numpy(float) for rt in rts])
+    lo, hi = band(steps)
+    return central.assign(step_ms_lo=lo, step_ms_hi=hi)
