@@ -18,7 +18,7 @@ import pandas as pd
 
 from .. import _check, presets
 from ..errors import LlmexploreError, SpecError
-from ..models.engine import Deployment, resolve_deployment
+from ..models.engine import Deployment, kernel_rates, resolve_deployment
 from ..models.prefill import prefill_time
 from ..specs import Link, ModelSpec
 from ..transfer.buffers import MAX_PAGE_TOKENS, ModelTransfer, model_transfer
@@ -91,7 +91,15 @@ def _prefill_s(s: TransferSetup, prompt_tokens) -> np.ndarray | None:
 
 
 def _hbm_GBps(s: TransferSetup) -> float:
-    """Achievable HBM bandwidth of one GPU [GB/s]: datasheet x the runtime's memory efficiency."""
+    """Achievable HBM bandwidth of one GPU for the staging copies [GB/s]: the step engine's elementwise rate
+    (the BF16 GEMM curve's bandwidth with kernel curves, the runtime's eta_mem without), so a copy streams at
+    the rate every other memory-bound kernel of the runtime does."""
+    try:
+        dep = Deployment.build(s.model, s.gpu, 1, runtime=s.runtime, kv_dtype=s.mt.kv_dtype)
+    except LlmexploreError:  # a model that cannot run on one rank here still streams at the GPU's rate
+        dep = None
+    if dep is not None:
+        return kernel_rates(dep, "elementwise").bytes_per_s / 1e9
     hw, rt = presets.resolve("hardware", s.gpu), presets.resolve("runtime", s.runtime)
     return hw.hbm_bw_TBps * 1e3 * rt.eta_mem
 
