@@ -67,6 +67,8 @@ def _predict_ms(row, runtime: str) -> float:
 def evaluate(runtime: str = "engine", rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """Predicted vs measured for every row: columns id, kind, model, gpu, ranks, layout, weight_dtype, engine,
     batch, context, prompt_tokens, category, runtime, measured_ms, predicted_ms, error_pct (predicted / measured - 1, in %), status."""
+    if runtime != "engine":
+        presets.runtime(runtime)  # an unknown preset is the caller's error, not every row's "not modelled"
     rows = load() if rows is None else rows
     out = []
     for _, r in rows.iterrows():

@@ -16,9 +16,12 @@ class            achieved compute R_flops [FLOP/s]            achieved memory R_
 ``elementwise``  (no FLOPs counted)                            eta_mem x HBM bandwidth
 ===============  ==========================================  ===========================================
 
-The efficiencies and the fixed per-kernel overhead come from the :class:`~llmexplore.specs.Runtime` preset
-(calibrated, docs/models.md §7). Today the two GEMM classes share their efficiencies; the class is passed
-anyway so that a shape- or dtype-aware efficiency model has exactly one place to change: :func:`kernel_rates`.
+That table is the scalar model (runtimes ``scalar``, ``uncalibrated``: one efficiency per class from the
+:class:`~llmexplore.specs.Runtime` preset, docs/models.md §7). A runtime with a ``kernel_set`` (``default``,
+``trtllm``, ``vllm``, ``sglang``) instead prices each kernel with the fitted curve of its class, variant, dtype,
+GPU and engine (:func:`kernel_curve`, :mod:`.kernels`, docs/models.md §1.1a): a soft roofline
+t0 + (t_c^p + t_m^p)^(1/p), prefill and decode attention as separate classes, and fitted intra-node collectives
+on the deployment's fabric. Either way the choice is made in exactly one place: :func:`kernel_rates`.
 
 The :class:`Deployment` fixes everything that does not change while batch and context are swept: the model,
 the accelerator, the attention group of T ranks and its links, the dtypes and the runtime, and the weight

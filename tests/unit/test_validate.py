@@ -87,3 +87,10 @@ def test_cli_validate_json(capsys):
     assert len(doc["rows"]) == 52 and doc["inputs"]["runtime"] == "default"
     assert cli.main(["validate", "--runtime", "nonsense"]) == 2
     assert "--runtime: no runtime preset 'nonsense'" in capsys.readouterr().err
+
+
+def test_an_unknown_runtime_is_an_error_not_a_table_of_failures():
+    from llmexplore.errors import UnknownPresetError
+
+    with pytest.raises(UnknownPresetError, match="no runtime preset 'nope'"):
+        validate.evaluate("nope")
