@@ -41,10 +41,11 @@ from .kv_transfer import pipelined_exposed_s, transfer_time
 from .prefill import mixed_step_time, prefill_time
 
 __all__ = ["Workload", "PrefillSide", "DecodeSide", "prefill_side", "decode_side", "transfer_side",
-           "disagg_latency", "colocated_latency", "max_rate_grid", "size_pools", "size_colocated",
-           "poisson_quantile_mean", "md1_quantile_fast", "CHUNK_OPTIONS"]
+           "disagg_latency", "colocated_latency", "colocated_tables", "colocated_from_tables", "max_rate_grid",
+           "size_pools", "size_colocated", "poisson_quantile_mean", "md1_quantile_fast", "pool_wait_quantile",
+           "first_fixed_point", "Z_SCORES", "CHUNK_OPTIONS"]
 
-_Z = {0.5: 0.0, 0.9: 1.2816, 0.95: 1.6449, 0.99: 2.3263, 0.999: 3.0902}
+Z_SCORES = _Z = {0.5: 0.0, 0.9: 1.2816, 0.95: 1.6449, 0.99: 2.3263, 0.999: 3.0902}
 MAX_WORKLOAD_TOKENS = 1 << 20  # longest prompt or output of a workload [tokens] (1,048,576)
 MAX_RATE_OR_MS = 1e9  # largest arrival rate [1/s] and SLO [ms] of a workload
 
@@ -183,9 +184,16 @@ def prefill_side(dep: Deployment, wl: Workload) -> PrefillSide:
     return PrefillSide(dep, float(p @ t), t, p)
 
 
-def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_limit: int = 4096) -> DecodeSide:
+def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_limit: int = 4096,
+                points: int | None = None) -> DecodeSide:
+    """Decode step time on a batch grid up to the memory cap at the workload's peak context: every integer
+    (``points`` None) or ``points`` log-spaced integers (the planner's coarse grid: step time is smooth in
+    the batch, and :meth:`DecodeSide.tpot_s` interpolates linearly between grid points)."""
     cap = int(max_batch(dep, wl.peak_context, layout, limit=max_batch_limit))
-    b = np.arange(1, max(cap, 1) + 1, dtype=float)
+    if points is None:
+        b = np.arange(1, max(cap, 1) + 1, dtype=float)
+    else:
+        b = np.unique(np.round(np.geomspace(1.0, max(cap, 1), int(points))))
     t = step_time(dep, b, wl.decode_context, layout)["step_s"]
     return DecodeSide(dep, cap, b, np.asarray(t, dtype=float))
 
@@ -232,7 +240,9 @@ def md1_quantile_fast(p: float, lam, service_s) -> np.ndarray:
     return out
 
 
-def _wait_quantile(p: float, lam, service_s: float, servers) -> np.ndarray:
+def pool_wait_quantile(p: float, lam, service_s, servers) -> np.ndarray:
+    """p-quantile of the FCFS wait of ``servers`` deterministic servers fed at ``lam`` [s]: exact M/D/1
+    (interpolated) for one, Allen-Cunneen M/D/c beyond; inf where unstable. Broadcasts."""
     lam = np.asarray(lam, dtype=float)
     c = np.asarray(servers, dtype=float)
     one = md1_quantile_fast(p, lam / c, service_s)  # exact (interpolated) for a single server
@@ -253,7 +263,7 @@ def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarra
     c = np.asarray(servers, dtype=float)
     lam, c = np.broadcast_arrays(lam, c)
     if pre.deterministic:
-        return _wait_quantile(p, lam, pre.prefill_s, c) + pre.prefill_s
+        return pool_wait_quantile(p, lam, pre.prefill_s, c) + pre.prefill_s
     s, w = pre.service_s, pre.service_p
     rho = lam * pre.prefill_s / c
     stable = rho < 1
@@ -292,7 +302,7 @@ def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarra
     return out
 
 
-def _first_fixed_point(batches: np.ndarray, step_s: np.ndarray, lam, output_tokens: int) -> np.ndarray:
+def first_fixed_point(batches: np.ndarray, step_s: np.ndarray, lam, output_tokens: int) -> np.ndarray:
     """Smallest mean batch B solving B = lam * OSL * t(B) on the batch grid, per rate (vectorised).
 
     ``step_s`` [..., nb] is t(B) at ``batches`` [nb] (it may be inf where the instance cannot run). The map
@@ -319,7 +329,7 @@ def _first_fixed_point(batches: np.ndarray, step_s: np.ndarray, lam, output_toke
 def _decode_fixed_point(dec: DecodeSide, lam_d, wl: Workload) -> dict:
     """Mean batch B = lam_d OSL TPOT(B) per decode instance (vectorised over lam_d), its percentile and TPOT."""
     lam_d = np.asarray(lam_d, dtype=float)
-    mean_b = _first_fixed_point(dec.batches, dec.step_s, lam_d, wl.output_tokens)
+    mean_b = first_fixed_point(dec.batches, dec.step_s, lam_d, wl.output_tokens)
     ok = np.isfinite(mean_b)
     mean_b = np.where(ok, mean_b, float(max(dec.batch_cap, 1)))
     pct_b = mean_b + wl.z * np.sqrt(mean_b)
@@ -348,21 +358,32 @@ def disagg_latency(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, 
             "decode_batch": np.broadcast_to(d["mean_batch"], ttft.shape)}
 
 
-def colocated_latency(dep: Deployment, wl: Workload, n_c, *, chunk_tokens: int = 2048,
-                      layout: str = "TP") -> dict:
-    """Colocated chunked-prefill serving on ``n_c`` instances (vectorised over n_c): TTFT and TPOT at the
-    workload's percentile, mean TPOT, mean decode batch. ``chunk_tokens`` is the per-iteration token budget C
-    (vLLM max_num_batched_tokens; 2048 is its chunked-prefill default for online serving [assumption])."""
-    if int(chunk_tokens) != chunk_tokens or chunk_tokens < 2:
-        raise SpecError(f"chunk_tokens must be an integer >= 2, got {chunk_tokens!r}")
-    n_c = np.asarray(n_c, dtype=float)
-    lam_c = wl.rate_per_s / n_c
-    dec = decode_side(dep, wl, layout=layout)
+def colocated_tables(dep: Deployment, wl: Workload, chunk_tokens, *, layout: str = "TP",
+                     points: int | None = None) -> tuple[DecodeSide, np.ndarray]:
+    """(decode side, mixed-iteration time [s] at each of its batches) of colocated chunked-prefill serving.
+
+    ``chunk_tokens`` is the per-iteration token budget C (one value, or an array: the mixed times then have
+    shape ``C.shape + (nb,)``). A mixed iteration at batch b carries one chunk of C - b prompt tokens halfway
+    through the prompt. ``points`` as in :func:`decode_side`."""
+    C = np.asarray(chunk_tokens, dtype=float)
+    if np.any(C != np.round(C)) or np.any(C < 2):
+        raise SpecError(f"chunk_tokens must be integers >= 2, got {chunk_tokens!r}")
+    dec = decode_side(dep, wl, layout=layout, points=points)
     S, P = wl.prompt_tokens, wl.prefix_tokens
-    # mixed-iteration time at batch b: one chunk of (C - b) prompt tokens halfway through the prompt
     b_grid = dec.batches
-    chunk = np.maximum(chunk_tokens - b_grid, 1.0)
+    chunk = np.maximum(C[..., None] - b_grid, 1.0)
     t_mix = mixed_step_time(dep, b_grid, wl.decode_context, chunk, P + (S - P) / 2.0)["step_s"]
+    return dec, np.asarray(t_mix, dtype=float)
+
+
+def colocated_from_tables(dec: DecodeSide, t_mix: np.ndarray, wl: Workload, lam_c, chunk_tokens: int) -> dict:
+    """Colocated latency at a per-instance Poisson rate ``lam_c`` [1/s] (vectorised) from the tables of
+    :func:`colocated_tables` for one chunk budget (``t_mix`` of shape (nb,)). See :func:`colocated_latency`
+    for the model; also returns the means ``ttft_mean_s`` (M/D/1 mean wait + service) and ``tpot_mean_s``,
+    and ``batch_pct`` (the batch percentile that must fit)."""
+    lam_c = np.asarray(lam_c, dtype=float)
+    S, P = wl.prompt_tokens, wl.prefix_tokens
+    b_grid = dec.batches
 
     def mix(b):
         return np.interp(b, b_grid, t_mix)
@@ -376,9 +397,9 @@ def colocated_latency(dep: Deployment, wl: Workload, n_c, *, chunk_tokens: int =
             denom = 1.0 - lam * n_chunks(b) * (tm - td)
         return np.where(denom > 0, td / np.maximum(denom, 1e-12), np.inf)
 
-    # mean step time on the batch grid for every instance count, then the smallest fixed point
+    # mean step time on the batch grid for every rate, then the smallest fixed point
     grid_t = t_avg(b_grid[None, :], lam_c[..., None]) if lam_c.ndim else t_avg(b_grid, lam_c)
-    root = _first_fixed_point(b_grid, grid_t, lam_c, wl.output_tokens)
+    root = first_fixed_point(b_grid, grid_t, lam_c, wl.output_tokens)
     hi = np.where(np.isfinite(root), root, float(max(dec.batch_cap, 1)))
     b = np.maximum(hi, 1.0)
     ta = np.where(np.isfinite(root), t_avg(b), np.inf)
@@ -386,13 +407,28 @@ def colocated_latency(dep: Deployment, wl: Workload, n_c, *, chunk_tokens: int =
     pct_b = hi + wl.z * np.sqrt(hi)
     fits = np.isfinite(ta) & (frac_mixed < 1.0) & (pct_b <= dec.batch_cap)
     service = n_chunks(b) * mix(b)
+    lam_ok = np.where(fits, lam_c, 0.0)
     with np.errstate(invalid="ignore"):
-        w = md1_quantile_fast(wl.percentile, np.where(fits, lam_c, 0.0), service)
+        w = md1_quantile_fast(wl.percentile, lam_ok, service)
+        w_mean = qz.md1_mean_wait(lam_ok, service)
     ttft = np.where(fits, w + service, np.inf)
     tail = np.where(frac_mixed > 1.0 - wl.percentile, mix(pct_b), dec.tpot_s(pct_b))
     tpot = np.where(fits, tail, np.inf)
-    return {"ttft_s": ttft, "tpot_s": tpot, "tpot_mean_s": np.where(fits, ta, np.inf), "decode_batch": hi,
-            "mixed_fraction": frac_mixed, "prefill_service_s": service}
+    return {"ttft_s": ttft, "tpot_s": tpot, "tpot_mean_s": np.where(fits, ta, np.inf),
+            "ttft_mean_s": np.where(fits, w_mean + service, np.inf), "decode_batch": hi,
+            "batch_pct": pct_b, "mixed_fraction": frac_mixed, "prefill_service_s": service}
+
+
+def colocated_latency(dep: Deployment, wl: Workload, n_c, *, chunk_tokens: int = 2048,
+                      layout: str = "TP") -> dict:
+    """Colocated chunked-prefill serving on ``n_c`` instances (vectorised over n_c): TTFT and TPOT at the
+    workload's percentile, mean TPOT, mean decode batch. ``chunk_tokens`` is the per-iteration token budget C
+    (vLLM max_num_batched_tokens; 2048 is its chunked-prefill default for online serving [assumption])."""
+    if int(chunk_tokens) != chunk_tokens or chunk_tokens < 2:
+        raise SpecError(f"chunk_tokens must be an integer >= 2, got {chunk_tokens!r}")
+    n_c = np.asarray(n_c, dtype=float)
+    dec, t_mix = colocated_tables(dep, wl, int(chunk_tokens), layout=layout)
+    return colocated_from_tables(dec, t_mix, wl, wl.rate_per_s / n_c, int(chunk_tokens))
 
 
 # ---- sizing ------------------------------------------------------------------------------------------------

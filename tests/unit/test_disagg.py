@@ -132,7 +132,7 @@ def test_ttft_matches_a_simulation_of_the_same_queue(sides):
     D, lam = pre.prefill_s, 0.7 / pre.prefill_s
     arr = sim.poisson_arrivals(lam, 4_000_000, seed=3)
     res = sim.sim_percentiles(arr, D, servers=1, quantiles=(0.99,))
-    model = float(dg._wait_quantile(0.99, lam, D, 1)) + D
+    model = float(dg.pool_wait_quantile(0.99, lam, D, 1)) + D
     assert model == pytest.approx(res["sojourn_p99_s"], rel=0.02)  # sampling sd ~0.3% at 4M requests
 
 
@@ -260,9 +260,9 @@ def test_colocated_pool_grows_with_prompt_length(s70):
 def test_first_fixed_point_takes_the_smaller_root():
     b = np.arange(1, 101, dtype=float)
     t = 0.01 + 0.02 * (b / 100) ** 8  # convex: g(B) = B - lam*OSL*t(B) crosses zero twice
-    root = float(dg._first_fixed_point(b, t, 10.0, 100))  # lam*OSL = 1000: B = 1000 t(B)
+    root = float(dg.first_fixed_point(b, t, 10.0, 100))  # lam*OSL = 1000: B = 1000 t(B)
     assert 10.0 <= root < 11.0 and root == pytest.approx(1000 * (0.01 + 0.02 * (root / 100) ** 8), rel=1e-3)
-    assert np.isnan(dg._first_fixed_point(b, t, 1e4, 100))  # saturated: no operating point
+    assert np.isnan(dg.first_fixed_point(b, t, 1e4, 100))  # saturated: no operating point
 
 
 def test_variable_prompts_ttft_matches_simulation():

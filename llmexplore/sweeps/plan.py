@@ -1,0 +1,469 @@
+"""The deployment planner: from a model, a GPU type and budget, a workload and latency targets to every
+configuration's throughput and latency, the Pareto frontiers and the best configuration (docs/models.md §8).
+
+The space (each axis from an area model):
+
+* mode: colocated (chunked prefill, :func:`..models.disagg.colocated_from_tables`) or disaggregated
+  (prefill pool + KV transfer + decode pool, :mod:`..models.plan`);
+* per side: ranks per instance (powers of two up to the scale-up domain; MoE models also 16-64 ranks of
+  DP attention with experts over all ranks, the wide-EP layout), attention layout (TP; DPA and DOP on the
+  decode side), weight and KV dtypes (shared by both sides: the KV cache crosses the link as it is);
+* colocated chunk budget (max_num_batched_tokens), decode batch cap (the batch statistic at the operating
+  point, rounded up: max_num_seqs), P:D pool sizes within the budget, the KV link.
+
+Experts are always spread over every rank of an instance (EP = ranks: the step engine's MoE layout), so the
+EP axis is the instance size. Prefill and colocated instances use TP attention (the step engine prices
+chunked and full prefill with TP attention only).
+
+Objective. Without a rate: the highest sustainable request rate within the budget and the targets, ranked by
+output tokens/s per GPU. With a rate: the fewest GPUs that serve it within the targets (ties: more tokens/s
+per user). Every configuration is a row, infeasible ones with a reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from .. import _check, presets
+from ..errors import SpecError
+from ..models import disagg as dg
+from ..models import plan as pm
+from ..models.engine import Deployment
+from ..models.prefill import prefill_time
+
+__all__ = ["Question", "plan", "configurations", "frontiers", "best", "MODES", "CHUNKS", "LAYOUTS"]
+
+MODES = ("colocated", "disaggregated")
+CHUNKS = (512, 1024, 2048, 4096, 8192)  # max_num_batched_tokens options [tokens]
+LAYOUTS = ("TP", "DPA", "DOP")
+WIDE_EP_RANKS = (16, 32, 64)  # DP-attention + EP instance sizes searched for MoE models
+BATCH_POINTS = 40  # log-spaced decode batches per instance (step time is smooth in the batch)
+RATE_POINTS = 160  # per-instance rates of the colocated grid
+MAX_SEQS = 2048  # largest decode batch considered per instance [sequences]
+MAX_GPUS = 4096
+
+
+@dataclass(frozen=True)
+class Question:
+    """One planning question. Lengths in tokens, targets in ms at ``stat`` (mean, p50, p90, p99), rate in
+    requests/s (None: find the highest rate the budget sustains). ``weight_dtypes`` / ``kv_dtypes`` limit the
+    dtypes searched (None: the model's released dtype and FP8, plus FP4 on GPUs with FP4 tensor cores);
+    ``link`` is the KV-transfer link (None: the GPU's scale-out link)."""
+
+    model: str = "qwen3-32b"
+    gpu: str = "h200"
+    gpus: int = 32
+    isl: int = 4000
+    osl: int = 500
+    ttft_ms: float = 300.0
+    tpot_ms: float = 10.0
+    stat: str = "p90"
+    rate_per_s: float | None = None
+    runtime: str = "default"
+    weight_dtypes: tuple | None = None
+    kv_dtypes: tuple | None = None
+    modes: tuple = MODES
+    link: str | None = None
+    chunks: tuple = CHUNKS
+
+    def __post_init__(self) -> None:
+        def put(k, v):
+            object.__setattr__(self, k, v)
+
+        presets.model(self.model)
+        hw = presets.hardware(self.gpu)
+        presets.runtime(self.runtime)
+        put("gpus", _check.integer("gpus", self.gpus, lo=1, hi=MAX_GPUS))
+        put("isl", _check.integer("isl", self.isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens"))
+        put("osl", _check.integer("osl", self.osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens"))
+        for f in ("ttft_ms", "tpot_ms"):
+            put(f, _check.number(f, getattr(self, f), lo=0, lo_open=True, hi=dg.MAX_RATE_OR_MS, unit="ms"))
+        pm.check_stat(self.stat)
+        if self.rate_per_s is not None:
+            put("rate_per_s", _check.number("rate_per_s", self.rate_per_s, lo=0, lo_open=True,
+                                            hi=dg.MAX_RATE_OR_MS, unit="1/s"))
+        for f, allowed in (("modes", MODES),):
+            vals = tuple(getattr(self, f))
+            bad = [v for v in vals if v not in allowed]
+            if bad or not vals:
+                raise SpecError(f"{f} must be a non-empty subset of {', '.join(allowed)}, got {vals!r}")
+            put(f, vals)
+        for f in ("weight_dtypes", "kv_dtypes"):
+            vals = getattr(self, f)
+            if vals is not None:
+                vals = (vals,) if isinstance(vals, str) else tuple(vals)
+                if not vals:
+                    raise SpecError(f"{f} must name at least one dtype")
+                for v in vals:
+                    if f == "weight_dtypes":
+                        hw.check_dtype(v, "weight_dtype")
+                    else:
+                        from ..specs import dtype_bytes
+                        dtype_bytes(v, "kv_dtype")
+                put(f, vals)
+        put("chunks", tuple(_check.integer("chunk", c, lo=2, hi=1 << 20, unit="tokens") for c in self.chunks))
+        if self.link is not None:
+            presets.link(self.link)
+
+    @property
+    def workload(self) -> dg.Workload:
+        return dg.Workload(prompt_tokens=self.isl, output_tokens=self.osl, rate_per_s=self.rate_per_s or 1.0,
+                           ttft_slo_ms=self.ttft_ms, tpot_slo_ms=self.tpot_ms,
+                           percentile=pm.percentile_of(self.stat))
+
+    def dtype_options(self) -> list[tuple[str, str]]:
+        m, hw = presets.model(self.model), presets.hardware(self.gpu)
+        w = self.weight_dtypes
+        if w is None:
+            w = tuple(dict.fromkeys([m.weight_dtype, "fp8"] + (["fp4"] if hw.has_fp4 else [])))
+        kv = self.kv_dtypes or ("bf16", "fp8")
+        return [(a, b) for a in w for b in kv]
+
+    def link_name(self) -> str:
+        return self.link or presets.hardware(self.gpu).scale_out_link or "roce-400g"
+
+
+@dataclass
+class _Instance:
+    """One instance type: deployment + layout, with its decode and prefill tables."""
+
+    dep: Deployment
+    layout: str
+    batches: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    step_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    prefill_s: float = np.inf
+    reason: str = ""
+
+
+def _rank_options(q: Question) -> list[tuple[int, str]]:
+    m, hw = presets.model(q.model), presets.hardware(q.gpu)
+    node = hw.scale_up_size
+    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(node, q.gpus)]
+    out = [(t, "TP") for t in tps]
+    out += [(t, lay) for t in tps if t > 1 for lay in ("DPA", "DOP")]
+    if m.is_moe:
+        out += [(t, "DPA") for t in WIDE_EP_RANKS if node < t <= q.gpus]
+    return out
+
+
+def _instances(q: Question, wl: dg.Workload) -> list[_Instance]:
+    out = []
+    for wd, kd in q.dtype_options():
+        for ranks, layout in _rank_options(q):
+            inst = _instance(q.model, q.gpu, q.runtime, ranks, layout, wd, kd, wl.prompt_tokens,
+                             wl.output_tokens)
+            out.append(_Instance(inst.dep, inst.layout, inst.batches, inst.step_s, inst.prefill_s, inst.reason))
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl) -> _Instance:
+    """One instance's decode table (cached: sliders on rates and targets reuse it)."""
+    try:
+        dep = Deployment.build(model, gpu, ranks, runtime=runtime, weight_dtype=wd, kv_dtype=kd,
+                               moe_dispatch="alltoall" if layout == "DPA" and ranks > 8 else "gather")
+    except SpecError as exc:
+        return _Instance(None, layout, reason=f"{ranks} ranks, {wd}/{kd}: {exc}")
+    wl = dg.Workload(prompt_tokens=isl, output_tokens=osl)
+    dec = dg.decode_side(dep, wl, layout=layout, max_batch_limit=MAX_SEQS, points=BATCH_POINTS)
+    inst = _Instance(dep, layout, dec.batches, np.asarray(dec.step_s, float))
+    if dec.batch_cap < 1:
+        inst.reason = (f"{ranks} x {gpu} ({layout}, {wd} weights, {kd} KV) cannot hold the weights and "
+                       f"one sequence of {wl.peak_context:.0f} tokens")
+    elif layout == "TP":
+        inst.prefill_s = float(prefill_time(dep, isl)["prefill_s"])
+    return inst
+
+
+@functools.lru_cache(maxsize=256)
+def _colocated_tables(model, gpu, runtime, ranks, wd, kd, isl: int, osl: int, chunks: tuple) -> tuple:
+    dep = _instance(model, gpu, runtime, ranks, "TP", wd, kd, isl, osl).dep
+    wl = dg.Workload(prompt_tokens=isl, output_tokens=osl)
+    return dg.colocated_tables(dep, wl, np.array(chunks, float), points=BATCH_POINTS)
+
+
+def _label(mode: str, wd: str, kd: str, p: _Instance | None, d: _Instance, chunk=None) -> str:
+    if mode == "colocated":
+        return f"colocated {d.layout}{d.dep.ranks} {wd}/{kd} chunk {chunk}"
+    return f"disagg P:TP{p.dep.ranks} D:{d.layout}{d.dep.ranks} {wd}/{kd}"
+
+
+def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[list[dict], list[dict]]:
+    rows, front = [], []
+    T_ttft, T_tpot = q.ttft_ms * 1e-3, q.tpot_ms * 1e-3
+    mean = q.stat == "mean"
+    for inst in insts:
+        if inst.dep is None or inst.layout != "TP" or inst.reason:
+            continue
+        dep = inst.dep
+        dec, t_mix = _colocated_tables(q.model, q.gpu, q.runtime, dep.ranks, dep.weight_dtype, dep.kv_dtype,
+                                       q.isl, q.osl, q.chunks)
+        b_cap = dec.batches[-1]
+        lam_cap = float(np.max(dec.batches / (q.osl * np.asarray(dec.step_s))))  # pure-decode capacity
+        lam = np.geomspace(lam_cap * 1e-4, lam_cap, RATE_POINTS)
+        n_max = q.gpus // dep.ranks
+        for i, chunk in enumerate(q.chunks):
+            base = dict(mode="colocated", weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
+                        prefill_ranks=np.nan, prefill_layout="", decode_ranks=dep.ranks, decode_layout="TP",
+                        chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst,
+                                                         chunk))
+            def at(l, dec=dec, t_mix=t_mix[i], chunk=chunk):
+                r = dg.colocated_from_tables(dec, t_mix, wl, l, chunk)
+                ttft = r["ttft_mean_s"] if mean else r["ttft_s"]
+                tpot = r["tpot_mean_s"] if mean else r["tpot_s"]
+                return r, ttft, tpot
+
+            r, ttft, tpot = at(lam)
+            ok = (ttft <= T_ttft) & (tpot <= T_tpot)
+            good = np.isfinite(ttft) & (ttft <= T_ttft) & np.isfinite(tpot)
+            if good.any():
+                front += [dict(base, tokens_per_s_per_user=1.0 / tpot[j],
+                               tokens_per_s_per_gpu=lam[j] * q.osl / dep.ranks) for j in np.nonzero(good)[0]]
+            if not ok.any():
+                why = _colocated_reason(dec, t_mix[i], r, ttft, tpot, T_ttft, T_tpot)
+                rows.append(dict(base, feasible=False, reason=why))
+                continue
+            j = int(np.nonzero(ok)[0].max())
+            lo, hi = lam[j], lam[j + 1] if j + 1 < lam.size else lam[j]
+            if hi > lo:  # refine the boundary between the last feasible grid rate and the next
+                fine = np.linspace(lo, hi, 33)
+                _, t1, t2 = at(fine)
+                lo = float(fine[(t1 <= T_ttft) & (t2 <= T_tpot)].max())
+            lam_star = lo
+            if q.rate_per_s is None:
+                n_c = n_max
+                rate = n_c * lam_star
+            else:
+                n_c = math.ceil(q.rate_per_s / lam_star * (1 - 1e-12))
+                rate = q.rate_per_s
+            if n_c < 1 or n_c > n_max:
+                rows.append(dict(base, feasible=False, instances=n_c, gpus=n_c * dep.ranks,
+                                 reason=f"needs {n_c} instances of {dep.ranks} GPUs, over the budget of {q.gpus}"
+                                 if n_c > n_max else f"one instance needs {dep.ranks} GPUs > {q.gpus}"))
+                continue
+            r, ttft, tpot = at(np.array([rate / n_c]))
+            rows.append(dict(base, feasible=True, reason="", n_prefill=0, n_decode=n_c, gpus=n_c * dep.ranks,
+                             rate_per_s=rate, ttft_ms=float(ttft[0]) * 1e3, tpot_ms=float(tpot[0]) * 1e3,
+                             tpot_mean_ms=float(r["tpot_mean_s"][0]) * 1e3,
+                             decode_batch=float(r["decode_batch"][0]),
+                             max_num_seqs=_seqs_cap(float(r["decode_batch"][0]), b_cap),
+                             capacity_per_s=lam_star * n_max))
+    return rows, front
+
+
+def _colocated_reason(dec, t_mix, r, ttft, tpot, T_ttft, T_tpot) -> str:
+    if float(dec.step_s[0]) > T_tpot:
+        return f"a decode step at batch 1 takes {float(dec.step_s[0]) * 1e3:.3g} ms > the TPOT target"
+    if float(np.nanmin(np.where(np.isfinite(ttft), ttft, np.inf))) > T_ttft:
+        return (f"the prompt alone takes {float(r['prefill_service_s'][0]) * 1e3:.4g} ms in chunks > the TTFT "
+                "target")
+    return "no rate meets both targets (mixed iterations push TPOT over its target)"
+
+
+def _seqs_cap(mean_batch: float, cap: float) -> int:
+    """max_num_seqs for a mean decode batch: its p99 Poisson concurrency, rounded up to a multiple of 8,
+    within the memory cap."""
+    z = dg.Z_SCORES[0.99]
+    b = mean_batch + z * math.sqrt(max(mean_batch, 0.0))
+    return int(max(1, min(cap, 8 * math.ceil(b / 8))))
+
+
+def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[list[dict], list[dict]]:
+    link = presets.link(q.link_name())
+    T_ttft, T_tpot = q.ttft_ms * 1e-3, q.tpot_ms * 1e-3
+    pre = [i for i in insts if i.dep is not None and i.layout == "TP" and not i.reason]
+    dec = [i for i in insts if i.dep is not None and not i.reason]
+    if not pre or not dec:
+        return [], []
+    pairs = [(p, d) for p in pre for d in dec
+             if (p.dep.weight_dtype, p.dep.kv_dtype) == (d.dep.weight_dtype, d.dep.kv_dtype)
+             and p.dep.ranks + d.dep.ranks <= q.gpus]
+    if not pairs:
+        return [], []
+    k = len(pairs)
+    busy_p, busy_d, exposed = np.zeros(k), np.zeros(k), np.zeros(k)
+    for j, (p, d) in enumerate(pairs):
+        ps = dg.PrefillSide(p.dep, p.prefill_s, np.array([p.prefill_s]), np.array([1.0]))
+        ds = dg.DecodeSide(d.dep, int(d.batches[-1]), d.batches, d.step_s)
+        x = dg.transfer_side(ps, ds, link, wl)
+        busy_p[j], exposed[j] = x["link_busy_s"], x["exposed_s"]
+        busy_d[j] = x["link_busy_s"] * p.dep.ranks / d.dep.ranks
+    S = np.array([p.prefill_s for p, _ in pairs])
+    rp = np.array([p.dep.ranks for p, _ in pairs], float)
+    rd = np.array([d.dep.ranks for _, d in pairs], float)
+    n_max = max(1, q.gpus // int(min(rp.min(), rd.min())))
+    # pairs sharing a prefill instance and link costs share the prefill pool's rates: solve each once
+    key = np.stack([S, busy_p, exposed], axis=1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    rate_p = pm.prefill_pool_rates(q.stat, T_ttft, uniq[:, 0], uniq[:, 1], uniq[:, 2], n_max)[inv.ravel()]
+    rate_p = np.where(np.arange(1, n_max + 1)[None, :] * rp[:, None] <= q.gpus, rate_p, 0.0)
+    d_rate = {}
+    for _, d in pairs:
+        if id(d) not in d_rate:
+            d_rate[id(d)] = pm.decode_instance_rate(q.stat, T_tpot, d.batches, d.step_s, q.osl)
+    rate_d1 = np.array([d_rate[id(d)]["rate_per_s"] for _, d in pairs])
+    rate_link = pm.inbound_link_rates(q.stat, T_ttft - S - exposed, busy_d, n_max)
+    grid = pm.pool_pairs(rate_p, rate_d1, rate_link, rp, rd, q.gpus)
+    rate, gpus = grid["rate"], grid["gpus"]
+    rows, front = [], []
+    for j, (p, d) in enumerate(pairs):
+        base = dict(mode="disaggregated", weight_dtype=d.dep.weight_dtype, kv_dtype=d.dep.kv_dtype,
+                    prefill_ranks=p.dep.ranks, prefill_layout="TP", decode_ranks=d.dep.ranks,
+                    decode_layout=d.layout, chunk_tokens=np.nan, link=link.name,
+                    label=_label("disaggregated", d.dep.weight_dtype, d.dep.kv_dtype, p, d))
+        dr = d_rate[id(d)]
+        # frontier: continuous P:D ratio at the best prefill rate per instance within the budget
+        per_inst_p = float(np.max(rate_p[j] / np.arange(1, n_max + 1)))
+        if per_inst_p > 0:
+            m = d.batches
+            bstat = m + pm.z_of(q.stat) * np.sqrt(m)
+            fits = bstat <= d.batches[-1]
+            t_m = np.interp(m, d.batches, np.maximum.accumulate(d.step_s))
+            t_stat = np.interp(bstat, d.batches, np.maximum.accumulate(d.step_s))
+            lam_d = m / (q.osl * t_m)
+            y = q.osl / (p.dep.ranks / per_inst_p + d.dep.ranks / lam_d)
+            front += [dict(base, tokens_per_s_per_user=1.0 / t_stat[i], tokens_per_s_per_gpu=y[i])
+                      for i in np.nonzero(fits)[0]]
+        r, g = rate[j], gpus[j]
+        if q.rate_per_s is None:
+            if r.max() <= 0:
+                rows.append(dict(base, feasible=False, reason=_disagg_reason(p, d, dr, rate_p[j], rate_link[j],
+                                                                               T_ttft, exposed[j])))
+                continue
+            key = np.where(r > 0, r * (1 + 1e-12) - g * 1e-15, -np.inf)  # highest rate, then fewer GPUs
+            a, b = np.unravel_index(int(np.argmax(key)), r.shape)
+        else:
+            ok = r >= q.rate_per_s
+            if not ok.any():
+                why = (_disagg_reason(p, d, dr, rate_p[j], rate_link[j], T_ttft, exposed[j]) if r.max() <= 0 else
+                       f"at most {r.max():.3g} req/s within {q.gpus} GPUs < {q.rate_per_s:g} req/s")
+                rows.append(dict(base, feasible=False, reason=why))
+                continue
+            key = np.where(ok, g + grid["n_p"][:, None] * 1e-6, np.inf)  # fewest GPUs, then fewer prefill
+            a, b = np.unravel_index(int(np.argmin(key)), r.shape)
+        n_p, n_d = int(grid["n_p"][a]), int(grid["n_d"][b])
+        lam = float(r[a, b]) if q.rate_per_s is None else q.rate_per_s
+        ttft = (pm.pool_wait(q.stat, lam, S[j], n_p) + S[j]
+                + np.maximum(pm.link_wait(q.stat, lam / n_p, busy_p[j]), pm.link_wait(q.stat, lam / n_d, busy_d[j]))
+                + exposed[j])
+        mb = dg.first_fixed_point(d.batches, d.step_s, lam / n_d, q.osl)
+        mb = float(mb) if np.isfinite(mb) else dr["mean_batch"]
+        bstat = mb + pm.z_of(q.stat) * math.sqrt(mb)
+        tpot = float(np.interp(max(bstat, 1.0), d.batches, np.maximum.accumulate(d.step_s)))
+        rows.append(dict(base, feasible=True, reason="", n_prefill=n_p, n_decode=n_d, gpus=int(g[a, b]),
+                         rate_per_s=lam, ttft_ms=float(ttft) * 1e3, tpot_ms=tpot * 1e3,
+                         tpot_mean_ms=float(np.interp(max(mb, 1.0), d.batches, d.step_s)) * 1e3,
+                         decode_batch=mb, max_num_seqs=_seqs_cap(mb, float(d.batches[-1])),
+                         capacity_per_s=float(r.max()), transfer_exposed_ms=exposed[j] * 1e3))
+    return rows, front
+
+
+def _disagg_reason(p, d, dr, rate_p, rate_link, T_ttft, exposed) -> str:
+    if p.prefill_s + exposed > T_ttft:
+        return (f"prefill ({p.prefill_s * 1e3:.4g} ms) + exposed transfer ({exposed * 1e3:.3g} ms) exceed the "
+                "TTFT target")
+    if dr["rate_per_s"] <= 0:
+        return f"a decode step at batch 1 takes {float(d.step_s[0]) * 1e3:.3g} ms > the TPOT target"
+    if np.max(rate_link) <= 0:
+        return "the decode instance's NICs cannot take the KV within the TTFT slack"
+    return "no pool pair within the budget meets both targets"
+
+
+def configurations(q: Question) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every configuration's row, frontier candidate points). Rows: mode, label, dtypes, each side's ranks
+    and layout, chunk_tokens, n_prefill / n_decode instances, gpus, rate_per_s, tokens_per_s_per_gpu,
+    tokens_per_s_per_user, ttft_ms and tpot_ms at the question's statistic, tpot_mean_ms, decode_batch,
+    max_num_seqs, capacity_per_s (highest rate within the budget), feasible and reason."""
+    wl = q.workload
+    insts = _instances(q, wl)
+    rows, pts = [], []
+    if "colocated" in q.modes:
+        r, f = _colocated_rows(q, wl, insts)
+        rows += r
+        pts += f
+    if "disaggregated" in q.modes:
+        r, f = _disagg_rows(q, wl, insts)
+        rows += r
+        pts += f
+    for i in insts:
+        if i.reason:
+            rows.append(dict(mode="any", label=i.reason.split(":")[0], feasible=False, reason=i.reason,
+                             decode_layout=i.layout))
+    cols = ["mode", "label", "weight_dtype", "kv_dtype", "prefill_ranks", "prefill_layout", "decode_ranks",
+            "decode_layout", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
+            "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "tpot_mean_ms",
+            "decode_batch", "max_num_seqs", "capacity_per_s", "transfer_exposed_ms", "feasible", "reason"]
+    df = pd.DataFrame(rows).reindex(columns=cols)
+    df["feasible"] = df["feasible"].fillna(False).astype(bool)
+    ok = df["feasible"]
+    df.loc[ok, "tokens_per_s_per_gpu"] = df.loc[ok, "rate_per_s"] * q.osl / df.loc[ok, "gpus"]
+    df.loc[ok, "tokens_per_s_per_user"] = 1e3 / df.loc[ok, "tpot_ms"]
+    if q.rate_per_s is None:
+        order = df.sort_values(["feasible", "tokens_per_s_per_gpu", "tokens_per_s_per_user"],
+                               ascending=[False, False, False], kind="mergesort")
+    else:
+        order = df.sort_values(["feasible", "gpus", "tokens_per_s_per_user"], ascending=[False, True, False],
+                               kind="mergesort")
+    return order.reset_index(drop=True), pd.DataFrame(pts)
+
+
+def frontiers(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Pareto frontier of tokens/s/GPU against tokens/s/user per mode (points not dominated in both)."""
+    out = {}
+    for mode in MODES:
+        p = points[points["mode"] == mode] if len(points) else points
+        if not len(p):
+            out[mode] = pd.DataFrame(columns=["tokens_per_s_per_user", "tokens_per_s_per_gpu", "label"])
+            continue
+        idx = pm.pareto_front(p["tokens_per_s_per_user"].to_numpy(), p["tokens_per_s_per_gpu"].to_numpy())
+        out[mode] = p.iloc[idx][["tokens_per_s_per_user", "tokens_per_s_per_gpu", "label"]].reset_index(drop=True)
+    return out
+
+
+def best(table: pd.DataFrame, q: Question) -> dict:
+    """The best feasible configuration, the runner-up (the best configuration with a different label) and
+    the margin between them in the objective [%]: tokens/s per GPU (no rate) or GPUs (with a rate)."""
+    ok = table[table["feasible"]]
+    if not len(ok):
+        return {"best": None, "runner_up": None, "margin_pct": np.nan}
+    b = ok.iloc[0].to_dict()
+    rest = ok[ok["label"] != b["label"]]
+    r = rest.iloc[0].to_dict() if len(rest) else None
+    if r is None:
+        margin = np.nan
+    elif q.rate_per_s is None:
+        margin = 100.0 * (b["tokens_per_s_per_gpu"] / r["tokens_per_s_per_gpu"] - 1.0)
+    else:
+        margin = 100.0 * (r["gpus"] / b["gpus"] - 1.0)
+    return {"best": b, "runner_up": r, "margin_pct": margin}
+
+
+def plan(q: Question | None = None, **kw) -> dict:
+    """Answer one planning question (a :class:`Question` or its fields as keywords).
+
+    Returns ``question``, ``table`` (every configuration), ``frontiers`` ({mode: frontier}), ``best``,
+    ``runner_up``, ``margin_pct``, ``best_mode``, ``best_by_mode`` ({mode: row}), ``disagg_over_agg_ratio``
+    (best disaggregated tokens/s/GPU over best colocated) and ``seconds`` (time taken)."""
+    t0 = time.perf_counter()
+    q = Question(**kw) if q is None else (replace(q, **kw) if kw else q)
+    table, pts = configurations(q)
+    fr = frontiers(pts)
+    out = {"question": q, "table": table, "frontiers": fr, "points": pts}
+    out.update(best(table, q))
+    by_mode = {}
+    for mode in MODES:
+        ok = table[table["feasible"] & (table["mode"] == mode)]
+        by_mode[mode] = ok.iloc[0].to_dict() if len(ok) else None
+    out["best_by_mode"] = by_mode
+    out["best_mode"] = out["best"]["mode"] if out["best"] else None
+    c, d = by_mode["colocated"], by_mode["disaggregated"]
+    out["disagg_over_agg_ratio"] = (d["tokens_per_s_per_gpu"] / c["tokens_per_s_per_gpu"]
+                                    if c is not None and d is not None else np.nan)
+    out["seconds"] = time.perf_counter() - t0
+    return out
