@@ -18,6 +18,7 @@ LAYERS = {
     "errors": 0, "units": 0, "_check": 0, "specs": 0, "presets": 0, "catalog": 0,
     "models": 1,
     "transfer": 1,
+    "launch": 1,
     "storage": 1,
     "calibrate": 2, "kernelfit": 2, "validate": 2, "sweeps": 2, "findings": 2,
     "plots": 3,

@@ -1,0 +1,370 @@
+"""Engine command lines for a planned deployment: what a user types to run it with vLLM or SGLang.
+
+The deployment planner (``llmexplore.sweeps.plan``) picks a configuration; :func:`launch_commands` turns it
+into one launch command per role (colocated, or prefill and decode) for one engine, and :func:`launch_text`
+prints them with the router step a disaggregated deployment needs. Every flag comes from ``data/engines.yaml``,
+which records it from the engine's own argument parser at a named release; a configuration an engine cannot
+express gets ``command: None`` and a note saying why, never an invented flag.
+
+The configuration (a dict, as the planner produces it)::
+
+    {"model": "deepseek-v3", "gpu": "h200", "mode": "colocated" | "disaggregated",
+     "weight_dtype": "bf16" | "fp16" | "fp8" | "fp4", "kv_dtype": "bf16" | "fp8",
+     "moe_dispatch": "gather" | "alltoall",          # optional (default "gather"); "alltoall" = DeepEP
+     "sides": [{"role": "colocated" | "prefill" | "decode", "instances": n, "ranks": t,
+                "layout": "TP" | "DPA" | "DOP", "ep": e, "max_num_seqs": s, "chunk_tokens": c | None}]}
+
+``ranks`` is the GPUs of one instance, ``ep`` the expert-parallel size (1 for dense models),
+``max_num_seqs`` the running requests of one instance, ``chunk_tokens`` the chunked-prefill budget (None:
+prefill whole prompts). Layouts (docs/models.md §3): TP shards everything over the ranks; DPA keeps the
+attention data parallel (one batch share per rank) with the FFN/experts sharded; DOP has no engine flag.
+
+Glossary: tp, dp, ep (tensor, data, expert parallel sizes); DPA (data-parallel attention); PD (prefill/decode
+disaggregation). Assumption: an instance of more than 8 GPUs spans hosts, and its multi-node flags are not
+generated (a note says so).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import shlex
+from typing import Any
+
+from . import _check, presets
+from .errors import SpecError, UnknownPresetError
+
+__all__ = ["ENGINES", "emitted_flags", "engine_table", "launch_commands", "launch_text", "router_command"]
+
+ENGINES = ("vllm", "sglang")
+MODES = ("colocated", "disaggregated")
+ROLES = ("colocated", "prefill", "decode")
+LAYOUTS = ("TP", "DPA", "DOP")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")
+KV_DTYPES = ("bf16", "fp8")
+MOE_DISPATCH = ("gather", "alltoall")
+GPUS_PER_HOST = 8  # assumption: the common 8-GPU host; a larger instance needs the engine's multi-node flags
+MAX_INSTANCES = 1 << 16
+MAX_RANKS = 1024
+MAX_SEQS = 1 << 24
+MAX_TOKENS = 1 << 30
+
+
+@functools.cache
+def engine_table() -> dict:
+    """``data/engines.yaml`` as read (engines and the model -> checkpoint map); cached."""
+    path = presets.DATA_DIR / "engines.yaml"
+    table = presets._read_yaml(path)
+    for key in ("engines", "models"):
+        if not isinstance(table.get(key), dict):
+            raise SpecError(f"{path}: top-level {key!r} must be a mapping")
+    return table
+
+
+def _engine(engine: Any) -> dict:
+    if engine not in ENGINES:
+        raise SpecError(f"engine must be one of {list(ENGINES)}, got {_check.shown(engine)}")
+    return engine_table()["engines"][engine]
+
+
+def _field(cfg: dict, name: str, where: str = "config") -> Any:
+    if name not in cfg:
+        raise SpecError(f"{where} has no {name!r}; give it (see llmexplore.launch)")
+    return cfg[name]
+
+
+def _validate(config: Any) -> dict:
+    """The configuration checked field by field; SpecError names the field, the value and the rule."""
+    if not isinstance(config, dict):
+        raise SpecError(f"config must be a dict, got {type(config).__name__}")
+    models = engine_table()["models"]
+    model = _field(config, "model")
+    if model not in models:
+        raise SpecError(f"config['model'] must be a model preset with a checkpoint in data/engines.yaml "
+                        f"{sorted(models)}, got {_check.shown(model)}")
+    spec = presets.model(model)
+    gpu = _field(config, "gpu")
+    try:
+        hw = presets.hardware(gpu)
+    except UnknownPresetError as exc:
+        raise SpecError(f"config['gpu']: {exc}") from None
+    mode = _check.choice("config['mode']", _field(config, "mode"), MODES)
+    weight = _check.choice("config['weight_dtype']", _field(config, "weight_dtype"), WEIGHT_DTYPES)
+    hw.check_dtype(weight, "config['weight_dtype']")
+    kv = _check.choice("config['kv_dtype']", _field(config, "kv_dtype"), KV_DTYPES)
+    dispatch = _check.choice("config['moe_dispatch']", config.get("moe_dispatch", "gather"), MOE_DISPATCH)
+    sides = _field(config, "sides")
+    if not isinstance(sides, (list, tuple)) or not sides:
+        raise SpecError(f"config['sides'] must be a non-empty list of dicts, got {_check.shown(sides)}")
+    out = []
+    for i, side in enumerate(sides):
+        where = f"config['sides'][{i}]"
+        if not isinstance(side, dict):
+            raise SpecError(f"{where} must be a dict, got {type(side).__name__}")
+        role = _check.choice(f"{where}['role']", _field(side, "role", where), ROLES)
+        ranks = _check.integer(f"{where}['ranks']", _field(side, "ranks", where), lo=1, hi=MAX_RANKS)
+        ep = _check.integer(f"{where}['ep']", _field(side, "ep", where), lo=1, hi=MAX_RANKS)
+        if not spec.is_moe and ep != 1:
+            raise SpecError(f"{where}['ep'] must be 1 for the dense model {model}, got {ep}")
+        if ranks % ep:
+            raise SpecError(f"{where}['ep'] ({ep}) must divide {where}['ranks'] ({ranks})")
+        chunk = _field(side, "chunk_tokens", where)
+        out.append({
+            "role": role,
+            "instances": _check.integer(f"{where}['instances']", _field(side, "instances", where), lo=1,
+                                        hi=MAX_INSTANCES),
+            "ranks": ranks,
+            "layout": _check.choice(f"{where}['layout']", _field(side, "layout", where), LAYOUTS),
+            "ep": ep,
+            "max_num_seqs": _check.integer(f"{where}['max_num_seqs']", _field(side, "max_num_seqs", where),
+                                           lo=1, hi=MAX_SEQS),
+            "chunk_tokens": None if chunk is None else _check.integer(f"{where}['chunk_tokens']", chunk, lo=1,
+                                                                      hi=MAX_TOKENS),
+        })
+    roles = [s["role"] for s in out]
+    want = ["colocated"] if mode == "colocated" else ["prefill", "decode"]
+    if sorted(roles) != sorted(want):
+        raise SpecError(f"config['sides'] roles must be {want} for mode {mode!r}, got {roles}")
+    return {"model": model, "moe": spec.is_moe, "mode": mode, "weight_dtype": weight, "kv_dtype": kv,
+            "moe_dispatch": dispatch, "sides": out}
+
+
+def _checkpoint(cfg: dict, engine: str, eng: dict) -> tuple[str | None, list[str], list[str]]:
+    """(Hugging Face repo or None, weight flags, notes) for the config's weight dtype on ``engine``."""
+    entry = engine_table()["models"][cfg["model"]]
+    repo = entry["hf_repo"]
+    native = entry.get("native_dtype", "bf16")
+    want = cfg["weight_dtype"]
+    choices = eng["choices"]
+    quant = eng["flags"]["quantization"]["flag"]
+    notes = []
+    if want == native or {want, native} == {"bf16", "fp16"}:
+        if want != native:
+            notes.append(f"{repo} is released in {native}; the engine serves it in {native} (same bytes as {want})")
+        return repo, [], notes
+    if want in ("bf16", "fp16"):
+        return None, [], [(f"{repo} is released in {native} and data/engines.yaml lists no {want} checkpoint of "
+                          f"{cfg['model']}; engines do not up-cast a quantized checkpoint for serving")]
+    if want == "fp8":
+        ckpt = entry.get("fp8")
+        if ckpt and engine in ckpt.get("engines", ()):
+            who = "official" if ckpt.get("official") else "third-party"
+            notes.append(f"{ckpt['repo']} is the {who} FP8 checkpoint; the engine reads its quantization from "
+                         "config.json")
+            if ckpt.get("note"):
+                notes.append(ckpt["note"])
+            return ckpt["repo"], list(ckpt.get("extra_flags", {}).get(engine, [])), notes
+        if ckpt and ckpt.get("note"):
+            notes.append(ckpt["note"])
+        if native != "bf16" and native != "fp16":
+            return None, [], [(f"{repo} is released in {native}; FP8 weights need an FP8 checkpoint, which "
+                              "data/engines.yaml does not list")]
+        notes.append(f"no FP8 checkpoint of {cfg['model']} that {eng['display_name']} loads is listed in "
+                     f"data/engines.yaml: the engine quantizes {repo} to FP8 at load time")
+        return repo, [quant, choices["quantization_online_fp8"]], notes
+    # fp4
+    ckpt = entry.get("fp4")
+    if ckpt and engine in ckpt.get("engines", ()):
+        who = "official" if ckpt.get("official") else "third-party (NVIDIA ModelOpt)"
+        notes.append(f"{ckpt['repo']} is a {who} NVFP4 checkpoint")
+        return ckpt["repo"], [quant, choices["quantization_fp4_checkpoint"]], notes
+    return None, [], [(f"no NVFP4 checkpoint of {cfg['model']} in data/engines.yaml, and {eng['display_name']} "
+                      f"{eng['release']} cannot quantize a whole {native} checkpoint to FP4 at load time (its "
+                      "online FP4 methods convert only MoE expert weights: vLLM nvfp4_per_token, SGLang "
+                      "nvfp4_online)")]
+
+
+def _vllm_parallel(cfg: dict, side: dict, eng: dict) -> tuple[list[str] | None, list[str]]:
+    f = eng["flags"]
+    ranks, ep, layout, moe = side["ranks"], side["ep"], side["layout"], cfg["moe"]
+    notes = []
+    if moe and ep not in (1, ranks):
+        return None, [(f"vLLM sets the expert-parallel size to TP x DP of the instance ({ranks}) when "
+                      f"{f['expert_parallel']['flag']} is given and has no EP-size flag, so ep={ep} cannot be "
+                      "expressed")]
+    if layout == "TP":
+        args = [f["tensor_parallel"]["flag"], str(ranks)]
+        seqs = side["max_num_seqs"]
+    else:  # DPA
+        if not moe:
+            return None, [(f"vLLM has no data-parallel attention for dense models: {f['data_parallel']['flag']} "
+                          f"{ranks} would run {ranks} full replicas (FFN not sharded), a different deployment; "
+                          f"use {side['instances'] * ranks} TP1 instances if that is what you want")]
+        args = [f["data_parallel"]["flag"], str(ranks), f["tensor_parallel"]["flag"], "1"]
+        seqs = math.ceil(side["max_num_seqs"] / ranks)
+        notes.append(f"vLLM schedules each data-parallel rank separately, so {f['max_running_requests']['flag']} "
+                     f"is per rank: ceil({side['max_num_seqs']} / {ranks}) = {seqs}")
+        if ep == 1:
+            notes.append("without expert parallelism vLLM shards each expert over all DP ranks (MoE TP)")
+    if moe and ep == ranks and ranks > 1:
+        args.append(f["expert_parallel"]["flag"])
+        if cfg["moe_dispatch"] == "alltoall":
+            backend = eng["choices"]["all2all_backend"][side["role"]]
+            args += [f["all2all_backend"]["flag"], backend]
+            notes.append("vLLM picks one DeepEP kernel per instance (deepep_high_throughput for prefill, "
+                         "deepep_low_latency for decode); it has no per-batch switch like SGLang's deepep_mode auto")
+    elif cfg["moe_dispatch"] == "alltoall" and moe:
+        notes.append("DeepEP all-to-all needs expert parallelism over all ranks (ep = ranks); dispatch stays "
+                     "all-gather")
+    args += [f["max_running_requests"]["flag"], str(seqs)]
+    return args, notes
+
+
+def _sglang_parallel(cfg: dict, side: dict, eng: dict) -> tuple[list[str] | None, list[str]]:
+    f = eng["flags"]
+    ranks, ep, moe = side["ranks"], side["ep"], cfg["moe"]
+    notes = []
+    args = [f["tensor_parallel"]["flag"], str(ranks)]
+    if side["layout"] == "DPA":
+        args += [f["attention_dp"]["flag"], str(ranks)]
+        notes.append(f"{f['attention_dp']['flag']} appeared in SGLang 0.5.22; for 0.5.21 or older write "
+                     f"--tp {ranks} --dp {ranks} --enable-dp-attention instead (still accepted, deprecated)")
+    if moe and ep > 1:
+        args += [f["expert_parallel"]["flag"], str(ep)]
+        if ep < ranks:
+            notes.append(f"SGLang shards each expert over ranks/ep = {ranks // ep} ranks (moe_tp_size)")
+    if moe and cfg["moe_dispatch"] == "alltoall":
+        if ep == ranks and ranks > 1:
+            args += [f["moe_a2a_backend"]["flag"], eng["choices"]["moe_a2a_backend"]]
+            notes.append("DeepEP: --moe-a2a-backend deepep (it replaced --enable-deepep-moe, removed by 0.5.10)")
+        else:
+            notes.append("DeepEP all-to-all needs expert parallelism over all ranks (ep = ranks); SGLang would "
+                         "raise ep to the TP size, so dispatch stays all-gather")
+    args += [f["max_running_requests"]["flag"], str(side["max_num_seqs"])]
+    return args, notes
+
+
+def _chunk_args(engine: str, side: dict, eng: dict) -> list[str]:
+    f = eng["flags"]
+    chunk = side["chunk_tokens"]
+    if engine == "vllm":
+        if chunk is None:
+            return [f["chunked_prefill_off"]["flag"]]
+        return [f["chunked_prefill_on"]["flag"], f["chunk_budget"]["flag"], str(chunk)]
+    return [f["chunk_budget"]["flag"], str(chunk) if chunk is not None else eng["chunked_prefill_off"]]
+
+
+def _kv_args(cfg: dict, eng: dict) -> list[str]:
+    value = eng["choices"]["kv_cache_dtype"][cfg["kv_dtype"]]
+    return [] if value == "auto" else [eng["flags"]["kv_cache_dtype"]["flag"], value]
+
+
+def _pd_args(engine: str, role: str, eng: dict) -> list[str]:
+    f = eng["flags"]
+    if role == "colocated":
+        return []
+    if engine == "vllm":
+        spec = {"kv_connector": eng["pd_connector"], "kv_role": eng["choices"]["kv_role"][role]}
+        return [f["kv_transfer_config"]["flag"], json.dumps(spec, separators=(",", ":"))]
+    args = [f["disaggregation_mode"]["flag"], role, f["disaggregation_transfer_backend"]["flag"],
+            eng["choices"]["disaggregation_transfer_backend"]]
+    if role == "prefill":
+        args += [f["disaggregation_bootstrap_port"]["flag"], "8998"]
+    return args
+
+
+def _join(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def launch_commands(config: dict, engine: str) -> list[dict]:
+    """One entry per role of ``config`` for ``engine`` ("vllm" or "sglang"):
+    ``{"role", "instances", "gpus_per_instance", "command", "note", "flags"}``.
+
+    ``command`` is the shell line to run once per instance (None when the engine cannot express the side;
+    ``note`` then says why), ``flags`` the option names it uses. Raises SpecError naming the field for a bad
+    config. Flags and checkpoints: data/engines.yaml.
+    """
+    eng = _engine(engine)
+    cfg = _validate(config)
+    repo, weight_args, weight_notes = _checkpoint(cfg, engine, eng)
+    out = []
+    for side in cfg["sides"]:
+        entry = {"role": side["role"], "instances": side["instances"], "gpus_per_instance": side["ranks"],
+                 "command": None, "note": None, "flags": []}
+        notes = list(weight_notes)
+        if side["layout"] == "DOP":
+            notes = [(f"{eng['display_name']} {eng['release']} has no DOP layout (attention weights sharded like TP, "
+                     "each request's KV on one rank): no flag expresses it; the nearest expressible layouts "
+                     "are TP and DPA")]
+            parallel = None
+        elif repo is None:
+            parallel = None
+        else:
+            parallel, more = (_vllm_parallel if engine == "vllm" else _sglang_parallel)(cfg, side, eng)
+            notes += more
+        if parallel is not None and repo is not None:
+            head = shlex.split(eng["launch"].format(model=repo))
+            argv = head + parallel + weight_args + _kv_args(cfg, eng) + _chunk_args(engine, side, eng) + \
+                _pd_args(engine, side["role"], eng)
+            entry["command"] = _join(argv)
+            entry["flags"] = [a for a in argv if a.startswith("--")]
+            if side["ranks"] > GPUS_PER_HOST:
+                notes.append(f"an instance of {side['ranks']} GPUs spans hosts: run it on each host with the "
+                             "engine's multi-node flags (not generated here)")
+        entry["note"] = "; ".join(notes) if notes else None
+        out.append(entry)
+    return out
+
+
+def router_command(config: dict, engine: str) -> dict | None:
+    """The router/proxy step a disaggregated config needs in front of its prefill and decode instances
+    (``{"command", "note"}``), or None for a colocated one. Hosts are placeholders (PREFILL_HOST_1, ...)."""
+    eng = _engine(engine)
+    cfg = _validate(config)
+    if cfg["mode"] == "colocated":
+        return None
+    n = {s["role"]: s["instances"] for s in cfg["sides"]}
+    port = eng["default_port"]
+    prefill = [f"PREFILL_HOST_{i + 1}" for i in range(n["prefill"])]
+    decode = [f"DECODE_HOST_{i + 1}" for i in range(n["decode"])]
+    if engine == "vllm":
+        cmd = eng["router"]["command"].format(
+            prefill_hosts=" ".join(prefill), prefill_ports=" ".join([str(port)] * len(prefill)),
+            decode_hosts=" ".join(decode), decode_ports=" ".join([str(port)] * len(decode)))
+    else:
+        cmd = eng["router"]["command"].format(
+            prefill_args=" ".join(f"--prefill http://{h}:{port} 8998" for h in prefill),
+            decode_args=" ".join(f"--decode http://{h}:{port}" for h in decode))
+    return {"command": cmd, "note": eng["router"]["note"]}
+
+
+def emitted_flags(config: dict, engine: str) -> set[str]:
+    """Every option name the engine commands of ``config`` use (not the router's)."""
+    return {f for e in launch_commands(config, engine) for f in e["flags"]}
+
+
+def launch_text(config: dict, engine: str) -> str:
+    """The launch steps as text: each role's command (one line per flag), instance count and notes, then the
+    router step for a disaggregated config."""
+    eng = _engine(engine)
+    lines = [f"# {eng['display_name']} {eng['release']}: {config.get('model')} on {config.get('gpu')}"
+             if isinstance(config, dict) else ""]
+    for e in launch_commands(config, engine):
+        lines.append(f"# {e['role']}: {e['instances']} instance(s) x {e['gpus_per_instance']} GPU(s)")
+        if e["command"] is None:
+            lines.append("#   not expressible: " + (e["note"] or ""))
+        else:
+            argv = shlex.split(e["command"])
+            lines.append(_format_argv(argv))
+            if e["note"]:
+                lines.append("#   note: " + e["note"])
+    router = router_command(config, engine)
+    if router is not None:
+        lines.append("# router (start after the prefill and decode instances):")
+        lines.append(router["command"])
+        lines.append("#   note: " + router["note"])
+    return "\n".join(lines) + "\n"
+
+
+def _format_argv(argv: list[str]) -> str:
+    """``cmd --flag value`` split before each flag with shell line continuations."""
+    parts, cur = [], []
+    for a in argv:
+        if a.startswith("--") and cur:
+            parts.append(cur)
+            cur = []
+        cur.append(a)
+    parts.append(cur)
+    return " \\\n    ".join(_join(p) for p in parts)

@@ -1,0 +1,208 @@
+"""Engine launch commands (llmexplore.launch): flags only from data/engines.yaml, DOP and other inexpressible
+configurations as None plus a note, dtype mapping, disaggregated roles, errors naming the field."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import shlex
+from pathlib import Path
+
+import pytest
+
+from llmexplore import launch, presets
+from llmexplore.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _side(role="colocated", **kw):
+    side = {"role": role, "instances": 2, "ranks": 8, "layout": "TP", "ep": 1, "max_num_seqs": 256,
+            "chunk_tokens": 8192}
+    side.update(kw)
+    return side
+
+
+def _config(model="llama-3-70b", mode="colocated", sides=None, **kw):
+    cfg = {"model": model, "gpu": "h200", "mode": mode, "weight_dtype": "bf16", "kv_dtype": "bf16",
+           "sides": sides if sides is not None else [_side()]}
+    cfg.update(kw)
+    return cfg
+
+
+def _disagg(model="deepseek-v3", layout="DPA", ep=8, **kw):
+    return _config(model, "disaggregated", [_side("prefill", layout=layout, ep=ep, chunk_tokens=None),
+                                            _side("decode", instances=1, layout=layout, ep=ep)],
+                   weight_dtype="fp8", **kw)
+
+
+def _all_configs():
+    """A spread of configurations over models, layouts, dtypes and modes."""
+    out = []
+    for model in launch.engine_table()["models"]:
+        moe = presets.model(model).is_moe
+        for layout in ("TP", "DPA"):
+            for weight in ("bf16", "fp8"):
+                for kv in ("bf16", "fp8"):
+                    ep = 8 if moe else 1
+                    out.append(_config(model, weight_dtype=weight, kv_dtype=kv,
+                                       sides=[_side(layout=layout, ep=ep)], moe_dispatch="alltoall"))
+        out.append(_disagg(model, "TP", 8 if moe else 1, gpu="b200"))
+        out.append(dict(_disagg(model, "TP", 8 if moe else 1, gpu="b200"), weight_dtype="fp4"))
+    return out
+
+
+@pytest.mark.parametrize("engine", launch.ENGINES)
+def test_every_emitted_flag_is_recorded_from_the_engine_parser(engine):
+    """Emitted flags are a subset of the flags data/engines.yaml recorded from the engine's parser source."""
+    recorded = set(launch.engine_table()["engines"][engine]["recorded_flags"])
+    emitted = set()
+    for cfg in _all_configs():
+        for entry in launch.launch_commands(cfg, engine):
+            if entry["command"] is not None:
+                argv = shlex.split(entry["command"])
+                assert [a for a in argv if a.startswith("--")] == entry["flags"]
+                emitted |= set(entry["flags"])
+    assert emitted <= recorded, sorted(emitted - recorded)
+    assert len(emitted) >= 8  # the spread reaches most of the recorded flags
+
+
+@pytest.mark.parametrize("engine", launch.ENGINES)
+def test_recorded_flags_come_from_the_cited_files(engine):
+    """Each recorded flag names the parser file it was read from, at the release and commit recorded."""
+    entry = launch.engine_table()["engines"][engine]
+    by_flag = {v["flag"]: v for v in entry["flags"].values()}
+    assert set(entry["recorded_flags"]) == set(by_flag)
+    prefix = {"vllm": "vllm/", "sglang": "sglang/srt/arg_groups/fields/"}[engine]
+    for flag, spec in by_flag.items():
+        assert flag.startswith("--") and spec["file"].startswith(prefix), flag
+    assert entry["release"] and "commit" in entry and entry["sources"]["flags"]
+    assert (ROOT / "scripts" / "extract_engine_flags.py").is_file()
+
+
+def test_the_extraction_rules_read_flags_from_source(tmp_path):
+    """The extraction script's two readers: literal add_argument strings (vLLM) and annotated dataclass fields
+    with their cli_name/aliases and no_cli (SGLang)."""
+    spec = importlib.util.spec_from_file_location("extract", ROOT / "scripts" / "extract_engine_flags.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    src = ('def f(g, kw):\n    g.add_argument("--tensor-parallel-size", "-tp", **kw)\n'
+           '    g.add_argument(\n        "--max-num-seqs", type=int)\n')
+    fields = ('class Parallel:\n    tp_size: A[int, Arg(help="x", aliases=["--tensor-parallel-size"])] = 1\n'
+              '    nnodes: A[int, "The number of nodes."] = 1\n'
+              '    enable_dp_attention: A[bool, Arg(no_cli=True)] = False\n'
+              '    plain: int = 0\n')
+    a, b = tmp_path / "args.py", tmp_path / "fields.py"
+    a.write_text(src)
+    b.write_text(fields)
+    assert set(mod._add_argument_flags(a)) == {"--tensor-parallel-size", "--max-num-seqs"}
+    assert set(mod._dataclass_flags(b)) == {"--tp-size", "--tensor-parallel-size", "--nnodes"}
+
+
+@pytest.mark.parametrize("engine", launch.ENGINES)
+def test_dop_has_no_flag(engine):
+    cfg = _config(sides=[_side(layout="DOP")])
+    [entry] = launch.launch_commands(cfg, engine)
+    assert entry["command"] is None and entry["flags"] == []
+    assert "DOP" in entry["note"] and "no flag" in entry["note"]
+    assert "not expressible" in launch.launch_text(cfg, engine)
+
+
+def test_dtype_mapping():
+    """KV: vLLM fp8, SGLang fp8_e4m3, BF16 the engine default; weights: official FP8 checkpoint without a
+    flag, else online quantization (vLLM fp8_per_tensor since `fp8` no longer quantizes online)."""
+    fp8kv = _config("qwen3-32b", kv_dtype="fp8")
+    assert "--kv-cache-dtype fp8 " in launch.launch_commands(fp8kv, "vllm")[0]["command"] + " "
+    assert "--kv-cache-dtype fp8_e4m3" in launch.launch_commands(fp8kv, "sglang")[0]["command"]
+    assert "--kv-cache-dtype" not in launch.launch_commands(_config("qwen3-32b"), "vllm")[0]["command"]
+    ckpt = _config("qwen3-32b", weight_dtype="fp8")
+    for engine in launch.ENGINES:
+        [e] = launch.launch_commands(ckpt, engine)
+        assert "Qwen/Qwen3-32B-FP8" in e["command"] and "--quantization" not in e["flags"]
+    online = _config("llama-3-70b", weight_dtype="fp8")
+    assert "--quantization fp8_per_tensor" in launch.launch_commands(online, "vllm")[0]["command"]
+    sg = launch.launch_commands(online, "sglang")[0]["command"]
+    assert "--quantization fp8 " in sg + " " and "meta-llama/Llama-3.1-70B-Instruct" in sg
+    fp4 = dict(_config("deepseek-r1", weight_dtype="fp4", sides=[_side(ep=8)]), gpu="b200")
+    for engine in launch.ENGINES:
+        assert "nvidia/DeepSeek-R1-FP4 --" in launch.launch_commands(fp4, engine)[0]["command"] + " --"
+        assert "modelopt_fp4" in launch.launch_commands(fp4, engine)[0]["command"]
+    dense_fp4 = dict(_config("qwen3-32b", weight_dtype="fp4"), gpu="b200")
+    [e] = launch.launch_commands(dense_fp4, "vllm")
+    assert e["command"] is None and "FP4" in e["note"]
+    native = _config("deepseek-v3", weight_dtype="fp8", sides=[_side(ep=8)])
+    assert "deepseek-ai/DeepSeek-V3 " in launch.launch_commands(native, "vllm")[0]["command"]
+
+
+@pytest.mark.parametrize("engine", launch.ENGINES)
+def test_disaggregated_gives_two_roles_and_a_router(engine):
+    cfg = _disagg()
+    entries = launch.launch_commands(cfg, engine)
+    assert [e["role"] for e in entries] == ["prefill", "decode"]
+    assert [e["instances"] for e in entries] == [2, 1]
+    assert all(e["command"] for e in entries)
+    if engine == "sglang":
+        assert "--disaggregation-mode prefill" in entries[0]["command"]
+        assert "--disaggregation-mode decode" in entries[1]["command"]
+        assert "--attn-dp-size 8" in entries[0]["command"] and "--tp-size 8" in entries[0]["command"]
+    else:
+        assert all("NixlConnector" in e["command"] for e in entries)
+        assert "--data-parallel-size 8 --tensor-parallel-size 1 --enable-expert-parallel" in entries[1]["command"]
+    router = launch.router_command(cfg, engine)
+    assert router["command"] and router["note"]
+    assert router["command"] in launch.launch_text(cfg, engine)
+    assert launch.router_command(_config(), engine) is None
+
+
+def test_deepep_and_expert_parallel():
+    cfg = _disagg(moe_dispatch="alltoall")
+    sg = launch.launch_commands(cfg, "sglang")
+    assert all("--moe-a2a-backend deepep" in e["command"] and "--ep-size 8" in e["command"] for e in sg)
+    vl = launch.launch_commands(cfg, "vllm")
+    assert "--all2all-backend deepep_high_throughput" in vl[0]["command"]
+    assert "--all2all-backend deepep_low_latency" in vl[1]["command"]
+    partial = _config("deepseek-v3", weight_dtype="fp8", sides=[_side(ranks=16, ep=8)])
+    [v] = launch.launch_commands(partial, "vllm")
+    assert v["command"] is None and "ep=8" in v["note"]
+    [s] = launch.launch_commands(partial, "sglang")
+    assert "--tp-size 16" in s["command"] and "--ep-size 8" in s["command"]
+
+
+def test_vllm_dpa_needs_moe():
+    [e] = launch.launch_commands(_config("llama-3-70b", sides=[_side(layout="DPA")]), "vllm")
+    assert e["command"] is None and "dense" in e["note"]
+    [s] = launch.launch_commands(_config("llama-3-70b", sides=[_side(layout="DPA")]), "sglang")
+    assert "--attn-dp-size 8" in s["command"]
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda c: c.update(model="gpt-5"), "config['model']"),
+    (lambda c: c.update(mode="split"), "config['mode']"),
+    (lambda c: c.update(weight_dtype="int4"), "config['weight_dtype']"),
+    (lambda c: c.update(kv_dtype="fp4"), "config['kv_dtype']"),
+    (lambda c: c.pop("gpu"), "'gpu'"),
+    (lambda c: c["sides"][0].update(ranks=0), "config['sides'][0]['ranks']"),
+    (lambda c: c["sides"][0].update(layout="CP"), "config['sides'][0]['layout']"),
+    (lambda c: c["sides"][0].update(ep=2), "config['sides'][0]['ep']"),
+    (lambda c: c["sides"][0].update(max_num_seqs=1.5), "config['sides'][0]['max_num_seqs']"),
+    (lambda c: c["sides"][0].pop("chunk_tokens"), "'chunk_tokens'"),
+    (lambda c: c["sides"][0].update(role="prefill"), "config['sides'] roles"),
+    (lambda c: c.update(sides=[]), "config['sides']"),
+])
+def test_bad_config_names_the_field(change, field):
+    cfg = copy.deepcopy(_config())
+    change(cfg)
+    with pytest.raises(SpecError, match=rf"{field}".replace("[", r"\[").replace("]", r"\]")):
+        launch.launch_commands(cfg, "vllm")
+
+
+def test_bad_engine():
+    with pytest.raises(SpecError, match="engine must be one of"):
+        launch.launch_commands(_config(), "tensorrt")
+
+
+def test_every_model_preset_has_a_checkpoint():
+    models = launch.engine_table()["models"]
+    for name, entry in models.items():
+        presets.model(name)  # a preset of that name exists
+        assert "/" in entry["hf_repo"] and entry["sources"]["hf_repo"], name
