@@ -16,6 +16,11 @@ Commands:
   FLOPs, MFU, and whether the batch's KV cache fits.
 * ``offload`` load a cached KV prefix from host memory, an SSD or NFS, or recompute it: both costs, the
   decision, the break-even (and which term sets it) and what preloading during a queue wait buys.
+* ``plan``    the best deployment for a workload and latency targets: colocated vs disaggregated, ranks,
+  layouts, dtypes, chunk and batch caps and pool sizes within a GPU budget; frontiers, launch commands and an
+  optional check of the best configurations in the serving simulator.
+* ``simulate`` the latency distributions (TTFT, TPOT, ITL, end-to-end) of one configuration in the
+  iteration-level serving simulator.
 * ``calibrate`` fit the runtime efficiencies to measured decode/prefill times in a CSV, print the error per
   point and overall, optionally save the fit as a preset overlay.
 * ``calibrate-disk`` measure a directory's read bandwidth and latency over request sizes and queue depths with
@@ -49,13 +54,15 @@ import sys
 from typing import Sequence
 
 from ..errors import LlmexploreError
-from . import calibrate, calibrate_disk, disagg, layouts, moe, offload, prefill, presets, report, transfer, validate
+from . import (calibrate, calibrate_disk, disagg, layouts, moe, offload, plan, prefill, presets, report, simulate,
+               transfer, validate)
 from ._framework import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, Parser, UsageError, fail, flag_message
 
 __all__ = ["main", "build_parser", "PROG", "COMMANDS"]
 
 #: command modules, in help order; each has ``add(subparsers)`` and ``run(args) -> exit status``
-COMMANDS = [report, presets, layouts, disagg, prefill, moe, transfer, offload, calibrate, calibrate_disk, validate]
+COMMANDS = [report, presets, layouts, disagg, prefill, moe, transfer, offload, plan, simulate, calibrate,
+            calibrate_disk, validate]
 
 
 def _version() -> str:

@@ -376,11 +376,18 @@ def colocated_tables(dep: Deployment, wl: Workload, chunk_tokens, *, layout: str
     return dec, np.asarray(t_mix, dtype=float)
 
 
-def colocated_from_tables(dec: DecodeSide, t_mix: np.ndarray, wl: Workload, lam_c, chunk_tokens: int) -> dict:
+def colocated_from_tables(dec: DecodeSide, t_mix: np.ndarray, wl: Workload, lam_c, chunk_tokens: int, *,
+                          arrival_scv=1.0) -> dict:
     """Colocated latency at a per-instance Poisson rate ``lam_c`` [1/s] (vectorised) from the tables of
     :func:`colocated_tables` for one chunk budget (``t_mix`` of shape (nb,)). See :func:`colocated_latency`
     for the model; also returns the means ``ttft_mean_s`` (M/D/1 mean wait + service) and ``tpot_mean_s``,
-    and ``batch_pct`` (the batch percentile that must fit)."""
+    ``tpot_request_s`` (the percentile of per-request TPOT, where ``tpot_s`` is the inter-token tail) and
+    ``batch_pct`` (the batch percentile that must fit).
+
+    ``arrival_scv`` is the squared coefficient of variation of an instance's inter-arrival times: 1 for a
+    random (Poisson) split of the traffic, 1/n for round-robin over n instances (Erlang-n gaps). The prompt
+    wait is the M/D/1 one scaled by Kingman's factor (c_a^2 + c_s^2) / (1 + c_s^2) = c_a^2 (deterministic
+    service), an approximation checked against the serving simulator (tests/unit/test_plan.py)."""
     lam_c = np.asarray(lam_c, dtype=float)
     S, P = wl.prompt_tokens, wl.prefix_tokens
     b_grid = dec.batches
@@ -408,13 +415,21 @@ def colocated_from_tables(dec: DecodeSide, t_mix: np.ndarray, wl: Workload, lam_
     fits = np.isfinite(ta) & (frac_mixed < 1.0) & (pct_b <= dec.batch_cap)
     service = n_chunks(b) * mix(b)
     lam_ok = np.where(fits, lam_c, 0.0)
+    scv = np.asarray(arrival_scv, dtype=float)
     with np.errstate(invalid="ignore"):
-        w = md1_quantile_fast(wl.percentile, lam_ok, service)
-        w_mean = qz.md1_mean_wait(lam_ok, service)
+        w = md1_quantile_fast(wl.percentile, lam_ok, service) * scv
+        w_mean = qz.md1_mean_wait(lam_ok, service) * scv
     ttft = np.where(fits, w + service, np.inf)
     tail = np.where(frac_mixed > 1.0 - wl.percentile, mix(pct_b), dec.tpot_s(pct_b))
     tpot = np.where(fits, tail, np.inf)
+    # per-request TPOT (a request's decode time / its tokens): the decode steps at the batch percentile plus
+    # the mixed steps it sits through, a Poisson count with mean lam n_ch (OSL t_avg) (each arrival during
+    # its decode lifetime brings n_ch chunk iterations), taken at its percentile (normal approximation)
+    mu = np.where(np.isfinite(ta), lam_c * n_chunks(b) * wl.output_tokens * np.where(np.isfinite(ta), ta, 0.0), 0.0)
+    extra = np.maximum(mix(b) - dec.tpot_s(b), 0.0) / wl.output_tokens
+    tpot_req = dec.tpot_s(np.maximum(pct_b, 1.0)) + (mu + wl.z * np.sqrt(mu)) * extra
     return {"ttft_s": ttft, "tpot_s": tpot, "tpot_mean_s": np.where(fits, ta, np.inf),
+            "tpot_request_s": np.where(fits, tpot_req, np.inf),
             "ttft_mean_s": np.where(fits, w_mean + service, np.inf), "decode_batch": hi,
             "batch_pct": pct_b, "mixed_fraction": frac_mixed, "prefill_service_s": service}
 

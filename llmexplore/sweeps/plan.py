@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pandas as pd
@@ -37,7 +37,9 @@ from ..models import plan as pm
 from ..models.engine import Deployment
 from ..models.prefill import prefill_time
 
-__all__ = ["Question", "plan", "configurations", "frontiers", "best", "MODES", "CHUNKS", "LAYOUTS"]
+__all__ = ["Question", "plan", "configurations", "frontiers", "best", "config_of", "question_tasks", "run_task",
+           "order_table", "simulate_row", "simulate_top",
+           "simulate_config", "check_config", "CDF_POINTS", "MODES", "CHUNKS", "LAYOUTS", "TABLE_COLUMNS"]
 
 MODES = ("colocated", "disaggregated")
 CHUNKS = (512, 1024, 2048, 4096, 8192)  # max_num_batched_tokens options [tokens]
@@ -213,10 +215,11 @@ def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tup
                         prefill_ranks=np.nan, prefill_layout="", decode_ranks=dep.ranks, decode_layout="TP",
                         chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst,
                                                          chunk))
-            def at(l, dec=dec, t_mix=t_mix[i], chunk=chunk):
-                r = dg.colocated_from_tables(dec, t_mix, wl, l, chunk)
+            def at(l, n=n_max, dec=dec, t_mix=t_mix[i], chunk=chunk):
+                # requests dealt round-robin over the n instances: Erlang-n gaps (arrival SCV 1/n)
+                r = dg.colocated_from_tables(dec, t_mix, wl, l, chunk, arrival_scv=1.0 / max(n, 1))
                 ttft = r["ttft_mean_s"] if mean else r["ttft_s"]
-                tpot = r["tpot_mean_s"] if mean else r["tpot_s"]
+                tpot = r["tpot_mean_s"] if mean else r["tpot_request_s"]  # per-request TPOT, as engines report
                 return r, ttft, tpot
 
             r, ttft, tpot = at(lam)
@@ -229,25 +232,41 @@ def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tup
                 why = _colocated_reason(dec, t_mix[i], r, ttft, tpot, T_ttft, T_tpot)
                 rows.append(dict(base, feasible=False, reason=why))
                 continue
-            j = int(np.nonzero(ok)[0].max())
-            lo, hi = lam[j], lam[j + 1] if j + 1 < lam.size else lam[j]
-            if hi > lo:  # refine the boundary between the last feasible grid rate and the next
-                fine = np.linspace(lo, hi, 33)
-                _, t1, t2 = at(fine)
-                lo = float(fine[(t1 <= T_ttft) & (t2 <= T_tpot)].max())
-            lam_star = lo
+
+            def lam_star_of(n, ok=ok, at=at):
+                """Highest per-instance rate within the targets with n instances (grid, then refined)."""
+                okn = ok if n == n_max else np.array([(a <= T_ttft) & (b <= T_tpot) for a, b in
+                                                      zip(*at(lam, n)[1:])])
+                if not okn.any():
+                    return 0.0
+                j = int(np.nonzero(okn)[0].max())
+                lo, hi = lam[j], lam[j + 1] if j + 1 < lam.size else lam[j]
+                if hi > lo:  # refine between the last feasible grid rate and the next
+                    fine = np.linspace(lo, hi, 33)
+                    _, t1, t2 = at(fine, n)
+                    lo = float(fine[(t1 <= T_ttft) & (t2 <= T_tpot)].max())
+                return lo
+
+            lam_star = lam_star_of(n_max)
             if q.rate_per_s is None:
                 n_c = n_max
                 rate = n_c * lam_star
-            else:
+            else:  # fewer instances see burstier arrivals: settle n with its own round-robin smoothing
                 n_c = math.ceil(q.rate_per_s / lam_star * (1 - 1e-12))
+                for _ in range(4):
+                    if n_c < 1 or n_c > n_max:
+                        break
+                    lam_n = lam_star_of(n_c)
+                    if lam_n * n_c >= q.rate_per_s * (1 - 1e-12):
+                        break
+                    n_c += 1
                 rate = q.rate_per_s
             if n_c < 1 or n_c > n_max:
                 rows.append(dict(base, feasible=False, instances=n_c, gpus=n_c * dep.ranks,
                                  reason=f"needs {n_c} instances of {dep.ranks} GPUs, over the budget of {q.gpus}"
                                  if n_c > n_max else f"one instance needs {dep.ranks} GPUs > {q.gpus}"))
                 continue
-            r, ttft, tpot = at(np.array([rate / n_c]))
+            r, ttft, tpot = at(np.array([rate / n_c]), n_c)
             rows.append(dict(base, feasible=True, reason="", n_prefill=0, n_decode=n_c, gpus=n_c * dep.ranks,
                              rate_per_s=rate, ttft_ms=float(ttft[0]) * 1e3, tpot_ms=float(tpot[0]) * 1e3,
                              tpot_mean_ms=float(r["tpot_mean_s"][0]) * 1e3,
@@ -375,6 +394,12 @@ def _disagg_reason(p, d, dr, rate_p, rate_link, T_ttft, exposed) -> str:
     return "no pool pair within the budget meets both targets"
 
 
+TABLE_COLUMNS = ["mode", "label", "weight_dtype", "kv_dtype", "prefill_ranks", "prefill_layout", "decode_ranks",
+                 "decode_layout", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
+                 "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "tpot_mean_ms",
+                 "decode_batch", "max_num_seqs", "capacity_per_s", "transfer_exposed_ms", "feasible", "reason"]
+
+
 def configurations(q: Question) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(every configuration's row, frontier candidate points). Rows: mode, label, dtypes, each side's ranks
     and layout, chunk_tokens, n_prefill / n_decode instances, gpus, rate_per_s, tokens_per_s_per_gpu,
@@ -395,22 +420,22 @@ def configurations(q: Question) -> tuple[pd.DataFrame, pd.DataFrame]:
         if i.reason:
             rows.append(dict(mode="any", label=i.reason.split(":")[0], feasible=False, reason=i.reason,
                              decode_layout=i.layout))
-    cols = ["mode", "label", "weight_dtype", "kv_dtype", "prefill_ranks", "prefill_layout", "decode_ranks",
-            "decode_layout", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
-            "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "tpot_mean_ms",
-            "decode_batch", "max_num_seqs", "capacity_per_s", "transfer_exposed_ms", "feasible", "reason"]
-    df = pd.DataFrame(rows).reindex(columns=cols)
+    df = pd.DataFrame(rows).reindex(columns=TABLE_COLUMNS)
     df["feasible"] = df["feasible"].fillna(False).astype(bool)
     ok = df["feasible"]
     df.loc[ok, "tokens_per_s_per_gpu"] = df.loc[ok, "rate_per_s"] * q.osl / df.loc[ok, "gpus"]
     df.loc[ok, "tokens_per_s_per_user"] = 1e3 / df.loc[ok, "tpot_ms"]
+    return order_table(df, q), pd.DataFrame(pts)
+
+
+def order_table(df: pd.DataFrame, q: Question) -> pd.DataFrame:
+    """Feasible first, best objective first; ties by tokens/s per user, then label (a total order, so a
+    sweep split into tasks and merged gives the same table)."""
     if q.rate_per_s is None:
-        order = df.sort_values(["feasible", "tokens_per_s_per_gpu", "tokens_per_s_per_user"],
-                               ascending=[False, False, False], kind="mergesort")
+        keys, asc = ["feasible", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "label"], [False, False, False, True]
     else:
-        order = df.sort_values(["feasible", "gpus", "tokens_per_s_per_user"], ascending=[False, True, False],
-                               kind="mergesort")
-    return order.reset_index(drop=True), pd.DataFrame(pts)
+        keys, asc = ["feasible", "gpus", "tokens_per_s_per_user", "label"], [False, True, False, True]
+    return df.sort_values(keys, ascending=asc, kind="mergesort", na_position="last").reset_index(drop=True)
 
 
 def frontiers(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -444,15 +469,75 @@ def best(table: pd.DataFrame, q: Question) -> dict:
     return {"best": b, "runner_up": r, "margin_pct": margin}
 
 
-def plan(q: Question | None = None, **kw) -> dict:
+def question_tasks(q: Question) -> list[dict]:
+    """The question split into independent tasks, one per (weight dtype, KV dtype): the two sides of a
+    disaggregated configuration share their dtypes, so no configuration spans two tasks."""
+    base = {f.name: getattr(q, f.name) for f in fields(q)}
+    return [{**base, "weight_dtypes": [wd], "kv_dtypes": [kd], "modes": list(q.modes), "chunks": list(q.chunks)}
+            for wd, kd in q.dtype_options()]
+
+
+def run_task(task: dict) -> list[dict]:
+    """One task of :func:`question_tasks` (a picklable top-level function for process pools and Dask): its
+    configuration rows (``kind`` "config") and frontier points (``kind`` "point")."""
+    t = {k: v for k, v in task.items() if k != "task_id"}
+    q = Question(**{**t, "weight_dtypes": tuple(t["weight_dtypes"]), "kv_dtypes": tuple(t["kv_dtypes"]),
+                    "modes": tuple(t["modes"]), "chunks": tuple(t["chunks"])})
+    table, pts = configurations(q)
+    return ([{"kind": "config", **r} for r in table.to_dict("records")]
+            + [{"kind": "point", **r} for r in pts.to_dict("records")])
+
+
+def _merged(q: Question, scheduler, workers) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from .distributed import run_sweep
+
+    rows = run_sweep(run_task, question_tasks(q), scheduler=scheduler, workers=workers)
+    if "error" in rows and rows["error"].fillna("").astype(str).str.len().gt(0).any():
+        bad = rows.loc[rows["error"].fillna("").astype(str).str.len() > 0, "error"].iloc[0]
+        raise SpecError(f"a planning task failed: {bad}")
+    conf = rows[rows["kind"] == "config"].drop(columns=[c for c in rows if c in ("kind", "task_id", "error")])
+    pts = rows[rows["kind"] == "point"][["mode", "label", "tokens_per_s_per_user", "tokens_per_s_per_gpu"]]
+    conf = conf.reindex(columns=[c for c in TABLE_COLUMNS])
+    conf["feasible"] = conf["feasible"].astype(bool)
+    return order_table(conf, q), pts.reset_index(drop=True)
+
+
+def config_of(row: dict, q: Question) -> dict:
+    """The configuration of one table row in the form :mod:`llmexplore.launch` reads: model, gpu, mode,
+    dtypes and one entry per role (instances, ranks, layout, EP size, max_num_seqs, chunk budget)."""
+    m = presets.model(q.model)
+
+    def side(role, n, ranks, layout, chunk):
+        return {"role": role, "instances": int(n), "ranks": int(ranks), "layout": layout,
+                "ep": int(ranks) if m.is_moe else 1, "max_num_seqs": int(row["max_num_seqs"]) if role != "prefill"
+                else 1, "chunk_tokens": None if chunk is None or chunk != chunk else int(chunk),
+                "moe_dispatch": "alltoall" if m.is_moe and layout == "DPA" and int(ranks) > 8 else "gather"}
+
+    if row["mode"] == "colocated":
+        sides = [side("colocated", row["n_decode"], row["decode_ranks"], row["decode_layout"], row["chunk_tokens"])]
+    else:
+        sides = [side("prefill", row["n_prefill"], row["prefill_ranks"], row["prefill_layout"], None),
+                 side("decode", row["n_decode"], row["decode_ranks"], row["decode_layout"], None)]
+    return {"model": q.model, "gpu": q.gpu, "mode": row["mode"], "weight_dtype": row["weight_dtype"],
+            "kv_dtype": row["kv_dtype"], "link": row.get("link") if row["mode"] != "colocated" else None,
+            "sides": sides}
+
+
+def plan(q: Question | None = None, *, scheduler=None, workers: int | None = None, **kw) -> dict:
     """Answer one planning question (a :class:`Question` or its fields as keywords).
+
+    ``scheduler`` (a Dask scheduler address) or ``workers`` (> 1: a local process pool) split the search into
+    :func:`question_tasks` and merge them; the answer is the same as in-process.
 
     Returns ``question``, ``table`` (every configuration), ``frontiers`` ({mode: frontier}), ``best``,
     ``runner_up``, ``margin_pct``, ``best_mode``, ``best_by_mode`` ({mode: row}), ``disagg_over_agg_ratio``
     (best disaggregated tokens/s/GPU over best colocated) and ``seconds`` (time taken)."""
     t0 = time.perf_counter()
     q = Question(**kw) if q is None else (replace(q, **kw) if kw else q)
-    table, pts = configurations(q)
+    if scheduler is None and (workers is None or workers <= 1):
+        table, pts = configurations(q)
+    else:
+        table, pts = _merged(q, scheduler, workers)
     fr = frontiers(pts)
     out = {"question": q, "table": table, "frontiers": fr, "points": pts}
     out.update(best(table, q))
@@ -467,3 +552,158 @@ def plan(q: Question | None = None, **kw) -> dict:
                                     if c is not None and d is not None else np.nan)
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+SIM_REQUESTS = 2000  # requests per simulated check (after a warm-up share the simulator's summary includes)
+SIM_TOLERANCE = 0.10  # relative gap between the analytic estimate and the simulation that is reported
+
+
+def simulate_row(row: dict, q: Question, *, n_requests: int = SIM_REQUESTS, seed: int = 0) -> dict:
+    """Re-check one configuration with the iteration-level serving simulator (:mod:`..models.serving`) at its
+    operating rate: TTFT and TPOT at the question's statistic, simulated vs analytic, and whether they differ
+    by more than :data:`SIM_TOLERANCE`. Only TP attention is simulated (``status`` says so otherwise)."""
+    from ..models import serving as sv
+    from ..models.workload import LengthDist, Traffic
+
+    out = {"label": row["label"], "ttft_model_ms": row.get("ttft_ms"), "tpot_model_ms": row.get("tpot_ms")}
+    if not row.get("feasible"):
+        return {**out, "status": "infeasible: not simulated"}
+    if row["decode_layout"] != "TP":
+        return {**out, "status": f"not simulated: the simulator runs TP attention, not {row['decode_layout']}"}
+    traffic = Traffic(rate_per_s=float(row["rate_per_s"]), isl=LengthDist.fixed(q.isl), osl=LengthDist.fixed(q.osl))
+    seqs = int(row["max_num_seqs"])
+
+    def dep(ranks):
+        return Deployment.build(q.model, q.gpu, int(ranks), runtime=q.runtime, weight_dtype=row["weight_dtype"],
+                                kv_dtype=row["kv_dtype"])
+
+    try:
+        if row["mode"] == "colocated":
+            chunk = max(int(row["chunk_tokens"]), seqs)
+            res = sv.simulate_colocated(dep(row["decode_ranks"]), traffic, n_requests, instances=int(row["n_decode"]),
+                                        scheduler=sv.Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
+                                        seed=seed)
+        else:
+            res = sv.simulate_disaggregated(dep(row["prefill_ranks"]), dep(row["decode_ranks"]),
+                                            presets.link(row["link"]), traffic, n_requests,
+                                            prefill_instances=int(row["n_prefill"]),
+                                            decode_instances=int(row["n_decode"]),
+                                            prefill_tokens=max(q.isl, 1),
+                                            decode_scheduler=sv.Scheduler(max_num_seqs=seqs,
+                                                                          max_num_batched_tokens=max(seqs, 2048)),
+                                            seed=seed)
+    except SpecError as exc:
+        return {**out, "status": f"not simulated: {exc}"}
+    s = res.summary
+    stat = "mean" if q.stat == "mean" else q.stat
+    ttft, tpot = s[f"ttft_{stat}_s"] * 1e3, s[f"tpot_{stat}_s"] * 1e3
+    d_ttft = ttft / row["ttft_ms"] - 1.0
+    d_tpot = tpot / row["tpot_ms"] - 1.0
+    flag = abs(d_ttft) > SIM_TOLERANCE or abs(d_tpot) > SIM_TOLERANCE
+    return {**out, "status": "simulated", "ttft_sim_ms": ttft, "tpot_sim_ms": tpot, "ttft_gap_pct": 100 * d_ttft,
+            "tpot_gap_pct": 100 * d_tpot, "disagrees": bool(flag),
+            "meets_targets_sim": bool(ttft <= q.ttft_ms and tpot <= q.tpot_ms), "requests": n_requests,
+            "preemptions": int(s.get("preemptions", 0))}
+
+
+def simulate_top(result: dict, k: int = 3, **kw) -> list[dict]:
+    """:func:`simulate_row` for the ``k`` best feasible configurations of a :func:`plan` result."""
+    q = result["question"]
+    ok = result["table"][result["table"]["feasible"]].head(int(k))
+    return [simulate_row(r, q, **kw) for r in ok.to_dict("records")]
+
+
+CDF_POINTS = np.linspace(0.01, 0.99, 99)  # quantiles of the distributions returned for plotting
+
+
+def _side(cfg: dict, role: str) -> dict:
+    for s in cfg.get("sides", []):
+        if s.get("role") == role:
+            return s
+    raise SpecError(f"config has no side with role {role!r} (its sides: "
+                    f"{[s.get('role') for s in cfg.get('sides', [])]})")
+
+
+def check_config(cfg) -> dict:
+    """Validate a configuration dict (as :func:`config_of` makes it); SpecError names the field."""
+    if not isinstance(cfg, dict):
+        raise SpecError(f"config must be a JSON object (a mapping), got {type(cfg).__name__}")
+    for f in ("model", "gpu", "mode", "weight_dtype", "kv_dtype", "sides"):
+        if f not in cfg:
+            raise SpecError(f"config['{f}'] is missing (a configuration from `llmexplore plan --json` has it)")
+    presets.model(cfg["model"])
+    presets.hardware(cfg["gpu"])
+    if cfg["mode"] not in MODES:
+        raise SpecError(f"config['mode'] must be one of {', '.join(MODES)}, got {cfg['mode']!r}")
+    if not isinstance(cfg["sides"], list) or not cfg["sides"]:
+        raise SpecError("config['sides'] must be a non-empty list of sides")
+    for i, s in enumerate(cfg["sides"]):
+        if not isinstance(s, dict):
+            raise SpecError(f"config['sides'][{i}] must be a mapping, got {type(s).__name__}")
+        for f, lo, hi in (("instances", 1, 4096), ("ranks", 1, 1024), ("max_num_seqs", 1, 1 << 16)):
+            _check.integer(f"config['sides'][{i}]['{f}']", s.get(f), lo=lo, hi=hi)
+        if s.get("layout", "TP") not in LAYOUTS:
+            raise SpecError(f"config['sides'][{i}]['layout'] must be one of {', '.join(LAYOUTS)}, "
+                            f"got {s.get('layout')!r}")
+    return cfg
+
+
+def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None = None,
+                    concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
+                    isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0) -> dict:
+    """Simulate one configuration (:func:`config_of` form) under Poisson arrivals at ``rate_per_s`` or a
+    closed loop of ``concurrency`` requests; lengths fixed or lognormal (median ``isl``/``osl`` and log-sd).
+
+    Returns ``summary`` (the simulator's: mean/p50/p90/p99 of TTFT, TPOT, ITL and E2E [s], throughput,
+    preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
+    and KV occupancy over time, at most 2,000 points per instance) and ``config``."""
+    from ..models import serving as sv
+    from ..models.workload import LengthDist, Traffic
+
+    cfg = check_config(cfg)
+    isl = _check.integer("isl", isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
+    osl = _check.integer("osl", osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
+    n_requests = _check.integer("requests", n_requests, lo=1, hi=1_000_000)
+
+    def dist(med, sig):
+        return LengthDist.fixed(med) if not sig else LengthDist.lognormal(med, sig)
+
+    traffic = Traffic(rate_per_s=rate_per_s, concurrency=concurrency, isl=dist(isl, isl_sigma),
+                      osl=dist(osl, osl_sigma))
+    for s in cfg["sides"]:
+        if s.get("layout", "TP") != "TP":
+            raise SpecError(f"the simulator runs TP attention only; config side {s['role']!r} has layout "
+                            f"{s['layout']!r}")
+
+    def dep(s):
+        return Deployment.build(cfg["model"], cfg["gpu"], int(s["ranks"]), runtime=runtime,
+                                weight_dtype=cfg["weight_dtype"], kv_dtype=cfg["kv_dtype"])
+
+    if cfg["mode"] == "colocated":
+        s = _side(cfg, "colocated")
+        seqs = int(s["max_num_seqs"])
+        chunk = max(int(s.get("chunk_tokens") or 2048), seqs)
+        res = sv.simulate_colocated(dep(s), traffic, n_requests, instances=int(s["instances"]),
+                                    scheduler=sv.Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
+                                    seed=seed)
+    else:
+        p, d = _side(cfg, "prefill"), _side(cfg, "decode")
+        link = presets.link(cfg.get("link") or presets.hardware(cfg["gpu"]).scale_out_link or "roce-400g")
+        seqs = int(d["max_num_seqs"])
+        res = sv.simulate_disaggregated(dep(p), dep(d), link, traffic, n_requests,
+                                        prefill_instances=int(p["instances"]), decode_instances=int(d["instances"]),
+                                        prefill_tokens=max(isl, 1),
+                                        decode_scheduler=sv.Scheduler(max_num_seqs=seqs,
+                                                                      max_num_batched_tokens=max(seqs, 2048)),
+                                        seed=seed)
+    req = res.requests
+    cdf = {}
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        v = req[name][np.isfinite(req[name])]
+        cdf[name[:-2] + "_ms"] = (np.quantile(v, CDF_POINTS) * 1e3 if v.size else np.full(CDF_POINTS.size, np.nan))
+    cdf["itl_ms"] = sv.weighted_quantile(res.itl_s, res.itl_weight, CDF_POINTS) * 1e3
+    ser = res.series
+    step = max(1, ser["step_s"].size // 2000)
+    series = {k: np.asarray(ser[k])[::step] for k in ("instance", "start_s", "decode_batch", "kv_occupancy")
+              if k in ser}
+    return {"summary": res.summary, "cdf": cdf, "quantiles": CDF_POINTS, "series": series, "config": cfg}

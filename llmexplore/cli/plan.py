@@ -1,0 +1,152 @@
+"""``llmexplore plan``: from a model, a GPU budget, a workload and latency targets to the best deployment."""
+
+from __future__ import annotations
+
+from ._framework import (
+    EXIT_OK,
+    Checked,
+    Col,
+    format_table,
+    int_in,
+    model_gpu_options,
+    number_in,
+    one_of,
+    preset_name,
+    print_json,
+    text_value,
+)
+
+__all__ = ["add", "run", "FLAGS"]
+
+#: API field names -> the flags of this command
+FLAGS = {"model": "--model", "gpu": "--gpu", "gpus": "--gpus", "isl": "--isl", "osl": "--osl",
+         "ttft_ms": "--ttft-ms", "tpot_ms": "--tpot-ms", "stat": "--stat", "rate_per_s": "--rate",
+         "runtime": "--runtime", "weight_dtype": "--weight-dtype", "kv_dtype": "--kv-dtype", "link": "--link",
+         "workers": "--workers", "scheduler": "--scheduler"}
+
+TABLE_COLS = [
+    Col("label", "configuration"), Col("gpus", "GPUs", ".0f"), Col("n_prefill", "P inst", ".0f"),
+    Col("n_decode", "D/C inst", ".0f"), Col("rate_per_s", "req/s", ".3g"),
+    Col("tokens_per_s_per_gpu", "tok/s/GPU", ".0f"), Col("tokens_per_s_per_user", "tok/s/user", ".1f"),
+    Col("ttft_ms", "TTFT ms", ".0f"), Col("tpot_ms", "TPOT ms", ".2f"), Col("max_num_seqs", "max seqs", ".0f"),
+]
+
+
+def _dtype_list(text: str) -> tuple:
+    from ..units import DTYPE_BYTES
+
+    vals = tuple(v.strip() for v in text.split(","))
+    if not vals or any(v not in DTYPE_BYTES for v in vals) or len(set(vals)) != len(vals):
+        raise ValueError(text)
+    return vals
+
+
+def add(sub) -> None:
+    from ..models.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
+    from ..models.plan import STATS
+    from ..sweeps.plan import MAX_GPUS
+    from ..units import DTYPE_BYTES
+    from ._framework import Rule
+
+    p = sub.add_parser("plan", help="the best deployment for a workload and latency targets",
+                       description="Search colocated and disaggregated serving, ranks and attention layout per "
+                                   "side, weight and KV dtypes, chunk budget, batch cap and pool sizes within a "
+                                   "GPU budget; print the best configuration (with its engine launch commands), "
+                                   "the runner-up, both Pareto frontiers and the disaggregated/colocated ratio.")
+    req = p.add_argument_group("required")
+    model_gpu_options(req)
+    req.add_argument("--gpus", required=True, action=Checked, check=int_in(1, MAX_GPUS), metavar="N",
+                     help="GPU budget")
+    tokens = int_in(1, MAX_WORKLOAD_TOKENS)
+    req.add_argument("--isl", required=True, action=Checked, check=tokens, metavar="I", help="prompt tokens")
+    req.add_argument("--osl", required=True, action=Checked, check=tokens, metavar="O", help="output tokens")
+    positive = number_in(0.0, MAX_RATE_OR_MS, lo_open=True)
+    p.add_argument("--ttft-ms", default=None, action=Checked, check=positive, metavar="X",
+                   help="TTFT target [ms] (default: from --targets, else 2000)")
+    p.add_argument("--tpot-ms", default=None, action=Checked, check=positive, metavar="Y",
+                   help="TPOT target [ms] (default: from --targets, else 50)")
+    p.add_argument("--stat", default=None, action=Checked, check=one_of(STATS), metavar="S",
+                   help=f"statistic the targets apply to, one of {', '.join(STATS)} (default: from --targets, "
+                        "else p90)")
+    p.add_argument("--targets", default=None, action=Checked, check=preset_name("targets"), metavar="NAME",
+                   help="latency-target preset (see: presets targets); --ttft-ms/--tpot-ms/--stat override it")
+    p.add_argument("--rate", default=None, action=Checked, check=positive, metavar="R",
+                   help="arrivals per second to serve with the fewest GPUs (default: none, find the highest "
+                        "rate the budget sustains)")
+    dtypes = Rule(f"one dtype or a comma-separated list of {', '.join(sorted(DTYPE_BYTES))}", _dtype_list)
+    p.add_argument("--weight-dtype", default=None, action=Checked, check=dtypes, metavar="D[,D]",
+                   help="weight dtypes to search (default: the model's released dtype and fp8, plus fp4 on "
+                        "GPUs with FP4 tensor cores)")
+    p.add_argument("--kv-dtype", default=None, action=Checked, check=dtypes, metavar="D[,D]",
+                   help="KV-cache dtypes to search (default: bf16,fp8)")
+    p.add_argument("--mode", default="both", action=Checked,
+                   check=one_of(["both", "colocated", "disaggregated"]), metavar="M",
+                   help="serving modes to search: both, colocated, disaggregated (default: both)")
+    p.add_argument("--link", default=None, action=Checked, check=preset_name("links"), metavar="L",
+                   help="KV-transfer link of disaggregated serving (default: the GPU's scale-out link)")
+    p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
+                   help="runtime preset (default: default)")
+    p.add_argument("--engine", default="vllm", action=Checked, check=one_of(["vllm", "sglang"]), metavar="E",
+                   help="engine whose launch commands are printed (both are in --json) (default: vllm)")
+    p.add_argument("--top", default=8, action=Checked, check=int_in(1, 1000), metavar="K",
+                   help="configurations listed (default: 8)")
+    p.add_argument("--simulate", default=0, action=Checked, check=int_in(0, 10), metavar="K",
+                   help="re-check the K best configurations with the serving simulator and report where it "
+                        "and the analytic estimate disagree by more than 10%% (default: 0)")
+    p.add_argument("--scheduler", default=None, action=Checked, check=text_value("a Dask scheduler address"),
+                   metavar="ADDRESS", help="run the search on this Dask cluster (tcp://host:8786; needs "
+                                           "llmexplore[dask]); the answer is the same as without it")
+    p.add_argument("--workers", default=None, action=Checked, check=int_in(1, 256), metavar="W",
+                   help="local worker processes for the search (default: 1, in this process)")
+    p.add_argument("--json", action="store_true",
+                   help='JSON: {"best_mode", "best": {..., "config", "launch"}, "runner_up", "margin_pct", '
+                        '"disagg_over_agg_ratio", "best_by_mode", "frontiers": {"colocated": [...], '
+                        '"disaggregated": [...]}, "top": [...], "infeasible": [...], "simulation": [...], "inputs"}')
+    p.set_defaults(func=run, flags=FLAGS)
+
+
+def _row(r):
+    from ._framework import jsonable
+
+    return None if r is None else jsonable({k: v for k, v in r.items()})
+
+
+def run(args) -> int:
+    from .. import presets
+    from ..findings import plan as fp
+    from ..sweeps import plan as sp
+
+    ttft, tpot, stat = args.ttft_ms, args.tpot_ms, args.stat
+    if args.targets is not None:
+        t = presets.target(args.targets)
+        ttft = t.ttft_ms if ttft is None else ttft
+        tpot = t.tpot_ms if tpot is None else tpot
+        stat = t.stat if stat is None else stat
+    q = sp.Question(model=args.model, gpu=args.gpu, gpus=args.gpus, isl=args.isl, osl=args.osl,
+                    ttft_ms=2000.0 if ttft is None else ttft, tpot_ms=50.0 if tpot is None else tpot,
+                    stat=stat or "p90", rate_per_s=args.rate, runtime=args.runtime, weight_dtypes=args.weight_dtype,
+                    kv_dtypes=args.kv_dtype, link=args.link,
+                    modes=sp.MODES if args.mode == "both" else (args.mode,))
+    res = sp.plan(q, scheduler=args.scheduler, workers=args.workers)
+    doc = fp.summary(res, top=args.top, simulate=args.simulate)
+    if args.json:
+        print_json(doc)
+        return EXIT_OK
+    print(doc["question_text"])
+    for line in doc["sentences"]:
+        print(line)
+    ok = doc["top"]
+    if ok:
+        print()
+        print(format_table(ok, TABLE_COLS))
+    b = doc["best"]
+    if b is not None:
+        print()
+        print(f"launch ({args.engine}):")
+        for e in b["launch"][args.engine]:
+            head = f"  {e['role']}: {e['instances']} x {e['gpus_per_instance']} GPUs"
+            print(head + (f"\n    {e['command']}" if e.get("command") else "") +
+                  (f"\n    note: {e['note']}" if e.get("note") else ""))
+    for s in doc["simulation"]:
+        print(s["sentence"])
+    return EXIT_OK

@@ -1,0 +1,107 @@
+"""``llmexplore simulate``: the latency distributions of one configuration in the iteration-level simulator."""
+
+from __future__ import annotations
+
+from ._framework import EXIT_OK, Checked, Col, format_table, int_in, number_in, preset_name, print_json, text_value
+
+__all__ = ["add", "run", "FLAGS"]
+
+FLAGS = {"rate_per_s": "--rate", "concurrency": "--concurrency", "requests": "--requests", "isl": "--isl",
+         "osl": "--osl", "isl_sigma": "--isl-sigma", "osl_sigma": "--osl-sigma", "seed": "--seed",
+         "runtime": "--runtime", "config": "--config"}
+
+STAT_COLS = [Col("metric", "metric"), Col("mean", "mean ms", ".4g"), Col("p50", "p50 ms", ".4g"),
+             Col("p90", "p90 ms", ".4g"), Col("p99", "p99 ms", ".4g")]
+
+
+def add(sub) -> None:
+    from ..models.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
+
+    p = sub.add_parser("simulate", help="latency distributions of one configuration (serving simulator)",
+                       description="Run the iteration-level serving simulator (continuous batching, chunked "
+                                   "prefill, KV-limited admission with preemption; prefill pool, KV transfer "
+                                   "and decode pool when disaggregated) on one configuration, e.g. the 'best' of "
+                                   "`llmexplore plan --json`, and print TTFT, TPOT, ITL and end-to-end latency "
+                                   "(mean, p50, p90, p99) and the throughput.")
+    req = p.add_argument_group("required")
+    req.add_argument("--config", required=True, action=Checked, check=text_value("a JSON file or JSON text", 100_000),
+                     metavar="FILE|JSON", help="configuration: a JSON file or text with model, gpu, mode, "
+                                               "weight_dtype, kv_dtype, sides (the 'best' -> 'config' of "
+                                               "`llmexplore plan --json`; a whole plan JSON is read too)")
+    tokens = int_in(1, MAX_WORKLOAD_TOKENS)
+    req.add_argument("--isl", required=True, action=Checked, check=tokens, metavar="I",
+                     help="prompt tokens (the median with --isl-sigma)")
+    req.add_argument("--osl", required=True, action=Checked, check=tokens, metavar="O",
+                     help="output tokens (the median with --osl-sigma)")
+    p.add_argument("--rate", default=None, action=Checked, check=number_in(0.0, MAX_RATE_OR_MS, lo_open=True),
+                   metavar="R", help="Poisson arrivals per second (give --rate or --concurrency)")
+    p.add_argument("--concurrency", default=None, action=Checked, check=int_in(1, 1 << 20), metavar="C",
+                   help="closed loop: C requests in flight, each replaced when it finishes")
+    p.add_argument("--requests", default=2000, action=Checked, check=int_in(1, 1_000_000), metavar="N",
+                   help="requests simulated (default: 2000)")
+    p.add_argument("--isl-sigma", default=0.0, action=Checked, check=number_in(0.0, 3.0), metavar="S",
+                   help="log-sd of lognormal prompt lengths (default: 0, all equal)")
+    p.add_argument("--osl-sigma", default=0.0, action=Checked, check=number_in(0.0, 3.0), metavar="S",
+                   help="log-sd of lognormal output lengths (default: 0, all equal)")
+    p.add_argument("--seed", default=0, action=Checked, check=int_in(0, 2**32 - 1), metavar="K",
+                   help="random seed (default: 0)")
+    p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
+                   help="runtime preset (default: default)")
+    p.add_argument("--json", action="store_true",
+                   help='JSON: {"summary": {ttft/tpot/itl/e2e _mean/_p50/_p90/_p99 _ms, throughput, ...}, '
+                        '"cdf": {"ttft_ms": [...], ...}, "quantiles": [...], "config", "inputs"}')
+    p.set_defaults(func=run, flags=FLAGS)
+
+
+def _read_config(text: str) -> dict:
+    import json
+    from pathlib import Path
+
+    from ..errors import SpecError
+
+    src = text.strip()
+    if not src.startswith("{"):
+        path = Path(src)
+        if not path.is_file():
+            raise SpecError(f"config must be a JSON file or JSON text, got {text!r} (no such file)")
+        try:
+            src = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecError(f"config file {text!r} cannot be read: {exc}") from None
+    try:
+        doc = json.loads(src)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"config is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if isinstance(doc, dict) and isinstance(doc.get("best"), dict) and "config" in doc["best"]:
+        doc = doc["best"]["config"]  # a whole `plan --json` answer
+    return doc
+
+
+def run(args) -> int:
+    from ..errors import SpecError
+    from ..sweeps import plan as sp
+
+    if (args.rate is None) == (args.concurrency is None):
+        raise SpecError("give exactly one of --rate and --concurrency")
+    cfg = _read_config(args.config)
+    out = sp.simulate_config(cfg, isl=args.isl, osl=args.osl, rate_per_s=args.rate, concurrency=args.concurrency,
+                             n_requests=args.requests, runtime=args.runtime, isl_sigma=args.isl_sigma,
+                             osl_sigma=args.osl_sigma, seed=args.seed)
+    s = out["summary"]
+    summ = {(k[:-2] + "_ms" if k.endswith("_s") and k != "makespan_s" else k):
+            (v * 1e3 if k.endswith("_s") and k != "makespan_s" else v) for k, v in s.items()}
+    if args.json:
+        print_json({"summary": summ, "cdf": out["cdf"], "quantiles": out["quantiles"], "config": out["config"],
+                    "inputs": {"isl": args.isl, "osl": args.osl, "rate": args.rate, "concurrency": args.concurrency,
+                               "requests": args.requests, "isl_sigma": args.isl_sigma, "osl_sigma": args.osl_sigma,
+                               "seed": args.seed, "runtime": args.runtime}})
+        return EXIT_OK
+    load = f"{args.rate:g} req/s (Poisson)" if args.rate is not None else f"concurrency {args.concurrency}"
+    print(f"{cfg['mode']} {cfg['model']} on {cfg['gpu']}: {args.requests:,} requests of {args.isl:,} + "
+          f"{args.osl:,} tokens at {load}")
+    rows = [{"metric": m.upper(), **{k: summ[f"{m}_{k}_ms"] for k in ("mean", "p50", "p90", "p99")}}
+            for m in ("ttft", "tpot", "itl", "e2e")]
+    print(format_table(rows, STAT_COLS))
+    print(f"throughput {s['output_tokens_per_s']:,.0f} output tokens/s, {s['requests_per_s']:.3g} req/s; mean decode "
+          f"batch {s['mean_decode_batch']:.1f}; {s['preemptions']} preemptions; {s['iterations']:,} iterations")
+    return EXIT_OK
