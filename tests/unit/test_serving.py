@@ -7,8 +7,10 @@ Measured when these tests were written (Llama-3-70B FP8 on 2x H100, runtime trtl
 * step-time tables vs direct engine calls: decode steps exact to 1e-15 (the core is linear in the context
   between nodes), mixed iterations within 1e-4 (9e-5 worst of 300 random points), the chunk core alone within
   0.12 %;
-* prefill-only M/D/1 (2,000-token prompts, one-token outputs, max_num_seqs = 1): mean wait within 0.6 % (rho
-  0.5) and 0.6 % (rho 0.8) of Pollaczek-Khinchine, inside the batch-means sampling error.
+* prefill-only M/D/1 (2,000-token prompts, service D = 165.8 ms, one-token outputs, max_num_seqs = 1, 27,000
+  requests after warm-up): mean wait -0.26 % (rho 0.5, standard error 2.0 %) and -3.3 % (rho 0.8, standard
+  error 5.0 %) from Pollaczek-Khinchine, i.e. within sampling error;
+* the NIM comparison: see :func:`test_nim_online_serving_llama70b_fp8_tp2_h100`.
 """
 
 import functools
@@ -89,7 +91,7 @@ def test_prefill_only_batch_of_one_is_md1(rho):
     exact = float(qz.md1_mean_wait(rho / D, D))
     assert exact == pytest.approx(rho * D / (2 * (1 - rho)))
     assert abs(w.mean() - exact) < 4 * se, (w.mean(), exact, se)
-    assert abs(w.mean() / exact - 1) < 0.05
+    assert se < 0.06 * exact  # the run is long enough for the check to mean something
 
 
 # ---- Little's law, conservation, monotonicity --------------------------------------------------------------------
