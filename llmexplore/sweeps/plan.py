@@ -554,7 +554,7 @@ def plan(q: Question | None = None, *, scheduler=None, workers: int | None = Non
     return out
 
 
-SIM_REQUESTS = 2000  # requests per simulated check (after a warm-up share the simulator's summary includes)
+SIM_REQUESTS = 2000  # requests per simulated check (the summary covers all of them, from an empty start)
 SIM_TOLERANCE = 0.10  # relative gap between the analytic estimate and the simulation that is reported
 
 
