@@ -49,6 +49,7 @@ _COLUMNS = {
                 "usable_hbm_fraction", "reserve_GiB", "page_tokens"],
     "storage": ["name", "kind", "read_GBps", "latency_us", "link_GBps", "h2d_GBps", "queue_depth", "io_KiB",
                 "effective_read_GBps", "block_overhead_us"],
+    "targets": ["name", "ttft_ms", "tpot_ms", "stat", "e2e_ms"],
 }
 
 

@@ -1,9 +1,9 @@
 """Presets: YAML files under ``data/`` turned into validated, frozen specs.
 
 Built-in files: ``data/models.yaml``, ``data/hardware.yaml``, ``data/links.yaml``, ``data/runtime.yaml``,
-``data/storage.yaml``.
+``data/storage.yaml``, ``data/targets.yaml``.
 Users add or override entries with their own YAML file, whose top level has any of the sections
-``models``, ``hardware``, ``links``, ``runtime``, ``storage``::
+``models``, ``hardware``, ``links``, ``runtime``, ``storage``, ``targets``::
 
     models:
       my-model:
@@ -27,10 +27,10 @@ import yaml
 
 from ._check import path_kind, read_text, shown
 from .errors import SpecError, UnknownPresetError
-from .specs import Hardware, Link, ModelSpec, Runtime, StorageTier
+from .specs import Hardware, Link, ModelSpec, Runtime, StorageTier, Targets
 
-__all__ = ["DATA_DIR", "KINDS", "model", "hardware", "link", "runtime", "storage", "names", "table", "add_file",
-           "clear_cache", "resolve"]
+__all__ = ["DATA_DIR", "KINDS", "model", "hardware", "link", "runtime", "storage", "target", "names", "table",
+           "add_file", "clear_cache", "resolve"]
 
 DATA_DIR = Path(os.environ.get("LLMEXPLORE_DATA", Path(__file__).resolve().parents[1] / "data"))
 
@@ -41,13 +41,18 @@ KINDS: dict[str, tuple[str, type]] = {
     "links": ("links", Link),
     "runtime": ("runtime", Runtime),
     "storage": ("storage", StorageTier),
+    "targets": ("targets", Targets),
 }
+#: kind -> the word that names a preset of it in messages ("gpu: no hardware preset ...")
+_FIELDS = {"models": "model", "hardware": "gpu", "links": "link", "runtime": "runtime", "storage": "storage",
+           "targets": "target"}
 
 _user_files: list[Path] = []
 
 
 def add_file(path: str | os.PathLike) -> None:
-    """Register a user preset file (YAML with sections ``models``/``hardware``/``links``/``runtime``/``storage``)."""
+    """Register a user preset file (YAML with sections ``models``/``hardware``/``links``/``runtime``/``storage``/
+    ``targets``)."""
     p = Path(path).expanduser()
     kind = path_kind(p)
     if kind != "file":
@@ -132,7 +137,7 @@ def _read_yaml(path: Path) -> dict:
 
 @functools.lru_cache(maxsize=16)
 def _parsed(path: Path, stamp: tuple[int, int]) -> dict:
-    """:func:`_read_yaml`, once per file version (``stamp``: modification time and size) for all four kinds."""
+    """:func:`_read_yaml`, once per file version (``stamp``: modification time and size) for all kinds."""
     return _read_yaml(path)
 
 
@@ -235,6 +240,12 @@ def storage(name: str) -> StorageTier:
     return _get("storage", name, "storage")
 
 
+def target(name: str) -> Targets:
+    """A latency-target preset (``data/targets.yaml`` or a user file's ``targets`` section), e.g.
+    ``"mlperf-llama-2-70b-server"``: TTFT and TPOT targets [ms] and the statistic they bound."""
+    return _get("targets", name, "target")
+
+
 KERNEL_FILE = DATA_DIR / "kernel_efficiency.yaml"
 #: GPUs without kernel measurements that borrow another GPU's curves (same tensor cores and memory type)
 KERNEL_GPU_FALLBACK = {"gb200": "b200"}
@@ -286,5 +297,4 @@ def resolve(kind: str, value):
     _, cls = KINDS[kind]
     if isinstance(value, cls):
         return value
-    return _get(kind, value, {"models": "model", "hardware": "gpu", "links": "link", "runtime": "runtime",
-                                       "storage": "storage"}[kind])
+    return _get(kind, value, _FIELDS[kind])

@@ -1,4 +1,5 @@
-"""Frozen, validated specs: a model, an accelerator, a link, and the runtime efficiencies.
+"""Frozen, validated specs: a model, an accelerator, a link, the runtime efficiencies, a storage tier and a
+latency target.
 
 Specs are plain data loaded from ``data/*.yaml`` (see :mod:`llmexplore.presets`); every derived quantity
 (parameter counts, KV bytes per token, ridge points) is computed here, never typed into a preset.
@@ -19,14 +20,16 @@ from . import _check
 from .errors import SpecError
 from .units import dtype_bytes
 
-__all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "StorageTier", "ATTENTION_KINDS", "LINK_KINDS",
-           "STORAGE_KINDS"]
+__all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "StorageTier", "Targets", "ATTENTION_KINDS", "LINK_KINDS",
+           "STORAGE_KINDS", "TARGET_STATS"]
 
 ATTENTION_KINDS = ("gqa", "mla")
 LINK_KINDS = ("scale-up", "scale-out", "host")
 #: where a storage tier keeps KV blocks: host DRAM (one hop over PCIe to the GPU), a local SSD or a network file
 #: system (two hops: device -> host memory -> GPU)
 STORAGE_KINDS = ("dram", "ssd", "network")
+#: the statistic over requests a latency target bounds: the mean, or the 50th, 90th or 99th percentile
+TARGET_STATS = ("mean", "p50", "p90", "p99")
 
 
 def _meta(unit: str = "", help: str = "", *, min: float | None = None, max: float | None = None,
@@ -553,3 +556,46 @@ class StorageTier(_Spec):
         bw = qd * io / per_request_s / 1e9
         caps = [self.read_GBps] + ([self.link_GBps] if self.link_GBps else [])
         return min(bw, *caps)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Targets(_Spec):
+    """Latency targets (a service-level objective) a deployment must meet: time to first token and time per
+    output token, optionally end-to-end, each bounding the statistic ``stat`` over requests (``p99``: 99 % of
+    requests at or below the target). MLPerf Inference's server scenarios are the built-in ones
+    (``data/targets.yaml``).
+    """
+
+    name: str
+    ttft_ms: float = field(metadata=_meta("ms", "time to first token (queueing + prefill)", min=MIN_POSITIVE,
+                                          max=MAX_RATE))
+    tpot_ms: float = field(metadata=_meta("ms", "time per output token after the first (decode)", min=MIN_POSITIVE,
+                                          max=MAX_RATE))
+    stat: str = field(metadata={"help": "statistic over requests the targets bound: 'mean', 'p50', 'p90' or 'p99'"})
+    e2e_ms: float = field(default=0.0, metadata=_meta("ms", "end-to-end request latency; 0: no target", min=0,
+                                                      max=MAX_RATE, optional=True))
+    display_name: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _freeze_sources(self)
+        if not isinstance(self.stat, str) or self.stat not in TARGET_STATS:
+            raise SpecError(f"Targets {_check.shown(self.name)}: stat must be one of {list(TARGET_STATS)}, got "
+                            f"{_check.shown(self.stat)}")
+        _check_numbers(self)
+        if 0 < self.e2e_ms < MIN_POSITIVE:  # a subnormal target would turn every ratio into an overflow
+            raise SpecError(f"Targets {self.name!r}: e2e_ms must be 0 (no end-to-end target) or in "
+                            f"[{MIN_POSITIVE:g}, {MAX_RATE:g}] [ms], got {self.e2e_ms!r}")
+        if self.e2e_ms and self.e2e_ms < self.ttft_ms:
+            raise SpecError(f"Targets {self.name!r}: e2e_ms must be 0 (no end-to-end target) or >= ttft_ms "
+                            f"({self.ttft_ms:g}): a request ends after its first token, got {self.e2e_ms:g}")
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+    @property
+    def percentile(self) -> float:
+        """The percentile ``stat`` names (p99: 99.0, p50: 50.0); NaN for the mean."""
+        return float("nan") if self.stat == "mean" else float(self.stat[1:])

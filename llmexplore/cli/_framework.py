@@ -102,11 +102,12 @@ def shown(text: str, limit: int = 80) -> str:
 def flag_message(message: str, flags: Mapping[str, str]) -> str:
     """An API error message with its field names replaced by the command's flags (``prefill_tp (3) must
     divide ...`` -> ``--prefill-tp (3) must divide ...``); quoted values, longer names and preset kinds ("no
-    runtime preset") are left alone."""
-    for name in sorted(flags, key=len, reverse=True):
-        message = re.sub(rf"(?<![\w'\"./-]){re.escape(name)}(?![\w'\"./=-]| preset)", lambda _m, f=flags[name]: f,
-                         message)
-    return message
+    runtime preset") are left alone. One pass: a flag text put in is never replaced again (``ranks`` ->
+    ``tp (= --gpus / --ep)`` keeps its ``tp``)."""
+    if not flags:
+        return message
+    names = "|".join(re.escape(n) for n in sorted(flags, key=len, reverse=True))
+    return re.sub(rf"(?<![\w'\"./-])(?:{names})(?![\w'\"./=-]| preset)", lambda m: flags[m.group(0)], message)
 
 
 # ---- typed options -----------------------------------------------------------------------------------------

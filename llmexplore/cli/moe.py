@@ -52,6 +52,7 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
+    from ..errors import SpecError
     from ..sweeps import moe as moe_sweeps
 
     ep = args.ep or args.gpus
@@ -72,11 +73,17 @@ def run(args) -> int:
         raise UsageError(f"{flag} must divide the routed experts of {md.model.name} ({E}) so that the static "
                          f"placement can be compared, got {ep}")
     [rec] = moe_sweeps.moe_records(md, args.batch_tokens, args.context, args.skew)
-    ref = None
-    if ep != 1 and md.model.moe_intermediate % args.gpus == 0:
-        pure = moe_sweeps.config(args.model, args.gpu, args.gpus, tp=args.gpus, ep=1, **kw)
-        [ref] = moe_sweeps.moe_records(pure, args.batch_tokens, args.context, args.skew)
-    doc = {**rec, "pure_tp": ref,
+    ref = skipped = None
+    if ep != 1:
+        # pure TP on all N GPUs is only the comparison: a model it cannot split (TP-N must divide the query heads,
+        # the experts' width, ...) has none, which is said, not an error of the layout asked for
+        try:
+            pure = moe_sweeps.config(args.model, args.gpu, args.gpus, tp=args.gpus, ep=1, **kw)
+        except SpecError as exc:
+            skipped = str(exc)
+        else:
+            [ref] = moe_sweeps.moe_records(pure, args.batch_tokens, args.context, args.skew)
+    doc = {**rec, "pure_tp": ref, "pure_tp_skipped": skipped,
            "inputs": {"model": md.model.name, "gpu": md.hardware.name, "gpus": args.gpus, "ep": ep,
                       "batch_tokens": args.batch_tokens, "context": args.context, "skew": args.skew,
                       "redundant_experts": args.redundant_experts, "weight_dtype": md.weight_dtype,
@@ -92,4 +99,6 @@ def run(args) -> int:
             Col("load_straggler", "load max/mean", ".3f"), Col("expected_imbalance", "imbalance", ".3f"),
             Col("memory_GB", "GB/GPU", ".1f"), Col("tokens_per_s", "tok/s", ".0f")]
     print(format_table([r for r in (rec, ref) if r], cols))
+    if skipped:
+        print(f"no pure TP{args.gpus} comparison: {skipped}")
     return EXIT_OK

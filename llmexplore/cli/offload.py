@@ -26,7 +26,7 @@ FLAGS = {**COMMON_FLAGS, "storage": "--storage", "prefix_tokens": "--prefix", "q
 
 def add(sub) -> None:
     from ..models.engine import MAX_RANKS
-    from ..models.offload import MAX_PREFIX
+    from ..models.offload import MAX_PREFIX, MIN_SEARCH_BLOCK_TOKENS
 
     p = sub.add_parser("offload", help="load a cached KV prefix from host memory / SSD / NFS, or recompute it: "
                                        "costs, decision, break-even, preload",
@@ -46,8 +46,10 @@ def add(sub) -> None:
                         "(default: 0)")
     p.add_argument("--tp", default=1, action=Checked, check=int_in(1, MAX_RANKS), metavar="T",
                    help="tensor-parallel GPUs that recompute (and each receive their KV shard) (default: 1)")
-    p.add_argument("--block-tokens", default=256, action=Checked, check=int_in(1, 1 << 16), metavar="B",
-                   help="tokens per cached block; only full blocks are cached (default: 256)")
+    p.add_argument("--block-tokens", default=256, action=Checked, check=int_in(MIN_SEARCH_BLOCK_TOKENS, 1 << 16),
+                   metavar="B", help=f"tokens per cached block; only full blocks are cached (default: 256; at least "
+                                     f"{MIN_SEARCH_BLOCK_TOKENS}: the break-even search up to {MAX_PREFIX:,} tokens "
+                                     f"spans at most 65,536 blocks)")
     p.add_argument("--new-tokens", default=256, action=Checked, check=int_in(1, 1 << 20), metavar="S",
                    help="new prompt tokens after the prefix, prefilled either way (default: 256)")
     p.add_argument("--read-GBps", default=None, action=Checked, check=number_in(0.0, 1e5, lo_open=True),

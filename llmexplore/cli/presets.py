@@ -49,6 +49,10 @@ PRESET_VIEWS: dict[str, list[Col]] = {
         Col("queue_depth", "QD", "d"), Col("io_KiB", "io_KiB", "d"),
         Col("effective_read_GBps", "effective GB/s", ".2f"), Col("block_overhead_us", "us/block", "g"),
     ],
+    "targets": [
+        Col("name", "name"), Col("ttft_ms", "ttft_ms", "g"), Col("tpot_ms", "tpot_ms", "g"), Col("stat", "stat"),
+        Col("e2e_ms", "e2e_ms", lambda v: f"{v:g}" if v else "-"),
+    ],
 }
 
 

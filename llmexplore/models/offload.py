@@ -52,6 +52,10 @@ __all__ = ["block_bytes", "rank_share", "recompute_s", "load_s", "hop_times", "b
 DEFAULT_BLOCK_TOKENS = 256
 #: longest prefix evaluated [tokens] (the prefill model's context bound)
 MAX_PREFIX = 1 << 21
+#: most block counts :func:`break_even` evaluates (one vectorised recompute/load curve over them)
+MAX_SEARCH_BLOCKS = 1 << 16
+#: smallest block [tokens] for which the break-even search up to MAX_PREFIX stays within MAX_SEARCH_BLOCKS (32)
+MIN_SEARCH_BLOCK_TOKENS = -(-MAX_PREFIX // MAX_SEARCH_BLOCKS)
 
 
 def _block(block_tokens) -> int:
@@ -165,8 +169,10 @@ def break_even(dep: Deployment, tier: StorageTier, *, kv_dtype: str | None = Non
     """
     B = _block(block_tokens)
     max_tokens = _check.integer("max_tokens", max_tokens, lo=B, hi=MAX_PREFIX, unit="tokens")
-    if max_tokens // B > 1 << 16:
-        raise SpecError(f"max_tokens / block_tokens must be at most 65,536 blocks, got {max_tokens // B:,}")
+    if B * MAX_SEARCH_BLOCKS < max_tokens:  # the search would evaluate more than MAX_SEARCH_BLOCKS block counts
+        raise SpecError(f"block_tokens must be at least {-(-max_tokens // MAX_SEARCH_BLOCKS):,} [tokens] for a "
+                        f"break-even search up to {max_tokens:,} tokens (at most {MAX_SEARCH_BLOCKS:,} blocks), "
+                        f"got {B:,}")
     c, t_g0 = (float(x) for x in linear_load(hop_times(dep, tier, kv_dtype=kv_dtype, block_tokens=B), B,
                                               pipelined))
 

@@ -236,6 +236,7 @@ PRESET_CAPTIONS = {
     "runtime": "Runtime efficiencies: the knobs a calibration fits (uncalibrated defaults are marked assumptions)",
     "storage": "Storage tiers for an offloaded KV cache (read bandwidth and latency; effective = Little's law at the "
                "queue depth)",
+    "targets": "Latency targets: TTFT and TPOT bounds on a statistic over requests (MLPerf Inference server scenarios)",
 }
 
 
@@ -254,13 +255,26 @@ class TableGroup:
 
 def preset_tables(first: str = "models") -> TableGroup:
     """Every preset table of :mod:`llmexplore.catalog` for people, the kind ``first`` first."""
-    from .. import catalog, presets
+    from .. import presets
 
     kinds = list(presets.KINDS)
     if first not in kinds:
         raise SpecError(f"first must be one of {kinds}, got {first!r}")
     order = [first] + [k for k in kinds if k != first]
-    return TableGroup([people_table(catalog.preset_frame(k), caption=PRESET_CAPTIONS.get(k, k)) for k in order])
+    return TableGroup([people_table(_preset_frame(k), caption=PRESET_CAPTIONS.get(k, k)) for k in order])
+
+
+#: headers of the latency-target table: its ttft_ms/tpot_ms bound the entry's own stat, not the p99 that
+#: HEADERS gives the same names in serving results
+_TARGET_HEADERS = {"ttft_ms": "TTFT target [ms]", "tpot_ms": "TPOT target [ms]", "stat": "statistic bounded",
+                   "e2e_ms": "end-to-end target [ms] (0: none)"}
+
+
+def _preset_frame(kind: str) -> pd.DataFrame:
+    from .. import catalog
+
+    frame = catalog.preset_frame(kind)
+    return frame.rename(columns=_TARGET_HEADERS) if kind == "targets" else frame
 
 
 def catalog_sentence() -> str:
@@ -268,7 +282,7 @@ def catalog_sentence() -> str:
     from .. import catalog
 
     names = {"models": "models", "hardware": "accelerators", "links": "links", "runtime": "runtime presets",
-             "storage": "storage tiers"}
+             "storage": "storage tiers", "targets": "latency targets"}
     parts = [f"{n} {names.get(k, k)}" for k, n in catalog.preset_counts().items()]
     return f"The workbook's presets hold {', '.join(parts[:-1])} and {parts[-1]}."
 

@@ -239,6 +239,59 @@ def _check_outcome(code: int, out: str, err: str, argv: list[str], changes: list
     assert any(form in msg for v in values for form in _value_forms(v)), (argv, msg)  # the value
 
 
+#: command lines the fuzz once failed on, and what each must give now (exit status, text on stdout or stderr)
+REGRESSIONS = [
+    # without --ep, an error of the pure-TP comparison (TP64 cannot split 32 query heads) named no flag; the
+    # layout asked for (DPA+EP64) is valid, so it now runs and says why there is no comparison
+    (["moe", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "64", "--batch-tokens", "64"], 0,
+     "no pure TP64 comparison: ranks (64) must divide the query heads of qwen3-30b-a3b (32)"),
+    (["moe", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "64", "--ep", "8", "--batch-tokens", "64"],
+     0, "no pure TP64 comparison"),
+    # a flag name put into a message was replaced again ("tp (= --gpus / --ep) (= --gpus / --ep) (32)")
+    (["moe", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "64", "--ep", "2", "--batch-tokens", "64"],
+     2, "tp (= --gpus / --ep) (32) must divide the GPUs per node (8) when --ep > 1"),
+    # --block-tokens 7 passed its rule [1, 65536], then the break-even search failed with "max_tokens /
+    # --block-tokens must be at most 65,536 blocks, got 299,593" (not the value typed): the rule is now the
+    # search's own bound
+    (["offload", "--model", "llama-3.2-3b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--prefix", "4096",
+      "--block-tokens", "7"], 2, "--block-tokens must be an integer in [32, 65,536], got 7"),
+    (["offload", "--model", "llama-3.2-3b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--prefix", "4096",
+      "--block-tokens", "32"], 0, "32-token blocks"),
+]
+
+
+@pytest.mark.parametrize("argv, code, text", REGRESSIONS)
+def test_cli_regressions(argv, code, text, capsys, monkeypatch):
+    monkeypatch.delenv("LLMEXPLORE_PRESETS", raising=False)
+    presets.clear_cache()
+    got = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert got == code, (out, err)
+    assert text in (out if code == 0 else err), (out, err)
+    _check_outcome(got, out, err, argv, [("value", argv[-2], argv[-1])])  # the fuzz's contract
+    assert "(= --gpus / --ep) (= --gpus / --ep)" not in err
+
+
+def test_offload_break_even_names_block_tokens_its_value_and_rule():
+    # the API behind the CLI: the message names block_tokens (the flag --block-tokens), the value and the rule
+    from llmexplore.errors import SpecError
+    from llmexplore.models import offload as of
+    from llmexplore.sweeps import offload as so
+
+    s = so.setup("llama-3.2-3b", "h100-sxm", storage="nvme-gen4", block_tokens=7)
+    with pytest.raises(SpecError, match=r"^block_tokens must be at least 32 \[tokens\] for a break-even search up "
+                                        r"to 2,097,152 tokens \(at most 65,536 blocks\), got 7$"):
+        of.break_even(s.dep, s.tier, block_tokens=7)
+    assert of.MIN_SEARCH_BLOCK_TOKENS == 32
+    assert of.break_even(s.dep, s.tier, block_tokens=7, max_tokens=7 * 65536)["block_tokens"] == 7
+
+
+def test_flag_message_replaces_each_name_once():
+    flags = {"ranks": "tp (= --gpus / --ep)", "tp": "tp (= --gpus / --ep)", "ep": "--ep"}
+    assert (_framework.flag_message("ranks (8) must divide the query heads; tp (2), ep (4)", flags)
+            == "tp (= --gpus / --ep) (8) must divide the query heads; tp (= --gpus / --ep) (2), --ep (4)")
+
+
 @pytest.fixture
 def no_reports(monkeypatch):
     """``report`` must never execute notebooks here: its inputs are checked, then a fake build returns."""
@@ -292,6 +345,7 @@ ENTRIES = {
     "runtime": ("fuzz-rt", {"eta_mem": "0.8", "eta_compute": "0.7", "eta_attn_compute": "0.5", "eta_attn_mem": "0.8",
                             "kernel_overhead_us": "3", "step_overhead_ms": "1", "usable_hbm_fraction": "0.9",
                             "reserve_GiB": "3", "page_tokens": "16"}),
+    "targets": ("fuzz-target", {"ttft_ms": "2000", "tpot_ms": "200", "stat": "p99", "e2e_ms": "30000"}),
 }
 
 YAML_VALUES = ["-1", "0", "1.0e+300", "-1.0e+300", "1.0e-320", ".nan", ".inf", "-.inf", "9" * 400, '"80"', "'yes'",

@@ -2,6 +2,7 @@
 unknown names and keys are reported with the known/allowed ones. Global preset state is restored after
 every test (``isolated_presets``)."""
 
+import math
 import os
 import textwrap
 
@@ -9,9 +10,10 @@ import pytest
 
 from llmexplore import presets
 from llmexplore.errors import SpecError, UnknownPresetError
-from llmexplore.specs import Hardware, Link, ModelSpec, Runtime, StorageTier
+from llmexplore.specs import TARGET_STATS, Hardware, Link, ModelSpec, Runtime, StorageTier, Targets
 
-KIND_CLASSES = {"models": ModelSpec, "hardware": Hardware, "links": Link, "runtime": Runtime, "storage": StorageTier}
+KIND_CLASSES = {"models": ModelSpec, "hardware": Hardware, "links": Link, "runtime": Runtime, "storage": StorageTier,
+                "targets": Targets}
 ALL_PRESETS = [(kind, name) for kind in presets.KINDS for name in presets.names(kind)]
 
 
@@ -67,6 +69,10 @@ def test_builtin_tables_are_not_empty():
     # the presets the design reference relies on (docs/models.md §2 and §7.1-7.2)
     assert {"llama-3-8b", "llama-3-70b", "llama-3.2-3b", "qwen3-4b", "qwen3-32b", "deepseek-v3"} <= set(
         presets.names("models"))
+    # the MLPerf Inference models (issue 10, deployment planning) and their server-scenario targets
+    assert {"llama-2-70b", "llama-3.1-405b", "mixtral-8x7b", "deepseek-r1"} <= set(presets.names("models"))
+    assert {"mlperf-llama-2-70b-server", "mlperf-llama-2-70b-interactive", "mlperf-llama-3.1-405b-server",
+            "mlperf-mixtral-8x7b-server", "mlperf-deepseek-r1-server"} <= set(presets.names("targets"))
     assert {"h100-sxm", "h200", "b200", "mi300x"} <= set(presets.names("hardware"))
     assert {"nvlink4", "ib-ndr400"} <= set(presets.names("links"))
     assert "default" in presets.names("runtime")
@@ -99,7 +105,8 @@ def test_unsourced_field_is_reported():
 
 
 @pytest.mark.parametrize("getter, kind", [(presets.model, "models"), (presets.hardware, "hardware"),
-                                          (presets.link, "links"), (presets.runtime, "runtime")])
+                                          (presets.link, "links"), (presets.runtime, "runtime"),
+                                          (presets.storage, "storage"), (presets.target, "targets")])
 def test_unknown_preset_lists_known_names(getter, kind):
     with pytest.raises(UnknownPresetError) as exc:
         getter("no-such-preset")
@@ -352,3 +359,86 @@ def test_a_special_file_is_read_no_further_than_the_limit(monkeypatch):
 
     with pytest.raises(SpecError, match="must be at most 1,024 bytes, got more"):
         _check.read_text("/dev/zero", "preset file '/dev/zero'", 1024)
+
+
+# ---- latency targets (data/targets.yaml, Targets) -----------------------------------------------------------
+_TARGET = """
+    targets:
+      lab-chat:
+        display_name: Lab chat SLO
+        ttft_ms: {ttft}
+        tpot_ms: {tpot}
+        stat: {stat}
+        {extra}
+        sources: {{"*": "our product requirement"}}
+    """
+
+
+def _target_file(tmp_path, ttft="500", tpot="50", stat="p90", extra=""):
+    return _write(tmp_path, _TARGET.format(ttft=ttft, tpot=tpot, stat=stat, extra=extra))
+
+
+def test_builtin_targets_are_mlperf_p99_server_constraints():
+    # mlcommons/inference loadgen/mlperf.conf @b66003e: llama2-70b.Server.ttft_latency = 2000, tpot_latency = 200,
+    # llama2-70b-interactive 450 / 40; *.Server.target_latency_percentile = 99 (both token constraints are
+    # checked at it: loadgen/results.h). tests/reference/test_planning_presets.py checks every entry.
+    t = presets.target("mlperf-llama-2-70b-server")
+    assert isinstance(t, Targets) and (t.ttft_ms, t.tpot_ms, t.stat, t.e2e_ms) == (2000, 200, "p99", 0)
+    assert t.percentile == 99.0 and t.label == "MLPerf Llama-2-70B server"
+    i = presets.target("mlperf-llama-2-70b-interactive")
+    assert (i.ttft_ms, i.tpot_ms, i.stat) == (450, 40, "p99")
+    assert presets.resolve("targets", t) is t and presets.resolve("targets", t.name) == t
+
+
+def test_user_targets_load_from_add_file_and_env(isolated_presets, tmp_path, monkeypatch):
+    path = _target_file(tmp_path, extra="e2e_ms: 20000")
+    presets.add_file(path)
+    t = presets.target("lab-chat")
+    assert (t.ttft_ms, t.tpot_ms, t.stat, t.e2e_ms) == (500, 50, "p90", 20000)
+    assert t.source_of("ttft_ms") == "our product requirement" and t.unsourced_fields() == []
+    assert "mlperf-llama-2-70b-server" in presets.names("targets")  # built-ins stay
+    monkeypatch.setattr(presets, "_user_files", [])
+    monkeypatch.setenv("LLMEXPLORE_PRESETS", str(path))
+    presets.clear_cache()
+    assert presets.target("lab-chat").e2e_ms == 20000
+
+
+def test_a_user_target_overrides_a_builtin_one_as_a_whole(isolated_presets, tmp_path):
+    presets.add_file(_write(tmp_path, _TARGET.replace("lab-chat", "mlperf-llama-2-70b-server").format(
+        ttft="1000", tpot="100", stat="mean", extra="")))
+    t = presets.target("mlperf-llama-2-70b-server")
+    assert (t.ttft_ms, t.tpot_ms, t.stat, t.display_name) == (1000, 100, "mean", "Lab chat SLO")
+    assert math.isnan(t.percentile)
+
+
+@pytest.mark.parametrize("kw, rule", [
+    ({"ttft": "0"}, r"ttft_ms must be a finite number in \[1e-6, 1e12\] \[ms\], got 0"),
+    ({"ttft": "-5"}, r"ttft_ms must be a finite number in \[1e-6, 1e12\] \[ms\], got -5"),
+    ({"tpot": ".nan"}, r"tpot_ms must be a finite number in \[1e-6, 1e12\] \[ms\], got nan"),
+    ({"tpot": ".inf"}, r"tpot_ms must be a finite number in \[1e-6, 1e12\] \[ms\], got inf"),
+    ({"tpot": '"40"'}, r"tpot_ms must be a finite number in \[1e-6, 1e12\] \[ms\], got '40'"),
+    ({"stat": "p95"}, r"stat must be one of \['mean', 'p50', 'p90', 'p99'\], got 'p95'"),
+    ({"stat": "99"}, r"stat must be one of \['mean', 'p50', 'p90', 'p99'\], got 99"),
+    ({"extra": "e2e_ms: -1"}, r"e2e_ms must be a finite number in \[0, 1e12\] \[ms\], got -1"),
+    ({"extra": "e2e_ms: 1.0e-300"}, (r"e2e_ms must be 0 \(no end-to-end target\) or in \[1e-06, 1e\+12\] "
+                                     r"\[ms\], got 1e-300")),
+    ({"extra": "e2e_ms: 100"}, (r"e2e_ms must be 0 \(no end-to-end target\) or >= ttft_ms \(500\): a "
+                                r"request ends after its first token, got 100")),
+    ({"extra": "p99_ms: 3"}, r"unknown keys \['p99_ms'\]"),
+])
+def test_bad_targets_name_file_entry_field_value_and_rule(isolated_presets, tmp_path, kw, rule):
+    presets.add_file(_target_file(tmp_path, **kw))
+    with pytest.raises(SpecError, match=r"user.yaml: Targets 'lab-chat': " + rule) as exc:
+        presets.target("lab-chat")
+    assert "\n" not in str(exc.value)
+
+
+def test_targets_missing_a_required_field(isolated_presets, tmp_path):
+    presets.add_file(_write(tmp_path, "targets:\n  half:\n    ttft_ms: 100\n    stat: p99\n"))
+    with pytest.raises(SpecError, match=r"user.yaml: Targets 'half': missing required keys \['tpot_ms'\]"):
+        presets.target("half")
+
+
+def test_target_stats_are_the_documented_ones():
+    assert TARGET_STATS == ("mean", "p50", "p90", "p99")
+    assert [Targets(name="t", ttft_ms=1, tpot_ms=1, stat=s).percentile for s in TARGET_STATS[1:]] == [50, 90, 99]

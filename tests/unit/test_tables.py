@@ -75,8 +75,11 @@ def test_every_preset_and_source_row_is_shown():
     t = people_table(sources)
     assert len(t) == len(sources) and "…" not in repr(t)
     group = preset_tables(first="links")
-    assert [tab.caption.split()[0] for tab in group.tables] == ["Links", "Models,", "Accelerators", "Runtime", "Storage"]
-    assert all(len(tab) == len(catalog.preset_frame(k)) for tab, k in zip(group.tables,
-                                                                           ["links", "models", "hardware", "runtime"]))
+    assert [tab.caption.split()[0] for tab in group.tables] == ["Links", "Models,", "Accelerators", "Runtime", "Storage",
+                                                               "Latency"]
+    assert all(len(tab) == len(catalog.preset_frame(k)) for tab, k in zip(
+        group.tables, ["links", "models", "hardware", "runtime", "storage", "targets"]))
+    targets = preset_tables(first="targets").tables[0]
+    assert "TTFT target [ms]" in repr(targets) and "TTFT p99" not in repr(targets)  # each entry names its stat
     with pytest.raises(SpecError, match="first must be one of"):
         preset_tables(first="gpus")
