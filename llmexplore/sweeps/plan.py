@@ -39,7 +39,7 @@ from ..models.prefill import prefill_time
 
 __all__ = ["Question", "plan", "configurations", "frontiers", "best", "config_of", "question_tasks", "run_task",
            "order_table", "simulate_row", "simulate_top",
-           "simulate_config", "check_config", "CDF_POINTS", "MODES", "CHUNKS", "LAYOUTS", "TABLE_COLUMNS"]
+           "simulate_config", "check_config", "capacity_task", "capacity_plan", "CDF_POINTS", "MODES", "CHUNKS", "LAYOUTS", "TABLE_COLUMNS"]
 
 MODES = ("colocated", "disaggregated")
 CHUNKS = (512, 1024, 2048, 4096, 8192)  # max_num_batched_tokens options [tokens]
@@ -707,3 +707,196 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
     series = {k: np.asarray(ser[k])[::step] for k in ("instance", "start_s", "decode_batch", "kv_occupancy")
               if k in ser}
     return {"summary": res.summary, "cdf": cdf, "quantiles": CDF_POINTS, "series": series, "config": cfg}
+
+
+def capacity_task(task: dict) -> list[dict]:
+    """One planning question of a capacity plan (picklable, for :func:`.distributed.run_sweep`): the best
+    configuration of each mode as rows tagged with the question's fields."""
+    fields_ = {k: v for k, v in task.items() if k != "task_id"}
+    q = Question(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in fields_.items()})
+    res = plan(q)
+    tag = {f"q_{k}": (",".join(map(str, v)) if isinstance(v, (list, tuple)) else v) for k, v in fields_.items()}
+    out = []
+    for mode in MODES:
+        r = res["best_by_mode"][mode]
+        base = {**tag, "mode": mode, "best_overall": bool(r is not None and res["best_mode"] == mode)}
+        if r is None:
+            out.append({**base, "feasible": False, "label": "", "gpus": np.nan, "rate_per_s": np.nan,
+                        "tokens_per_s_per_gpu": np.nan, "tokens_per_s_per_user": np.nan, "ttft_ms": np.nan,
+                        "tpot_ms": np.nan})
+        else:
+            out.append({**base, "feasible": True, **{k: r[k] for k in ("label", "gpus", "rate_per_s",
+                        "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms")}})
+    return out
+
+
+def capacity_plan(questions, *, out=None, scheduler=None, workers: int | None = None, resume: bool = True
+                  ) -> pd.DataFrame:
+    """Answer many planning questions (dicts of :class:`Question` fields, e.g. a grid over models, GPUs,
+    budgets and traffic mixes) on a local process pool or an existing Dask cluster (``scheduler``), the rows
+    streaming to a Parquet dataset at ``out`` so an interrupted plan resumes where it stopped
+    (:func:`.distributed.run_sweep`). Returns one row per question and mode (its best configuration)."""
+    from .distributed import run_sweep
+
+    tasks = []
+    for q in questions:
+        q = dict(q)
+        Question(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in q.items() if k != "task_id"})
+        tasks.append({k: (list(v) if isinstance(v, tuple) else v) for k, v in q.items()})
+    return run_sweep(capacity_task, tasks, out=out, scheduler=scheduler, workers=workers, resume=resume)
+
+
+# ---- tables of notebooks/60_deployment_planner.ipynb ----------------------------------------------------------
+
+__all__ += ["highest_rate", "rate_grid", "rate_sweep", "launch_arguments", "top_table", "simulate_best", "check_table",
+            "check_notebook_parameters", "SWEEP_COLUMNS", "CHECK_COLUMNS"]
+
+RATE_SHARE_MIN = 1 / 16  # the rate sweep starts at this share of the highest rate any configuration sustains
+N_RATES = 8  # rates in the default sweep (each is one plan(): about 0.3 s warm)
+TOP = 8  # configurations in the notebook's table
+CHECK_TOP = 3  # configurations re-checked with the simulator
+SWEEP_COLUMNS = ["rate_per_s", "mode", "label", "gpus", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms",
+                 "tpot_ms", "feasible"]
+
+
+def highest_rate(res: dict) -> float:
+    """The highest request rate any feasible configuration of a :func:`plan` result sustains within the budget
+    and the targets [req/s] (NaN when none is feasible)."""
+    ok = res["table"][res["table"]["feasible"]]
+    cap = ok["capacity_per_s"].to_numpy(float)
+    cap = cap[np.isfinite(cap)]
+    return float(cap.max()) if cap.size else float("nan")
+
+
+def rate_grid(res: dict, n: int = N_RATES) -> np.ndarray:
+    """``n`` log-spaced request rates from :data:`RATE_SHARE_MIN` of :func:`highest_rate` to just below it
+    [req/s], plus the question's own rate if it has one (empty when nothing is feasible)."""
+    n = _check.integer("n", n, lo=2, hi=256)
+    top = highest_rate(res)
+    if not np.isfinite(top) or top <= 0:
+        return np.zeros(0)
+    grid = np.geomspace(top * RATE_SHARE_MIN, top * (1 - 1e-6), n)
+    q = res["question"]
+    if q.rate_per_s is not None and q.rate_per_s < top:
+        grid = np.unique(np.r_[grid, q.rate_per_s])
+    return grid
+
+
+def rate_sweep(q: Question, rates) -> pd.DataFrame:
+    """The best configuration as the request rate grows: for each rate, :func:`plan` of ``q`` at that rate (the
+    fewest GPUs that serve it within the targets) and the best of each mode.
+
+    Rows: one per (rate, mode) with mode "best", "colocated" or "disaggregated": label, gpus,
+    tokens_per_s_per_gpu (the rate's output tokens over the GPUs), tokens_per_s_per_user, ttft_ms, tpot_ms and
+    feasible (False, with NaN numbers, when no configuration of that mode serves the rate within the budget)."""
+    rates = np.asarray(rates, float).ravel()
+    bad = rates[~(np.isfinite(rates) & (rates > 0))]
+    if bad.size:
+        raise SpecError(f"rates must be finite and > 0 [req/s], got {bad[0]!r}")
+    rows = []
+    for r in rates:
+        res = plan(replace(q, rate_per_s=float(r)))
+        for mode, row in [("best", res["best"]), *res["best_by_mode"].items()]:
+            if row is None:
+                rows.append(dict(rate_per_s=float(r), mode=mode, label="", feasible=False))
+            else:
+                rows.append({**{c: row.get(c) for c in SWEEP_COLUMNS}, "rate_per_s": float(r), "mode": mode,
+                             "feasible": True})
+    df = pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+    for c in SWEEP_COLUMNS:
+        if c not in ("mode", "label", "feasible"):
+            df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
+    df["feasible"] = df["feasible"].astype(bool)
+    return df
+
+
+def _args(command: str | None) -> str:
+    """The flags of an engine command (after the executable, the subcommand and the checkpoint)."""
+    import shlex
+
+    if command is None:
+        return ""
+    argv = shlex.split(command)
+    start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+    argv = argv[start:]
+    if argv[:1] == ["--model-path"]:
+        argv = argv[2:]
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def launch_arguments(row: dict, q: Question, engine: str) -> str:
+    """One line per role of a configuration's launch flags for ``engine`` ("decode x5: --tensor-parallel-size
+    4 ..."), or the engine's reason when it cannot express the configuration."""
+    from .. import launch
+
+    parts = []
+    for e in launch.launch_commands(config_of(row, q), engine):
+        head = f"{e['role']} x{e['instances']}"
+        parts.append(f"{head}: {_args(e['command'])}" if e["command"] else f"{head}: not expressible ({e['note']})")
+    return "; ".join(parts)
+
+
+def top_table(res: dict, k: int = TOP) -> pd.DataFrame:
+    """The ``k`` best feasible configurations of a :func:`plan` result with their launch flags for vLLM and
+    SGLang (columns of :data:`TABLE_COLUMNS` plus ``vllm`` and ``sglang``)."""
+    k = _check.integer("k", k, lo=1, hi=10_000)
+    q = res["question"]
+    ok = res["table"][res["table"]["feasible"]].head(k).reset_index(drop=True)
+    ok["vllm"] = [launch_arguments(r, q, "vllm") for r in ok.to_dict("records")]
+    ok["sglang"] = [launch_arguments(r, q, "sglang") for r in ok.to_dict("records")]
+    return ok
+
+
+def simulate_best(res: dict, *, n_requests: int = SIM_REQUESTS, seed: int = 0) -> dict:
+    """:func:`simulate_config` of the best configuration of a :func:`plan` result at its planned rate, plus
+    ``row`` (the configuration's table row), ``rate_per_s``, ``requests`` and ``status`` ("simulated", or why
+    not: nothing is feasible, or a layout the simulator does not run; ``cdf`` is then None)."""
+    q, b = res["question"], res["best"]
+    out = {"row": b, "requests": int(n_requests), "rate_per_s": np.nan, "cdf": None, "summary": None}
+    if b is None:
+        return {**out, "status": "not simulated: no configuration meets the targets"}
+    out["rate_per_s"] = float(b["rate_per_s"])
+    try:
+        sim = simulate_config(config_of(b, q), isl=q.isl, osl=q.osl, rate_per_s=float(b["rate_per_s"]),
+                              n_requests=n_requests, runtime=q.runtime, seed=seed)
+    except SpecError as exc:
+        return {**out, "status": f"not simulated: {exc}"}
+    return {**out, **sim, "status": "simulated"}
+
+
+CHECK_COLUMNS = ["label", "status", "ttft_model_ms", "ttft_sim_ms", "ttft_gap_pct", "tpot_model_ms", "tpot_sim_ms",
+                 "tpot_gap_pct", "disagrees", "meets_targets_sim"]
+
+
+def check_table(checks: list[dict]) -> pd.DataFrame:
+    """:func:`simulate_top`'s checks as a table (:data:`CHECK_COLUMNS`; NaN where a row was not simulated)."""
+    return pd.DataFrame(list(checks)).reindex(columns=CHECK_COLUMNS)
+
+
+def check_notebook_parameters(p) -> dict[str, str]:
+    """Validate the parameters of ``notebooks/60_deployment_planner.ipynb`` (``{NAME: value}``); SpecError
+    naming the parameter, the value and the rule."""
+    from . import built, int_param, preset_param
+
+    preset_param("MODEL", "models", p["MODEL"])
+    preset_param("GPU", "hardware", p["GPU"])
+    preset_param("RUNTIME", "runtime", p["RUNTIME"])
+    if p["LINK"] is not None:
+        preset_param("LINK", "links", p["LINK"])
+    for name in ("WEIGHT_DTYPES", "KV_DTYPES"):
+        v = p[name]
+        if v is not None and not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
+            raise SpecError(f"{name} must be None (the default search) or a non-empty list of dtype names, "
+                            f"got {v!r}")
+    int_param("TOP", p["TOP"], 1, 1000)
+    int_param("N_RATES", p["N_RATES"], 2, 64)
+    int_param("SIMULATED_REQUESTS", p["SIMULATED_REQUESTS"], 10, 100_000)
+    rename = {"gpus": "GPUS", "isl": "ISL", "osl": "OSL", "ttft_ms": "TTFT_MS", "tpot_ms": "TPOT_MS",
+              "stat": "STAT", "rate_per_s": "RATE", "weight_dtype": "WEIGHT_DTYPES", "kv_dtype": "KV_DTYPES",
+              "weight_dtypes": "WEIGHT_DTYPES", "kv_dtypes": "KV_DTYPES"}
+    built("MODEL, GPU", lambda: Question(
+        model=p["MODEL"], gpu=p["GPU"], gpus=p["GPUS"], isl=p["ISL"], osl=p["OSL"], ttft_ms=p["TTFT_MS"],
+        tpot_ms=p["TPOT_MS"], stat=p["STAT"], rate_per_s=p["RATE"], runtime=p["RUNTIME"],
+        weight_dtypes=None if p["WEIGHT_DTYPES"] is None else tuple(p["WEIGHT_DTYPES"]),
+        kv_dtypes=None if p["KV_DTYPES"] is None else tuple(p["KV_DTYPES"]), link=p["LINK"]), rename=rename)
+    return {}

@@ -215,3 +215,18 @@ def test_simulate_config_returns_distributions(ref):
     assert out["summary"]["requests"] == 400
     with pytest.raises(SpecError, match="mode"):
         sp.simulate_config({**cfg, "mode": "both"}, isl=10, osl=10, rate_per_s=1.0)
+
+
+def test_capacity_plan_streams_to_parquet_and_resumes(tmp_path):
+    """Half the questions, then all of them into the same dataset: the second run only answers the missing
+    ones and the result equals an uninterrupted run (issue 10 §4)."""
+    qs = [{"model": "llama-3-8b", "gpu": g, "gpus": n, "isl": 1000, "osl": 200, "ttft_ms": 1000, "tpot_ms": 30,
+           "weight_dtypes": ["fp8"], "kv_dtypes": ["fp8"]} for g in ("h100-sxm", "h200") for n in (2, 4)]
+    whole = sp.capacity_plan(qs, workers=1)
+    sp.capacity_plan(qs[:2], out=tmp_path, workers=1)
+    parts_before = set(tmp_path.rglob("*.parquet"))
+    resumed = sp.capacity_plan(qs, out=tmp_path, workers=1)
+    assert len(set(tmp_path.rglob("*.parquet")) - parts_before) >= 1
+    pd.testing.assert_frame_equal(whole, resumed, check_dtype=False)
+    assert len(whole) == 2 * len(qs) and set(whole["mode"]) == set(sp.MODES)
+    assert whole.groupby("task_id")["best_overall"].sum().le(1).all()
