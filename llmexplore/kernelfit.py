@@ -44,6 +44,16 @@ ELEM_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}  # NVFP4: 4 bits + an FP8 
 BOOTSTRAP = 24  # curve-bootstrap refits per curve [modelling choice: enough for a stable 4x4 covariance]
 SEED = 20261201
 MOE_TILES = (1, 16, 32, 64, 128)
+#: DeepGEMM's grouped FP8 GEMMs (data/kernels/deepgemm_grouped_h800.csv, measured on H800 SXM5) price the MoE of
+#: DeepEP deployments (Deployment.moe_dispatch == "alltoall") on these GPU presets [assumption: H800 = H100 SXM
+#: compute: the same GH100 die, SMs, clocks and HBM3; only NVLink differs]
+DEEPGEMM_GPUS = {"h100-sxm": "deepgemm_grouped_h800.csv"}
+#: contiguous-layout expert segments are aligned to 128 rows (DeepGEMM get_m_alignment_for_contiguous_layout())
+DEEPGEMM_M_ALIGN = 128
+#: context-MLA kernels measured in the absorbed form (MQA over the 576-wide latent, V 512): aiconfigurator's SGLang
+#: collector on Hopper sets v_head_dim = kv_lora_rank and head_dim = 576 for every backend but trtllm_mla
+#: (collector/sglang/collect_mla.py at ai-dynamo/aiconfigurator e23be5a79, the commit that collected SGLang 0.5.14)
+ABSORBED_CONTEXT_MLA_KERNELS = {"sglang": ("flash_attention",)}
 MIN_GEMM_DIM = 256  # n and k of the GEMM rows fitted: smaller matrices appear in no model here
 GQA_HEAD_DIM = 128  # every GQA preset (Llama-3, Qwen3) uses 128; other head dims run other kernel paths
 GQA_MAX_GROUP = 8  # query heads per KV head in the presets (Llama-3-70B 64/8, Qwen3-32B 64/8)
@@ -129,6 +139,10 @@ def load_rows(gpu: str, engine: str) -> pd.DataFrame:
             hd = part.head_dim if variant == "gqa" else 128
             f, by = attention_work(kind, variant, batch=part.batch, tokens=tok, heads=part.heads, kv_heads=kvh,
                                    head_dim=hd, b_kv=ELEM_BYTES[ours])
+            if file == "context_mla":  # rows timed in the absorbed form carry that form's work (same curve key)
+                absorbed = part.kernel.isin(ABSORBED_CONTEXT_MLA_KERNELS.get(engine, ())).to_numpy()
+                fa, ba = attention_work(kind, "mla_absorbed", batch=part.batch, tokens=tok, heads=part.heads)
+                f, by = np.where(absorbed, fa, f), np.where(absorbed, ba, by)
             if kind == "decode":  # a micro-benchmark that repeats one kernel reads a KV smaller than L2 from
                 # L2; a model reads each layer's own KV from HBM, so only kernels larger than L2 are fitted
                 # and contexts of serving (>= MIN_DECODE_KV tokens): below, a per-sequence setup cost that the
@@ -142,10 +156,26 @@ def load_rows(gpu: str, engine: str) -> pd.DataFrame:
             if kind == "decode":
                 fr["floor"] = ~big
             frames.append(fr)
+    frames += _deepgemm_frames(gpu, engine)
     frames += _comm_frames(gpu, engine)
     if not frames:
         return pd.DataFrame()
     return pd.concat(frames, ignore_index=True)
+
+
+def _deepgemm_frames(gpu: str, engine: str) -> list[pd.DataFrame]:
+    """DeepGEMM's grouped FP8 GEMM rows (one grouped GEMM per row: F = 2 G m n k, M = G (n k + m k) + 2 G m n
+    with FP8 inputs and BF16 output) as ``grouped_gemm.deepgemm.fp8`` rows. The kernel is the same under every
+    engine (SGLang, vLLM and TensorRT-LLM call DeepGEMM for DeepEP MoE on Hopper), so every engine's set gets them."""
+    name = DEEPGEMM_GPUS.get(gpu)
+    if name is None:
+        return []
+    d = pd.read_csv(KERNEL_DIR / name, comment="#")
+    G, m = d.groups.to_numpy(float), d.m_per_group.to_numpy(float)
+    f, by = gemm_work(m, d.n, d.k, b_w=ELEM_BYTES["fp8"], b_in=ELEM_BYTES["fp8"])
+    fr = _frame(d, "grouped_gemm", "deepgemm", "fp8", G * f, G * by, ["layout", "groups", "n", "k"], gpu, engine,
+                "fp8")
+    return [fr]
 
 
 #: bus-traffic factor of each collective: t = alpha + factor (p-1)/p n / bus bandwidth (n: the full buffer)
@@ -195,7 +225,7 @@ def _moe_work(rows: pd.DataFrame, tile_m: int):
 def predict_rows(rows: pd.DataFrame, curve: Curve) -> np.ndarray:
     """Predicted time [s] of kernel rows (one class, variant and dtype) under ``curve``. A grouped-GEMM row is
     the whole MoE block: two kernels of half its work each."""
-    if rows["cls"].iloc[0] == "grouped_gemm":
+    if rows["cls"].iloc[0] == "grouped_gemm" and rows["variant"].iloc[0] != "deepgemm":
         f, by = _moe_work(rows, curve.tile_m)
         one = soft_roofline_s(f / 2, by / 2, curve.eta_compute * rows.peak_flops.to_numpy(),
                               curve.eta_mem * rows.hbm_Bps.to_numpy(), curve.overhead_us * 1e-6, curve.knee)
@@ -291,6 +321,8 @@ def fit_curve(rows: pd.DataFrame, *, bootstrap: int = BOOTSTRAP, seed: int = SEE
     two_path = (rows["cls"].iloc[0], rows["variant"].iloc[0]) in TWO_PATH
     u0 = _two_path_start(rows).u() if two_path else _START.u()
     tiles = MOE_TILES if rows["cls"].iloc[0] == "grouped_gemm" else (1,)
+    if rows["variant"].iloc[0] == "deepgemm":  # rows are single GEMMs of aligned segments: the tile is DeepGEMM's
+        tiles = (DEEPGEMM_M_ALIGN,)
     best = None
     for tile in tiles:
         u, cost = _fit_u(rows, tile, u0)

@@ -47,9 +47,11 @@ def category(row) -> str:
 
 def _predict_ms(row, runtime: str) -> float:
     dispatch = row.get("moe_dispatch")
+    tbo = row.get("two_batch_overlap")
     dep = Deployment.build(row["model"], row["gpu"], int(row["ranks"]), runtime=runtime,
                            weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"],
-                           moe_dispatch=dispatch if isinstance(dispatch, str) and dispatch else "gather")
+                           moe_dispatch=dispatch if isinstance(dispatch, str) and dispatch else "gather",
+                           two_batch_overlap=tbo is True or str(tbo).strip().lower() == "true")
     b = int(row["batch"])
     if row["kind"] == "decode":
         return float(step_time(dep, b, float(row["context"]), row["layout"])["step_s"]) * 1e3

@@ -17,7 +17,13 @@ the T ranks, routed experts expert-parallel over the T ranks, shared experts ten
   O as 512-wide latents.
 
 Step time is a sum of per-kernel rooflines (priced by :mod:`.engine`) on the worst rank plus alpha-beta collectives
-(:mod:`.collectives`) plus a fixed per-step overhead; communication is not overlapped with compute.
+(:mod:`.collectives`) plus a fixed per-step overhead; communication is not overlapped with compute, except the
+MoE all-to-all of a DPA step with ``Deployment.two_batch_overlap`` (:func:`two_batch_overlap_s`).
+
+MoE dispatch of DPA steps with ``moe_dispatch == "alltoall"`` (DeepEP, :func:`deepep_layer_s`): a step with
+fewer than PREFILL_QUERY_TOKENS query tokens per sequence runs DeepEP's low-latency kernels (one copy per routed
+expert), a prefill step its normal kernels (one copy per distinct destination node over RDMA, forwarded over
+NVLink), as SGLang's ``--deepep-mode auto`` does.
 
 Assumptions: equal context lengths s in the batch unless ``context_cv`` > 0, in which case the worst DPA/DOP
 rank carries s * (n + cv * z_T * sqrt(n)) context tokens for n = ceil(B/T) sequences per rank (random
@@ -35,13 +41,14 @@ import numpy as np
 
 from .. import _check
 from ..errors import SpecError
-from .collectives import allgather_s, allreduce_s, alltoall_s, reducescatter_s
+from .collectives import allgather_s, allreduce_s, alltoall_s, deepep_normal_s, reducescatter_s
 from .engine import (EMB_BYTES, LAYOUT_INFO, LAYOUTS, LOGIT_BYTES, MAX_BATCH, MAX_CONTEXT,  # noqa: F401
                      PREFILL_QUERY_TOKENS, Deployment, check_batch_context, check_layout, elementwise_s, gemm_s,
                      kernel_s, moe_s, step_overhead_s)
+from .routing import distinct_ranks_uniform
 
 __all__ = ["LAYOUTS", "LAYOUT_INFO", "Deployment", "memory_per_rank", "step_time", "evaluate", "evaluate_all",
-           "max_batch", "max_context", "core_coefficients", "core_s"]
+           "max_batch", "max_context", "core_coefficients", "core_s", "deepep_layer_s", "two_batch_overlap_s"]
 
 # ---- per-layout token and KV accounting ----------------------------------------------------------------------
 def _seqs_worst(dep: Deployment, b: np.ndarray) -> np.ndarray:
@@ -275,6 +282,49 @@ def _comm_layer_s(dep: Deployment, b: np.ndarray, layout: str, q) -> tuple[np.nd
     return attn, ffn
 
 
+def deepep_layer_s(dep: Deployment, n_tok, q) -> np.ndarray:
+    """DeepEP dispatch + combine of one MoE layer on one rank [s] (a DPA step, ``moe_dispatch == "alltoall"``).
+
+    ``n_tok`` tokens leave the rank, each to its k experts on the T EP ranks (uniform routing). Decode steps
+    (``q`` < PREFILL_QUERY_TOKENS query tokens per sequence) use the low-latency kernels, which send one copy per
+    routed expert: all-to-alls of n k H bytes (FP8 dispatch when the weights are quantised, BF16 combine). Prefill
+    steps use the normal kernels (:func:`~.collectives.deepep_normal_s`): across nodes a token is sent once per
+    distinct destination node, its own included (E[d] of :func:`~.routing.distinct_ranks_uniform` over the N
+    nodes, each holding E/N experts: 3.61 of DeepSeek-V3's 8 experts on 4 nodes), inside one node once per
+    distinct destination rank; FP8 dispatch carries H + 4 H/128 B per copy (1x128 scales), BF16 combine 2H.
+    Group-limited routing (DeepSeek-V3: 4 of 8 expert groups per token) would lower E[d] further; it is not
+    modelled (uniform routing over all experts, an upper bound on the copies)."""
+    m, T, ba, fab = dep.model, dep.ranks, dep.b_a, dep.fabric
+    H, E, k = m.hidden, m.routed_experts, m.experts_per_token
+    pairs_B = n_tok * k * H
+    low_latency = (alltoall_s(pairs_B * (1.0 if dep.b_w < 2.0 else ba), T, fab)
+                   + alltoall_s(pairs_B * ba, T, fab))
+    qa = np.asarray(q, dtype=float)
+    if not np.any(qa >= PREFILL_QUERY_TOKENS):
+        return low_latency
+    G, N = fab.split(T)
+    copies = float(distinct_ranks_uniform(E, k, N if N > 1 else G))
+    dispatch_B = H + 4.0 * math.ceil(H / 128) if dep.b_w < 2.0 else H * ba
+    normal = (deepep_normal_s(n_tok, dispatch_B, copies, T, fab, "dispatch")
+              + deepep_normal_s(n_tok, H * ba, copies, T, fab, "combine"))
+    return np.where(qa >= PREFILL_QUERY_TOKENS, normal, low_latency)
+
+
+def two_batch_overlap_s(compute_s, comm_s, layers) -> np.ndarray:
+    """Time of ``layers`` identical layers run as two micro-batches whose communication overlaps the other's
+    compute [s]: layers x max(c, m) + min(c, m) / 2.
+
+    ``compute_s`` c and ``comm_s`` m are one layer's compute and communication for the whole step (each
+    micro-batch does half). Two micro-batches A and B alternate on a compute stream and a communication stream,
+    each running compute then communication per layer: if c >= m compute never waits (A's communication, m/2,
+    hides under B's compute, c/2) and only B's last m/2 is exposed; if m > c the communication stream is the
+    busy one and only A's first c/2 is exposed. Ideal overlap: the SMs the communication kernels occupy
+    (DeepEP normal mode: 20-24) and the micro-batches' split costs are not charged, so this is a lower bound.
+    Broadcasts."""
+    c, mm = np.asarray(compute_s, dtype=float), np.asarray(comm_s, dtype=float)
+    return layers * np.maximum(c, mm) + np.minimum(c, mm) / 2.0
+
+
 def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, logits_tokens=None
               ) -> dict[str, np.ndarray]:
     """Decode step time of the whole model on the worst rank [s], by part.
@@ -288,7 +338,9 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     and MoE kernels) + ``head_s`` (embedding and LM head kernels) + ``comm_s`` (every collective) +
     ``overhead_s`` (fixed per-step), plus ``core_s`` (attention-core kernels only) and ``tokens_per_s``;
     finer parts ``ffn_dense_s`` + ``ffn_moe_s`` = ``ffn_s`` and ``comm_attn_s`` + ``comm_ffn_dense_s`` +
-    ``comm_ffn_moe_s`` + ``comm_head_s`` = ``comm_s``.
+    ``comm_ffn_moe_s`` + ``comm_head_s`` = ``comm_s``. With ``dep.two_batch_overlap`` (DPA, alltoall)
+    ``comm_ffn_moe_s`` is the exposed part of the MoE all-to-all and ``comm_hidden_s`` the part hidden under
+    compute (:func:`two_batch_overlap_s`); otherwise ``comm_hidden_s`` is 0.
     """
     check_layout(layout)
     b, s = check_batch_context(batch, context)
@@ -312,12 +364,10 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     dense, moe = _ffn_layer_s(dep, n_ffn)
     comm_attn, comm_ffn = _comm_layer_s(dep, b, layout, q)
     comm_moe = comm_ffn
-    if layout == "DPA" and m.is_moe and dep.moe_dispatch == "alltoall":
-        # DeepEP: each of the rank's n_attn tokens goes to the ranks of its k experts (FP8 dispatch when the
-        # weights are quantised, BF16 combine); the dense layers keep the gather
-        pairs_B = n_attn * m.experts_per_token * H
-        comm_moe = (alltoall_s(pairs_B * (1.0 if dep.b_w < 2.0 else ba), T, fab)
-                    + alltoall_s(pairs_B * ba, T, fab))
+    deepep = layout == "DPA" and m.is_moe and dep.moe_dispatch == "alltoall"
+    if deepep:  # DeepEP: each of the rank's n_attn tokens goes to the ranks of its k experts; the dense layers
+        # keep the gather
+        comm_moe = deepep_layer_s(dep, n_attn, q)
     n_lm = n_ffn if lt is None else n_ffn / q * lt
     head = gemm_s(dep, n_lm, H, m.vocab / T, b_w=EMB_BYTES) + elementwise_s(dep, 2 * n_ffn * H * ba)
     head_comm = (allreduce_s(n_ffn * H * ba, T, fab)  # vocab-parallel embedding
@@ -328,7 +378,14 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     ffn_dense = m.dense_layers * dense
     ffn_moe = m.moe_layers * moe
     ffn = ffn_dense + ffn_moe
-    comm = L * comm_attn + m.dense_layers * comm_ffn + m.moe_layers * comm_moe + head_comm
+    comm_moe_total = m.moe_layers * comm_moe
+    hidden = np.zeros_like(comm_moe_total)
+    if deepep and dep.two_batch_overlap:  # the MoE layers' all-to-all overlaps the other micro-batch's compute
+        layer_compute = norm + proj + core + moe
+        exposed = two_batch_overlap_s(layer_compute, comm_moe, m.moe_layers) - m.moe_layers * layer_compute
+        hidden = comm_moe_total - exposed
+        comm_moe_total = exposed
+    comm = L * comm_attn + m.dense_layers * comm_ffn + comm_moe_total + head_comm
     overhead = step_overhead_s(dep)
     shape = np.broadcast_shapes(b.shape, s.shape, np.shape(q), np.shape(lt) if lt is not None else ())
     total = attention + ffn + comm + head + overhead
@@ -346,7 +403,9 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
         "ffn_moe_s": np.broadcast_to(ffn_moe, shape),
         "comm_attn_s": np.broadcast_to(L * comm_attn, shape),
         "comm_ffn_dense_s": np.broadcast_to(m.dense_layers * comm_ffn, shape),
-        "comm_ffn_moe_s": np.broadcast_to(m.moe_layers * comm_moe, shape),
+        "comm_ffn_moe_s": np.broadcast_to(comm_moe_total, shape),
+        # MoE all-to-all hidden under the other micro-batch's compute (two_batch_overlap; not in comm_s)
+        "comm_hidden_s": np.broadcast_to(hidden, shape),
         "comm_head_s": np.broadcast_to(head_comm, shape),
     }
 

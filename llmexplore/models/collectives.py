@@ -18,17 +18,30 @@ are hierarchical: AllReduce = ReduceScatter(intra) + AllReduce(inter, n/G) + All
 ReduceScatter run an inter-node leg on n/G and an intra-node leg on n; AllToAll pipelines the two legs
 (DeepEP-style forwarding) and costs the slower one. A single rank communicates nothing (time 0).
 Every function broadcasts over ``n_bytes``; ``p`` is an integer.
+
+MoE dispatch and combine of DeepEP's *normal* kernels (:func:`deepep_normal_s`, docs/models.md §1.2) are priced
+from DeepEP's published kernel bandwidths (``data/kernels/deepep_normal_h800.csv``), in the units the benchmark
+counts them: across nodes a token crosses RDMA once per distinct destination *node* (then NVLink forwards it to
+the ranks there), inside one node once per distinct destination *rank*.
 """
 
 from __future__ import annotations
 
+import csv
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from .. import presets
 from ..specs import Link
 
-__all__ = ["Fabric", "alpha_s", "allreduce_s", "allgather_s", "reducescatter_s", "alltoall_s", "sendrecv_s"]
+__all__ = ["Fabric", "alpha_s", "allreduce_s", "allgather_s", "reducescatter_s", "alltoall_s", "sendrecv_s",
+           "deepep_normal_GBps", "deepep_normal_s", "DEEPEP_NORMAL_CSV"]
+
+#: DeepEP normal-kernel bandwidths (deepseek-ai/DeepEP README at 1a0c8f6, H800 + CX7 400G; data/kernels/README.md)
+DEEPEP_NORMAL_CSV = "kernels/deepep_normal_h800.csv"
 
 
 @dataclass(frozen=True)
@@ -125,3 +138,46 @@ def sendrecv_s(n_bytes, link: Link) -> np.ndarray:
     """Point-to-point transfer of n bytes over one link [s]."""
     n = np.asarray(n_bytes, dtype=float)
     return link.latency_us * 1e-6 + n / (link.achievable_GBps * 1e9)
+
+
+@functools.cache
+def _deepep_table(data_dir: str) -> dict:
+    """{(op, type): (EP ranks, bottleneck GB/s, measured link's line rate GB/s)} of the DeepEP normal kernels."""
+    rows: dict = {}
+    with open(Path(data_dir) / DEEPEP_NORMAL_CSV, encoding="utf-8") as f:
+        for r in csv.DictReader(line for line in f if not line.startswith("#")):
+            rows.setdefault((r["op"], r["type"]), []).append(
+                (float(r["ep"]), float(r["bottleneck_GBps"]), float(r["link_line_GBps"])))
+    return {k: (np.array([e for e, _, _ in sorted(v)]), np.array([b for _, b, _ in sorted(v)]), v[0][2])
+            for k, v in rows.items()}
+
+
+def deepep_normal_GBps(op: str, p: int, fabric: Fabric) -> float:
+    """Bottleneck bandwidth of a DeepEP normal-mode ``op`` ("dispatch" or "combine") over p EP ranks [GB/s].
+
+    DeepEP's published figure (H800, data/kernels/deepep_normal_h800.csv): inside one node the NVLink bandwidth
+    (153 GB/s dispatch, 158 combine at EP8), across nodes the RDMA bandwidth at EP 16/32/64 (43/58/51 dispatch,
+    43/57/50 combine), interpolated in log2(p) and held at the ends; scaled by the deployment's link line rate
+    over the measured one (H800 NVLink 200 GB/s, CX7 400G 50 GB/s per direction) [assumption: the kernels keep
+    their fraction of the line rate on another link]."""
+    G, N = fabric.split(p)
+    kind = "intranode" if N == 1 else "internode"
+    ep, bw, line = _deepep_table(str(presets.DATA_DIR))[(op, kind)]
+    link = fabric.scale_up if N == 1 else fabric.scale_out
+    return float(np.interp(np.log2(p), np.log2(ep), bw)) * link.line_rate_GBps / line
+
+
+def deepep_normal_s(tokens, payload_B: float, copies, p: int, fabric: Fabric, op: str) -> np.ndarray:
+    """DeepEP normal-mode ``op`` of ``tokens`` tokens per rank over p EP ranks [s].
+
+    t = alpha + tokens x copies x payload / B_op(p): ``copies`` is the expected number of distinct destination
+    nodes of a token (its own included: DeepEP's benchmark counts RDMA bytes so) when p spans nodes, of distinct
+    destination ranks inside one node; ``payload_B`` the bytes per copy (FP8 dispatch H + 4 H/128, BF16 combine
+    2H); B_op from :func:`deepep_normal_GBps`; alpha as :func:`alltoall_s`. Broadcasts over ``tokens`` and
+    ``copies``."""
+    n = np.asarray(tokens, dtype=float) * np.asarray(copies, dtype=float) * payload_B
+    if p <= 1:
+        return np.zeros_like(n)
+    G, N = fabric.split(p)
+    alpha = alpha_s(G, fabric.scale_up) + (alpha_s(N, fabric.scale_out) if N > 1 else 0.0)
+    return alpha + n / (deepep_normal_GBps(op, p, fabric) * 1e9)

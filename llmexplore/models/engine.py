@@ -91,18 +91,26 @@ class Deployment:
     #: reduce-scatters the result: SGLang --enable-dp-attention) or "alltoall" (each token goes only to the
     #: ranks of its top-k experts, FP8 dispatch and BF16 combine: DeepEP, SGLang --enable-deepep-moe)
     moe_dispatch: str = "gather"
+    #: two-batch overlap (TBO): the step runs as two micro-batches so that one's MoE all-to-all overlaps the
+    #: other's compute (SGLang --enable-two-batch-overlap, modelled for DPA steps with ``moe_dispatch ==
+    #: "alltoall"``: docs/models.md §3.3). Off by default, as in every engine preset: SGLang's
+    #: ``enable_two_batch_overlap`` defaults to False (server_args.py), vLLM's dual-batch overlap
+    #: ``--enable-dbo`` defaults to off, and TensorRT-LLM does not split steps into overlapped micro-batches by
+    #: default
+    two_batch_overlap: bool = False
 
     @classmethod
     def build(cls, model="llama-3-70b", gpu="h100-sxm", ranks: int = 8, *, runtime="default",
               weight_dtype: str | None = None, kv_dtype: str = "bf16", q_tokens: int = 1,
               context_cv: float = 0.0, scale_up_link=None, scale_out_link=None,
-              moe_dispatch: str = "gather") -> "Deployment":
+              moe_dispatch: str = "gather", two_batch_overlap: bool = False) -> "Deployment":
         """Resolve presets (names or specs) and validate. Links default to the GPU's own; ``weight_dtype``
         defaults to the dtype the model's weights are released in."""
         m, hw, rt, fabric = resolve_deployment(model, gpu, runtime, scale_up_link, scale_out_link)
         return cls(model=m, hardware=hw, ranks=ranks, runtime=rt, fabric=fabric,
                    weight_dtype=m.weight_dtype if weight_dtype is None else weight_dtype,
-                   kv_dtype=kv_dtype, q_tokens=q_tokens, context_cv=context_cv, moe_dispatch=moe_dispatch)
+                   kv_dtype=kv_dtype, q_tokens=q_tokens, context_cv=context_cv, moe_dispatch=moe_dispatch,
+                   two_batch_overlap=two_batch_overlap)
 
     def __post_init__(self) -> None:
         m = self.model
@@ -118,6 +126,7 @@ class Deployment:
                                                                      hi=self.q_tokens))
         object.__setattr__(self, "context_cv", _check.number("context_cv", self.context_cv, lo=0.0, hi=100.0))
         _check.choice("moe_dispatch", self.moe_dispatch, MOE_DISPATCH)
+        object.__setattr__(self, "two_batch_overlap", _check.boolean("two_batch_overlap", self.two_batch_overlap))
         rules = [("query heads", m.heads)]
         if m.dense_layers:
             rules.append(("FFN intermediate size", m.intermediate))
@@ -312,7 +321,9 @@ def gemm_variant(dep: Deployment, dtype: str) -> str:
 def kernel_curve(dep: Deployment, kind: str, dtype: str | None = None) -> Curve | None:
     """The fitted curve that prices a kernel class on this deployment, or None (scalar efficiencies).
 
-    ``kind``: ``gemm`` / ``grouped_gemm`` (weights of ``dtype``, default the deployment's weight dtype),
+    ``kind``: ``gemm`` / ``grouped_gemm`` (weights of ``dtype``, default the deployment's weight dtype; a DeepEP
+    deployment, ``moe_dispatch == "alltoall"``, with block-FP8 weights prices its grouped GEMMs with DeepGEMM's
+    curve ``grouped_gemm.deepgemm.fp8`` where the GPU has one: SGLang's --enable-deepep-moe path runs DeepGEMM),
     ``attention`` / ``attention_decode`` / ``attention_prefill`` (KV of the deployment's KV dtype; GQA or MLA
     from the model), ``elementwise`` (the BF16 GEMM curve's bandwidth and overhead). A missing dtype curve
     (e.g. no FP4 data) falls back to the BF16 curve of the class.
@@ -323,6 +334,10 @@ def kernel_curve(dep: Deployment, kind: str, dtype: str | None = None) -> Curve 
     if kind in ("gemm", "grouped_gemm", "elementwise"):
         dt = "bf16" if kind == "elementwise" else (dtype or dep.weight_dtype)
         cls = "gemm" if kind == "elementwise" else kind
+        if kind == "grouped_gemm" and dep.moe_dispatch == "alltoall" and gemm_variant(dep, dt) == "block":
+            deepgemm = ks.get(cls, "deepgemm", dt)  # DeepEP deployments run DeepGEMM's grouped FP8 GEMMs
+            if deepgemm is not None:
+                return deepgemm
         return ks.get(cls, gemm_variant(dep, dt), dt) or ks.get(cls, "plain", dt) or ks.get(cls, "plain", "bf16")
     cls = "attention_decode" if kind == "attention" else kind
     variant = "mla" if dep.model.is_mla else "gqa"

@@ -207,6 +207,10 @@ def attention_work(kind: str, variant: str, *, batch, tokens, heads, kv_heads=1,
     prefill (causal over a ``tokens``-token prompt, L(L+1)/2 query-key pairs):
       GQA  F = 4 b h d L(L+1)/2;          M = b L (2h + 2 h_kv) d b_a
       MLA  F = 2 b h (192 + 128) L(L+1)/2; M = b L h (192 + 192 + 128 + 128) b_a  (un-absorbed, DeepSeek-V3)
+      ``mla_absorbed`` (prefill run as MQA over the latent: one KV head, K 576 and V 512 wide)
+           F = 2 b h (576 + 512) L(L+1)/2; M = b L (h (576 + 512) + 576) b_a
+    The serving engines run MLA prefill un-absorbed (``mla``); ``mla_absorbed`` is the work of kernel rows that
+    were measured in the absorbed form (aiconfigurator's SGLang collector on Hopper, see kernelfit).
     """
     b, L, h = (np.asarray(x, dtype=float) for x in (batch, tokens, heads))
     kvh, d = np.asarray(kv_heads, dtype=float), np.asarray(head_dim, dtype=float)
@@ -216,6 +220,9 @@ def attention_work(kind: str, variant: str, *, batch, tokens, heads, kv_heads=1,
             return 2.0 * b * h * L * (2 * _MLA_LATENT + _MLA_ROPE), b * L * lat * b_kv + b * h * (lat + _MLA_LATENT) * b_a
         return 4.0 * b * h * L * d, b * L * 2.0 * kvh * d * b_kv + 2.0 * b * h * d * b_a
     pairs = L * (L + 1.0) / 2.0
+    if variant == "mla_absorbed":  # one latent KV head of 576 (K) / 512 (V) shared by all h query heads
+        return (2.0 * b * h * (lat + _MLA_LATENT) * pairs,
+                b * L * (h * (lat + _MLA_LATENT) + lat) * b_a)
     if variant == "mla":
         qk = _MLA_NOPE + _MLA_ROPE
         return 2.0 * b * h * (qk + _MLA_V) * pairs, b * L * h * (2 * qk + 2 * _MLA_V) * b_a
