@@ -13,7 +13,6 @@ from ._framework import (
     one_of,
     preset_name,
     print_json,
-    text_value,
 )
 
 __all__ = ["add", "run", "FLAGS"]
@@ -22,7 +21,8 @@ __all__ = ["add", "run", "FLAGS"]
 FLAGS = {"model": "--model", "gpu": "--gpu", "gpus": "--gpus", "isl": "--isl", "osl": "--osl",
          "ttft_ms": "--ttft-ms", "tpot_ms": "--tpot-ms", "stat": "--stat", "rate_per_s": "--rate",
          "runtime": "--runtime", "weight_dtype": "--weight-dtype", "kv_dtype": "--kv-dtype", "link": "--link",
-         "workers": "--workers", "scheduler": "--scheduler"}
+         "workers": "--workers", "scheduler": "--scheduler", "target": "--targets", "modes": "--mode",
+         "weight_dtypes": "--weight-dtype", "kv_dtypes": "--kv-dtype"}
 
 TABLE_COLS = [
     Col("label", "configuration"), Col("gpus", "GPUs", ".0f"), Col("n_prefill", "P inst", ".0f"),
@@ -30,6 +30,19 @@ TABLE_COLS = [
     Col("tokens_per_s_per_gpu", "tok/s/GPU", ".0f"), Col("tokens_per_s_per_user", "tok/s/user", ".1f"),
     Col("ttft_ms", "TTFT ms", ".0f"), Col("tpot_ms", "TPOT ms", ".2f"), Col("max_num_seqs", "max seqs", ".0f"),
 ]
+
+
+def _address():
+    import re
+
+    from ._framework import Rule
+
+    def convert(text: str) -> str:
+        if not re.fullmatch(r"(tcp|tls|ucx|ws|wss)://[A-Za-z0-9._\-\[\]:]+:[0-9]{1,5}", text.strip()):
+            raise ValueError(text)
+        return text.strip()
+
+    return Rule("a Dask scheduler address such as tcp://host:8786", convert)
 
 
 def _dtype_list(text: str) -> tuple:
@@ -93,7 +106,7 @@ def add(sub) -> None:
     p.add_argument("--simulate", default=0, action=Checked, check=int_in(0, 10), metavar="K",
                    help="re-check the K best configurations with the serving simulator and report where it "
                         "and the analytic estimate disagree by more than 10%% (default: 0)")
-    p.add_argument("--scheduler", default=None, action=Checked, check=text_value("a Dask scheduler address"),
+    p.add_argument("--scheduler", default=None, action=Checked, check=_address(),
                    metavar="ADDRESS", help="run the search on this Dask cluster (tcp://host:8786; needs "
                                            "llmexplore[dask]); the answer is the same as without it")
     p.add_argument("--workers", default=None, action=Checked, check=int_in(1, 256), metavar="W",

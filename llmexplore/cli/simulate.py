@@ -81,8 +81,11 @@ def run(args) -> int:
     from ..errors import SpecError
     from ..sweeps import plan as sp
 
-    if (args.rate is None) == (args.concurrency is None):
-        raise SpecError("give exactly one of --rate and --concurrency")
+    if args.rate is None and args.concurrency is None:
+        raise SpecError("--rate or --concurrency is required (give exactly one)")
+    if args.rate is not None and args.concurrency is not None:
+        raise SpecError(f"--rate and --concurrency must not both be given, got --rate {args.rate:g} and "
+                        f"--concurrency {args.concurrency}")
     cfg = _read_config(args.config)
     out = sp.simulate_config(cfg, isl=args.isl, osl=args.osl, rate_per_s=args.rate, concurrency=args.concurrency,
                              n_requests=args.requests, runtime=args.runtime, isl_sigma=args.isl_sigma,

@@ -491,7 +491,10 @@ def run_task(task: dict) -> list[dict]:
 def _merged(q: Question, scheduler, workers) -> tuple[pd.DataFrame, pd.DataFrame]:
     from .distributed import run_sweep
 
-    rows = run_sweep(run_task, question_tasks(q), scheduler=scheduler, workers=workers)
+    try:
+        rows = run_sweep(run_task, question_tasks(q), scheduler=scheduler, workers=workers)
+    except (OSError, TimeoutError) as exc:  # an unreachable cluster: say which, not a traceback
+        raise SpecError(f"scheduler {scheduler!r} cannot be reached: {str(exc).splitlines()[0]}") from None
     if "error" in rows and rows["error"].fillna("").astype(str).str.len().gt(0).any():
         bad = rows.loc[rows["error"].fillna("").astype(str).str.len() > 0, "error"].iloc[0]
         raise SpecError(f"a planning task failed: {bad}")
@@ -748,7 +751,7 @@ def capacity_plan(questions, *, out=None, scheduler=None, workers: int | None = 
 
 # ---- tables of notebooks/60_deployment_planner.ipynb ----------------------------------------------------------
 
-__all__ += ["highest_rate", "rate_grid", "rate_sweep", "launch_arguments", "top_table", "simulate_best", "check_table",
+__all__ += ["highest_rate", "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "top_table", "simulate_best", "check_table",
             "check_notebook_parameters", "SWEEP_COLUMNS", "CHECK_COLUMNS"]
 
 RATE_SHARE_MIN = 1 / 16  # the rate sweep starts at this share of the highest rate any configuration sustains
@@ -766,6 +769,11 @@ def highest_rate(res: dict) -> float:
     cap = ok["capacity_per_s"].to_numpy(float)
     cap = cap[np.isfinite(cap)]
     return float(cap.max()) if cap.size else float("nan")
+
+
+def planned_rate(res: dict) -> float:
+    """The request rate the best configuration of a :func:`plan` result serves [req/s] (NaN without one)."""
+    return float(res["best"]["rate_per_s"]) if res["best"] is not None else float("nan")
 
 
 def rate_grid(res: dict, n: int = N_RATES) -> np.ndarray:

@@ -47,6 +47,12 @@ BASE = {
     "presets": ["presets", "models"],
     "validate": ["validate"],
     "report": ["report", "--out", "reports-fuzz"],
+    "plan": ["plan", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--gpus", "2", "--isl", "512", "--osl", "32",
+             "--ttft-ms", "500", "--tpot-ms", "30", "--weight-dtype", "fp8", "--kv-dtype", "fp8"],
+    "simulate": ["simulate", "--config", '{"model": "llama-3-8b", "gpu": "h100-sxm", "mode": "colocated", '
+                 '"weight_dtype": "fp8", "kv_dtype": "fp8", "sides": [{"role": "colocated", "instances": 1, '
+                 '"ranks": 1, "layout": "TP", "max_num_seqs": 8, "chunk_tokens": 512}]}', "--isl", "256",
+                 "--osl", "16", "--rate", "2", "--requests", "40"],
 }
 
 #: values of a prompt-length spread cost seconds per run (an exact M/G/1 tail): the fuzz gives --prompt-sigma
@@ -55,6 +61,10 @@ EXPENSIVE = {("pd", "--prompt-sigma")}
 #: calibrate-disk writes --size-mb MB for real: the fuzz gives it only values the rule rejects (and the
 #: small_disk_runs fixture makes the default small, for when the flag is dropped)
 EXPENSIVE |= {("calibrate-disk", "--size-mb")}
+#: plan: worker pools, a cluster address and simulator re-checks cost seconds each (tests/unit/test_plan.py runs
+#: them); simulate: request counts up to a million
+EXPENSIVE |= {("plan", "--workers"), ("plan", "--scheduler"), ("plan", "--simulate"), ("simulate", "--requests"),
+              ("plan", "--gpus")}
 
 HOSTILE = ["-1", "0", "-0", "1e300", "-1e300", "1e-320", "nan", "NaN", "inf", "-inf", "Infinity", "9" * 400,
            "-" + "9" * 30, "1.5", "2.0", "+3", "1e3", "0x10", "1_000", "\u0663", "\uff18", "abc", "", " ", "\t",
@@ -312,7 +322,7 @@ FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCh
 
 #: examples per command: the cheap commands get more
 EXAMPLES = {"layouts": 120, "prefill": 60, "moe": 60, "pd": 40, "transfer": 60, "offload": 50, "calibrate": 25,
-            "calibrate-disk": 20, "presets": 15, "report": 25, "validate": 10}
+            "calibrate-disk": 20, "presets": 15, "report": 25, "validate": 10, "plan": 30, "simulate": 30}
 
 
 @pytest.mark.parametrize("command", list(EXAMPLES))
