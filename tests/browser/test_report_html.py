@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -15,11 +16,6 @@ pytestmark = pytest.mark.notebooks  # builds the reports, so it runs kernels too
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "explorer_fixture.ipynb"
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb")) + [FIXTURE]
-# Small parameters keep the build fast; a name must be defined by at least one notebook's parameters cell.
-# small grids keep the build fast; each notebook receives only the names its parameters cell defines
-SMALL_PARAMS = {"N_POINTS": 10, "N_CONTEXT": 24, "N_BATCH": 10, "TRACE_SEGMENT": 2048, "FLUCT_SEGMENTS": 24,
-                "N_RATES": 8, "N_BANDWIDTHS": 14, "PROMPTS": [1024, 4096], "OUTPUTS": [128, 512], "GRID_MAX": 12,
-                "SIM_REQUESTS": 200000, "BATCHES": [64, 256, 4096], "N_SKEWS": 5, "MC_TRIALS": 50}
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 # Tags that make the browser fetch something; URLs inside <script> bodies (plotly.js is full of them) are
@@ -41,8 +37,17 @@ def test_remote_loads_grep_itself():
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
+    """The reports as ``make report`` builds them (default parameters). Their executed notebooks are left in
+    ``<basetemp>/default-runs`` for tests/notebooks' ``default_run``, which reuses them instead of executing
+    every notebook a second time (the suite runs tests/browser first)."""
     out = tmp_path_factory.mktemp("reports")
-    pages = build_reports(out, parameters=SMALL_PARAMS, notebooks=NOTEBOOKS, progress=False, timeout_s=120)
+    pages = build_reports(out, notebooks=NOTEBOOKS, progress=False, timeout_s=120)
+    shared = tmp_path_factory.getbasetemp() / "default-runs"
+    shared.mkdir(exist_ok=True)
+    for nb in NOTEBOOKS:
+        done = out / "executed" / nb.name
+        if done.exists() and not (shared / nb.name).exists():
+            shutil.copy2(done, shared / nb.name)
     return out, pages
 
 

@@ -73,11 +73,23 @@ def execute(src: Path, out: Path, params: dict, timeout_s: float = EXECUTION_TIM
 def default_run(tmp_path_factory):
     """``default_run(name) -> (out_path, records)``: the notebook executed once per session with its default
     parameters, as ``make report`` runs it. test_all_notebooks and the notebook tests that assert on the
-    defaults share these runs (the PD notebook's default run alone takes about a minute on 2 cores)."""
+    defaults share these runs (the PD notebook's default run alone takes about a minute on 2 cores), and so
+    does tests/browser/test_report_html.py: its report build leaves its executed notebooks in
+    ``<basetemp>/default-runs``, which are read here instead of executing the notebooks again."""
+    from llmexplore.nbtools import cell_durations, read_records
+
     cache: dict[str, tuple[Path, dict]] = {}
+    shared = tmp_path_factory.getbasetemp() / "default-runs"  # left by tests/browser's report build
 
     def _run(name):
         src = resolve_notebook(name)
+        done = shared / src.name
+        if src.name not in cache and done.exists():  # the same run, from the report build
+            slow = [(i, d) for i, d in cell_durations(done) if d > MAX_CELL_S]
+            if slow:
+                pytest.fail(f"{src.name}: cell(s) took suspiciously long {[(i, round(d, 1)) for i, d in slow]} "
+                            f"(limit {MAX_CELL_S} s)", pytrace=False)
+            cache[src.name] = (done, read_records(done))
         if src.name not in cache:
             out = tmp_path_factory.mktemp(src.stem) / src.name
             old = os.environ.get("PLOTLY_RENDERER")

@@ -14,7 +14,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 KDIR = ROOT / "data" / "kernels"
-CSVS = sorted(KDIR.glob("*.csv"))
+CSVS = sorted(KDIR.glob("aic_*.csv"))  # aiconfigurator's kernel database, extracted
+OTHER_CSVS = sorted(set(KDIR.glob("*.csv")) - set(CSVS))  # published kernel tables (DeepGEMM, DeepEP, ...)
 README = (KDIR / "README.md").read_text()
 HW = yaml.safe_load((ROOT / "data" / "hardware.yaml").read_text())
 
@@ -80,6 +81,19 @@ def test_csv_parses_with_documented_columns_and_provenance(path):
     assert f"`{src}`" in row[0] and f"`{sha}`" in row[0]
     assert f"aiconfigurator_core version: **{version}**" in README
     assert "Apache License, Version 2.0" in README
+
+
+@pytest.mark.parametrize("path", OTHER_CSVS, ids=lambda p: p.name)
+def test_published_kernel_tables_cite_their_source(path):
+    """Kernel tables copied from a project's own publication: a '# source:' header naming the repository file
+    and commit, a row in data/kernels/README.md, positive finite numbers."""
+    head = path.read_text().splitlines()[0]
+    assert re.match(r"# source: \S+/\S+ .*(commit|@) ?[0-9a-f]{7,40}", head), head
+    assert path.name in README, f"{path.name} is not described in data/kernels/README.md"
+    df = load(path)
+    assert len(df) > 0 and path.stat().st_size < 1e6
+    num = df.select_dtypes("number").to_numpy(float)
+    assert np.all(np.isfinite(num)) and np.all(num > 0)
 
 
 PEAK_KEY = {"bfloat16": "bf16_TFLOPS", "fp8": "fp8_TFLOPS", "fp8_block": "fp8_TFLOPS"}
