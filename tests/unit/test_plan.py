@@ -230,3 +230,49 @@ def test_capacity_plan_streams_to_parquet_and_resumes(tmp_path):
     pd.testing.assert_frame_equal(whole, resumed, check_dtype=False)
     assert len(whole) == 2 * len(qs) and set(whole["mode"]) == set(sp.MODES)
     assert whole.groupby("task_id")["best_overall"].sum().le(1).all()
+
+
+def _cli_json(argv, capsys):
+    import json
+
+    from llmexplore import cli
+
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    return json.loads(out)
+
+
+PLAN_ARGV = ["plan", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--isl", "2000", "--osl", "200",
+             "--ttft-ms", "500", "--tpot-ms", "20", "--weight-dtype", "fp8", "--json"]
+
+
+def test_cli_plan_json_is_the_same_with_a_worker_pool(capsys):
+    """issue 10 §5: `plan ... --json` has best_mode, best (configuration, launch arguments, metrics),
+    disagg_over_agg_ratio and both frontiers, and the answer does not depend on where the search ran."""
+    a = _cli_json(PLAN_ARGV, capsys)
+    b = _cli_json(PLAN_ARGV + ["--workers", "2"], capsys)
+    for d in (a, b):
+        d.pop("seconds")
+    assert a == b
+    assert a["best_mode"] in sp.MODES and a["best"]["mode"] == a["best_mode"]
+    assert set(a["frontiers"]) == set(sp.MODES) and all(a["frontiers"][m] for m in sp.MODES)
+    assert set(a["best"]["launch"]) == {"vllm", "sglang"} and a["best"]["config"]["sides"]
+    assert a["disagg_over_agg_ratio"] > 0
+
+
+def test_cli_simulate_reads_a_plan_and_gives_distributions(capsys, tmp_path):
+    import json
+
+    doc = _cli_json(PLAN_ARGV, capsys)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    rate = doc["best"]["rate_per_s"] / 2
+    s = _cli_json(["simulate", "--config", str(path), "--isl", "2000", "--osl", "200", "--rate", f"{rate:.4f}",
+                   "--requests", "300", "--json"], capsys)
+    assert s["summary"]["requests"] == 300
+    for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert len(s["cdf"][k]) == len(s["quantiles"])
+    assert s["summary"]["ttft_p99_ms"] >= s["summary"]["ttft_p50_ms"]
+    assert s["config"] == doc["best"]["config"]
