@@ -225,7 +225,7 @@ def _check_index_parameters(params: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _registry() -> dict[str, Callable[[Mapping[str, Any]], dict[str, str]]]:
-    from .sweeps import disagg, fidelity, layouts, moe, offload, transfer
+    from .sweeps import disagg, fidelity, layouts, moe, offload, plan, transfer
 
     return {
         "00_index": _check_index_parameters,
@@ -235,6 +235,7 @@ def _registry() -> dict[str, Callable[[Mapping[str, Any]], dict[str, str]]]:
         "30_moe_expert_parallel": moe.check_notebook_parameters,
         "40_kv_transfer": transfer.check_notebook_parameters,
         "50_ssd_offload": offload.check_notebook_parameters,
+        "60_deployment_planner": plan.check_notebook_parameters,
     }
 
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import presets
 from ..sweeps import plan as sp
-from . import num
+from . import join, num
 
 __all__ = ["question_text", "best_sentence", "ratio_sentence", "frontier_sentence", "simulation_sentence",
            "summary", "launch_of"]
@@ -133,3 +133,169 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
         | {"link": q.link_name()},
         "seconds": res["seconds"],
     }
+
+
+# ---- notebooks/60_deployment_planner.ipynb: titles, the simulator, the rate sweep ------------------------------
+
+__all__ += ["headline", "searched", "frontier_title", "launch_texts", "launch_sentence", "simulated_record", "simulated_sentence",
+            "checks_sentence", "rate_record", "rate_sentence"]
+
+HEADLINE_FIELDS = ("label", "mode", "gpus", "n_prefill", "n_decode", "rate_per_s", "tokens_per_s_per_gpu",
+                   "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "max_num_seqs")
+
+
+def headline(res: dict) -> dict:
+    """The recorded headline of a plan: the best configuration's fields (:data:`HEADLINE_FIELDS`, None when
+    nothing is feasible), the runner-up's label, the margin [%] and the disaggregated/colocated ratio."""
+    b, r = res["best"], res["runner_up"]
+    return {"best": None if b is None else {k: b.get(k) for k in HEADLINE_FIELDS},
+            "runner_up": None if r is None else r["label"], "margin_pct": float(res["margin_pct"]),
+            "disagg_over_agg_ratio": float(res["disagg_over_agg_ratio"]),
+            "frontier_points": {m: int(len(f)) for m, f in res["frontiers"].items()},
+            "configurations": int(len(res["table"])), "feasible": int(res["table"]["feasible"].sum())}
+
+
+def searched(res: dict) -> dict:
+    """What the search covered, read from its table: the weight and KV dtypes, the links of the
+    disaggregated rows and the serving modes."""
+    t = res["table"]
+
+    def vals(col, rows=t):
+        return sorted(str(v) for v in rows[col].dropna().unique() if str(v))
+
+    return {"weight": vals("weight_dtype"), "kv": vals("kv_dtype"),
+            "link": vals("link", t[t["mode"] == "disaggregated"]), "modes": vals("mode", t[t["mode"] != "any"])}
+
+
+def frontier_title(res: dict) -> str:
+    """Title of the frontier figure: the best configuration at the TPOT target and the ratio between modes."""
+    q, b = res["question"], res["best"]
+    if b is None:
+        return f"No configuration meets {q.stat} TTFT ≤ {q.ttft_ms:,g} ms and TPOT ≤ {q.tpot_ms:,g} ms"
+    ratio = res["disagg_over_agg_ratio"]
+    tail = f" — disaggregated/colocated: {num(ratio)}x per GPU" if np.isfinite(ratio) else ""
+    return (f"Best within the {q.stat} targets: {b['label']}, {num(b['tokens_per_s_per_gpu'])} tokens/s/GPU at "
+            f"{num(b['tokens_per_s_per_user'])} tokens/s/user{tail}")
+
+
+def launch_texts(res: dict) -> dict:
+    """The best configuration's launch steps as text per engine ({"vllm": text, "sglang": text}; empty when
+    nothing is feasible): :func:`llmexplore.launch.launch_text`."""
+    from .. import launch
+
+    if res["best"] is None:
+        return {}
+    cfg = sp.config_of(res["best"], res["question"])
+    return {eng: launch.launch_text(cfg, eng) for eng in ("vllm", "sglang")}
+
+
+def launch_sentence(res: dict) -> str:
+    """How the best configuration launches: its instances per role and which engines can express it."""
+    from .. import launch
+
+    if res["best"] is None:
+        return "No configuration meets the targets, so there is nothing to launch."
+    cfg = sp.config_of(res["best"], res["question"])
+    roles = join([f"{s['instances']} {s['role']} instance{'s' if s['instances'] != 1 else ''} of {s['ranks']} "
+                  f"GPU{'s' if s['ranks'] != 1 else ''}" for s in cfg["sides"]])
+    table = launch.engine_table()["engines"]
+    ok, no = [], []
+    for eng in ("vllm", "sglang"):
+        name = f"{table[eng]['display_name']} {table[eng]['release']}"
+        missing = [e for e in launch.launch_commands(cfg, eng) if e["command"] is None]
+        (no if missing else ok).append((name, missing[0]["note"] if missing else ""))
+    text = f"The best configuration runs as {roles}"
+    if ok:
+        text += f", launched with {join([n for n, _ in ok])} as above"
+    if no:
+        text += "; " + "; ".join(f"{n} cannot express it ({why.rstrip('.')})" for n, why in no)
+    if cfg["mode"] == "disaggregated" and ok:
+        text += ", with a router in front of the two pools"
+    return text + "."
+
+
+def _stat_ms(sim: dict, metric: str, stat: str) -> float:
+    return float(sim["summary"][f"{metric}_{stat}_s"]) * 1e3
+
+
+def simulated_record(sim: dict, q: sp.Question) -> dict:
+    """What the notebook records of :func:`llmexplore.sweeps.plan.simulate_best`: status, requests, rate, and
+    the simulated TTFT and TPOT at the question's statistic [ms] (NaN when not simulated)."""
+    ok = sim["status"] == "simulated"
+    return {"status": sim["status"], "requests": sim["requests"], "rate_per_s": sim["rate_per_s"],
+            "ttft_ms": _stat_ms(sim, "ttft", q.stat) if ok else float("nan"),
+            "tpot_ms": _stat_ms(sim, "tpot", q.stat) if ok else float("nan"),
+            "preemptions": int(sim["summary"].get("preemptions", 0)) if ok else 0}
+
+
+def simulated_sentence(sim: dict, q: sp.Question, *, short: bool = False) -> str:
+    """The simulator's verdict on the best configuration at its planned rate."""
+    if sim["status"] != "simulated":
+        return f"The best configuration is {sim['status']}."
+    b = sim["row"]
+    ttft, tpot = _stat_ms(sim, "ttft", q.stat), _stat_ms(sim, "tpot", q.stat)
+    miss = [f"{name} by {num(100 * (v / t - 1))}%" for name, v, t in (("TTFT", ttft, q.ttft_ms), ("TPOT", tpot, q.tpot_ms))
+            if v > t]
+    verdict = ("meets both targets" if not miss else "misses " + join(miss))
+    if short:
+        return (f"Simulated {q.stat}: TTFT {num(ttft)} ms (target {q.ttft_ms:,g}), TPOT {num(tpot)} ms (target "
+                f"{q.tpot_ms:,g}) — {b['label']} at {num(sim['rate_per_s'])} req/s {verdict}")
+    return (f"Simulated over {sim['requests']:,} requests at its planned {num(sim['rate_per_s'])} req/s, {b['label']} "
+            f"has {q.stat} TTFT {num(ttft)} ms (planner {num(b['ttft_ms'])}, target {q.ttft_ms:,g}) and {q.stat} "
+            f"TPOT {num(tpot)} ms (planner {num(b['tpot_ms'])}, target {q.tpot_ms:,g}): it {verdict}"
+            + (" (the planner sizes the pools to sit right at the targets, so a gap within the 10% the check "
+               "allows can land on either side of them)" if miss else "") + ".")
+
+
+def checks_sentence(checks: list[dict], q: sp.Question) -> str:
+    """Where the simulator and the analytic estimate of the best configurations disagree by more than 10%."""
+    done = [c for c in checks if c["status"] == "simulated"]
+    if not checks:
+        return "No configuration meets the targets, so none was simulated."
+    if not done:
+        return f"None of the {len(checks)} best configurations could be simulated: {checks[0]['status']}."
+    bad = [c for c in done if c["disagrees"]]
+    head = (f"Of the {len(done)} best configurations simulated ({done[0]['requests']:,} requests each), "
+            f"{len(done) - len(bad)} agree with the planner's {q.stat} TTFT and TPOT within 10%")
+    if not bad:
+        return head + "."
+
+    def gaps(c):
+        out = [f"{m} {c[f'{m.lower()}_gap_pct']:+.0f}%" for m in ("TTFT", "TPOT")
+               if abs(c[f"{m.lower()}_gap_pct"]) > 10]
+        return f"{c['label']} ({join(out)})"
+
+    return head + "; more than 10% apart: " + join([gaps(c) for c in bad]) + "."
+
+
+def rate_record(sweep) -> dict:
+    """The rate sweep as recorded: the rates and, per mode, the GPUs needed (NaN where a mode cannot serve it)."""
+    out = {"rate_per_s": sweep[sweep["mode"] == "best"]["rate_per_s"].tolist()}
+    for mode in ("best", *sp.MODES):
+        out[f"{mode}_gpus"] = sweep[sweep["mode"] == mode]["gpus"].tolist()
+    return out
+
+
+def rate_sentence(sweep, q: sp.Question, *, short: bool = False) -> str:
+    """How the best configuration grows with the request rate, and where each mode stops."""
+    b = sweep[(sweep["mode"] == "best") & sweep["feasible"]]
+    if not len(b):
+        return f"No configuration serves any of these rates within {q.gpus} GPUs and the targets."
+    lo, hi = b.iloc[0], b.iloc[-1]
+    text = (f"From {num(lo['rate_per_s'])} to {num(hi['rate_per_s'])} req/s the best configuration grows from "
+            f"{lo['gpus']:.0f} to {hi['gpus']:.0f} GPUs and from {num(lo['tokens_per_s_per_gpu'])} to "
+            f"{num(hi['tokens_per_s_per_gpu'])} output tokens/s per GPU")
+    if short:
+        return text
+    c = sweep[sweep["mode"] == "colocated"].set_index("rate_per_s")
+    d = sweep[sweep["mode"] == "disaggregated"].set_index("rate_per_s")
+    both = c["feasible"] & d["feasible"]
+    fewer = int((d.loc[both, "gpus"] < c.loc[both, "gpus"]).sum())
+    parts = [f"disaggregated needs fewer GPUs than colocated at {fewer} of the {int(both.sum())} rates both can "
+             "serve"] if both.any() else []
+    for mode, t in (("colocated", c), ("disaggregated", d)):
+        if not t["feasible"].all():
+            served = t.index[t["feasible"]]
+            parts.append(f"{mode} serving cannot serve any of them" if not len(served) else
+                         f"{mode} serving stops above {num(served.max())} req/s within {q.gpus} GPUs")
+    return text + (": " + "; ".join(parts) if parts else "") + "."

@@ -27,7 +27,7 @@ from ..errors import SpecError
 __all__ = ["TEMPLATE", "TITLE_CHARS", "NOT_FIT", "RANK_SERIES", "RANK_KEY", "RANK_MARKER", "ref_line",
            "ref_trace", "base", "base_layout", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
            "not_fit_key", "chosen_marker", "update_from", "layouts", "disagg", "moe", "transfer", "offload", "fidelity",
-           "tables"]
+           "tables", "plan"]
 
 TEMPLATE = "plotly_white"
 #: longest title line [characters]: plotly never wraps titles, and 80 characters of its 17 px title font fill
@@ -284,4 +284,4 @@ def update_from(fig: go.Figure, new) -> None:
                 fig.layout[key] = empty
 
 
-from . import disagg, fidelity, layouts, moe, offload, tables, transfer  # noqa: E402  (area modules use the style above)
+from . import disagg, fidelity, layouts, moe, offload, plan, tables, transfer  # noqa: E402  (area modules use the style above)

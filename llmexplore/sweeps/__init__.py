@@ -22,7 +22,7 @@ from ..errors import LlmexploreError, SpecError, UnknownPresetError
 from ..units import display_name, from_si, si_unit_of
 
 __all__ = ["log_grid", "tidy", "summary_frame", "DEFAULT_UNITS", "preset_param", "int_param", "built", "layouts",
-           "disagg", "moe", "transfer", "offload", "prefill", "fidelity", "bands"]
+           "disagg", "moe", "transfer", "offload", "prefill", "fidelity", "bands", "plan"]
 
 #: display unit of each SI base unit in tables
 DEFAULT_UNITS = {"s": "ms", "B": "GB"}
@@ -104,4 +104,4 @@ def built(names: str, make, rename: dict[str, str] | None = None):
         raise SpecError(rename[arg] + text[len(arg):] if arg else f"{names}: {text}") from None
 
 
-from . import bands, disagg, fidelity, layouts, moe, offload, prefill, transfer  # noqa: E402  (area modules use the helpers above)
+from . import bands, disagg, fidelity, layouts, moe, offload, plan, prefill, transfer  # noqa: E402  (area modules use the helpers above)

@@ -751,8 +751,8 @@ def capacity_plan(questions, *, out=None, scheduler=None, workers: int | None = 
 
 # ---- tables of notebooks/60_deployment_planner.ipynb ----------------------------------------------------------
 
-__all__ += ["highest_rate", "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "top_table", "simulate_best", "check_table",
-            "check_notebook_parameters", "SWEEP_COLUMNS", "CHECK_COLUMNS"]
+__all__ += ["highest_rate", "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "shared_flags", "top_table",
+            "simulate_best", "check_table", "check_notebook_parameters", "SWEEP_COLUMNS", "CHECK_COLUMNS"]
 
 RATE_SHARE_MIN = 1 / 16  # the rate sweep starts at this share of the highest rate any configuration sustains
 N_RATES = 8  # rates in the default sweep (each is one plan(): about 0.3 s warm)
@@ -818,40 +818,64 @@ def rate_sweep(q: Question, rates) -> pd.DataFrame:
     return df
 
 
-def _args(command: str | None) -> str:
-    """The flags of an engine command (after the executable, the subcommand and the checkpoint)."""
+def _flag_groups(command: str | None) -> list[str]:
+    """The flags of an engine command with their values ("--tp-size 4"), after the executable, the subcommand
+    and the checkpoint (``--model-path X`` included)."""
     import shlex
 
     if command is None:
-        return ""
-    argv = shlex.split(command)
-    start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
-    argv = argv[start:]
-    if argv[:1] == ["--model-path"]:
-        argv = argv[2:]
-    return " ".join(shlex.quote(a) for a in argv)
+        return []
+    groups: list[list[str]] = []
+    for a in shlex.split(command):
+        if a.startswith("--"):
+            groups.append([a])
+        elif groups:
+            groups[-1].append(a)
+    return [" ".join(shlex.quote(a) for a in g) for g in groups if g[0] != "--model-path"]
 
 
-def launch_arguments(row: dict, q: Question, engine: str) -> str:
-    """One line per role of a configuration's launch flags for ``engine`` ("decode x5: --tensor-parallel-size
-    4 ..."), or the engine's reason when it cannot express the configuration."""
+def launch_arguments(row: dict, q: Question, engine: str, *, leave_out=()) -> str:
+    """A configuration's launch flags for ``engine``, role by role ("prefill x9: --tensor-parallel-size 1 ...;
+    decode x5: ..."), without the flags in ``leave_out``; the engine's reason when it cannot express a role."""
     from .. import launch
 
     parts = []
     for e in launch.launch_commands(config_of(row, q), engine):
         head = f"{e['role']} x{e['instances']}"
-        parts.append(f"{head}: {_args(e['command'])}" if e["command"] else f"{head}: not expressible ({e['note']})")
+        flags = [f for f in _flag_groups(e["command"]) if f not in set(leave_out)]
+        parts.append(f"{head}: {' '.join(flags) or '(only the shared flags)'}" if e["command"] else
+                     f"{head}: not expressible ({e['note']})")
     return "; ".join(parts)
+
+
+def shared_flags(res: dict, k: int = TOP, engine: str = "vllm") -> list[str]:
+    """The flags (with values) that every role of every one of the ``k`` best configurations takes in
+    ``engine``: :func:`top_table` lists them once instead of in every row (none with fewer than two rows)."""
+    from .. import launch
+
+    q = res["question"]
+    rows = res["table"][res["table"]["feasible"]].head(int(k)).to_dict("records")
+    if len(rows) < 2:
+        return []
+    sets = [set(_flag_groups(e["command"])) for r in rows for e in launch.launch_commands(config_of(r, q), engine)]
+    if not sets or any(not s for s in sets):
+        return []
+    common = set.intersection(*sets)
+    return [f for f in _flag_groups(next(e["command"] for e in launch.launch_commands(config_of(rows[0], q), engine)))
+            if f in common]
 
 
 def top_table(res: dict, k: int = TOP) -> pd.DataFrame:
     """The ``k`` best feasible configurations of a :func:`plan` result with their launch flags for vLLM and
-    SGLang (columns of :data:`TABLE_COLUMNS` plus ``vllm`` and ``sglang``)."""
+    SGLang (columns of :data:`TABLE_COLUMNS` plus ``vllm`` and ``sglang``). Flags every row takes
+    (:func:`shared_flags`) are left out of the rows and listed in ``attrs["shared_flags"]`` ({engine: text})."""
     k = _check.integer("k", k, lo=1, hi=10_000)
     q = res["question"]
     ok = res["table"][res["table"]["feasible"]].head(k).reset_index(drop=True)
-    ok["vllm"] = [launch_arguments(r, q, "vllm") for r in ok.to_dict("records")]
-    ok["sglang"] = [launch_arguments(r, q, "sglang") for r in ok.to_dict("records")]
+    shared = {eng: shared_flags(res, k, eng) for eng in ("vllm", "sglang")}
+    for eng in ("vllm", "sglang"):
+        ok[eng] = [launch_arguments(r, q, eng, leave_out=shared[eng]) for r in ok.to_dict("records")]
+    ok.attrs["shared_flags"] = {eng: " ".join(v) for eng, v in shared.items()}
     return ok
 
 

@@ -43,7 +43,7 @@ from ..plots import TEMPLATE, TITLE_CHARS, fmt, update_from, wrap_title
 from ..units import DTYPE_BYTES
 
 __all__ = ["Explorer", "Draw", "FitWidth", "choice_slider", "log_options", "nice_options", "mark_stale", "preset_name",
-           "dtype_name", "layouts", "disagg", "moe", "transfer", "offload"]
+           "dtype_name", "layouts", "disagg", "moe", "transfer", "offload", "plan"]
 
 #: what a figure looks like while it shows a configuration that could not be evaluated
 STALE_OPACITY = 0.25
@@ -323,4 +323,4 @@ def dtype_name(field_name: str, value) -> str:
     return _check.choice(field_name, value, list(DTYPE_BYTES))
 
 
-from . import disagg, layouts, moe, offload, transfer  # noqa: E402  (area modules build on Explorer)
+from . import disagg, layouts, moe, offload, plan, transfer  # noqa: E402  (area modules build on Explorer)

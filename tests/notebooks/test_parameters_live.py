@@ -172,6 +172,7 @@ BASE = {
     "30_moe_expert_parallel": dict(BATCHES=[64, 256, 1024], N_SKEWS=3, MC_TRIALS=20, REDUNDANT=[32]),
     "40_kv_transfer": {},
     "50_ssd_offload": {},
+    "60_deployment_planner": dict(N_RATES=3, SIMULATED_REQUESTS=200, TOP=3),
 }
 
 STEP = "step_time_figure("
@@ -292,6 +293,27 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         (dict(RATE=2.0), {"RATE": rec("queue", lambda q: q["instances"])}),
         (dict(TTFT_SLO_MS=6000.0), {"TTFT_SLO_MS": rec("queue", lambda q: q["instances"])}),
     ],
+    "60_deployment_planner": [
+        # the question: its recorded text names each part (the planner answers that question), and the TPOT
+        # target moves the frontier figure's target line to 1000 / 20 = 50 tokens/s per user
+        (dict(MODEL="llama-3-8b", GPU="h100-sxm", GPUS=16, ISL=2000, OSL=250, TTFT_MS=500.0, TPOT_MS=20.0, STAT="p99",
+              RATE=4.0),
+         {"MODEL": says("question", "Llama-3-8B"), "GPU": says("question", "H100"), "GPUS": says("question", "up to 16"),
+          "ISL": says("question", "prompts of 2,000"), "OSL": says("question", "outputs of 250"),
+          "TTFT_MS": says("question", "TTFT ≤ 500 ms"), "STAT": says("question", "p99 TTFT"),
+          "RATE": says("question", "at 4 req/s"),
+          "TPOT_MS": Signal("a TPOT target line at 50 tokens/s per user in the frontier figure", check=lambda r: any(
+              t.get("x") == [50.0, 50.0] for t in r.figure("frontier_figure(")["data"]))}),
+        # what is searched, read back from the planner's table
+        (dict(WEIGHT_DTYPES=["bf16"], KV_DTYPES=["fp8"], LINK="roce-400g"),
+         {"WEIGHT_DTYPES": rec("searched", lambda s: s["weight"]), "KV_DTYPES": rec("searched", lambda s: s["kv"]),
+          "LINK": rec("searched", lambda s: s["link"])}),
+        # the runtime reprices every configuration; the sizes of the table, the sweep and the simulation are counts
+        (dict(RUNTIME="scalar", N_RATES=4, SIMULATED_REQUESTS=300, TOP=5),
+         {"RUNTIME": rec("headline", lambda h: h["best"]["tokens_per_s_per_gpu"]),
+          "N_RATES": rec("rate_sweep", lambda r: len(r["rate_per_s"])),
+          "SIMULATED_REQUESTS": rec("simulated", lambda s: s["requests"]), "TOP": rec("top_labels", len)}),
+    ],
 }
 
 #: values that make no sense for a notebook: its parameter check must stop the run in the imports cell
@@ -312,6 +334,8 @@ REJECTED = [
     ("50_ssd_offload", dict(TP=3), r"TP \(3\) must divide the query heads of llama-3-70b"),
     ("50_ssd_offload", dict(HIT_RATIO=1.5), r"HIT_RATIO must be a probability in \[0, 1\]"),
     ("50_ssd_offload", dict(TTFT_SLO_MS=500.0), r"TTFT_SLO_MS must exceed the prefill of one PROMPT_TOKENS"),
+    ("60_deployment_planner", dict(STAT="p95"), r"STAT must be one of mean, p50, p90, p99"),
+    ("60_deployment_planner", dict(WEIGHT_DTYPES=["fp4"]), r"WEIGHT_DTYPES must be a dtype h200 supports"),
 ]
 
 
