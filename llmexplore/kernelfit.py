@@ -1,6 +1,7 @@
 """Fit the kernel-efficiency curves (:mod:`llmexplore.models.kernels`) to kernel-level measurements.
 
-Reads the CSVs in ``data/kernels/`` (aiconfigurator 0.12.0's per-kernel database, see its README), turns every
+Reads the CSVs in ``data/kernels/`` (aiconfigurator 0.12.0's per-kernel database, and kernel tables published in
+the kernels' own repositories: DeepGEMM on H800, aiter's tuned A8W8 GEMMs on MI300X; see its README), turns every
 row into (FLOPs, HBM bytes, datasheet peak, bandwidth, measured time) with the *same* work formulas the step
 engine uses, and fits one soft roofline per (engine, GPU, class, variant, dtype):
 
@@ -31,12 +32,15 @@ from .models.kernels import (PARAM_BOUNDS, PARAMS, Curve, attention_work, curve_
                              moe_block_work, soft_roofline_s, to_u)
 from .models.lsq import levenberg_marquardt
 
-__all__ = ["KERNEL_DIR", "ENGINES", "GPUS", "DTYPES", "BOOTSTRAP", "load_rows", "fit_curve", "fit_all", "to_yaml",
+__all__ = ["KERNEL_DIR", "ENGINES", "GPUS", "ROCM_GPUS", "DTYPES", "BOOTSTRAP", "load_rows", "fit_curve", "fit_all", "to_yaml",
            "predict_rows"]
 
 KERNEL_DIR = presets.DATA_DIR / "kernels"
 ENGINES = ("trtllm", "vllm", "sglang")
 GPUS = ("h100-sxm", "h200", "b200")
+#: GPUs without aiconfigurator data whose curves come from kernel tables of their own vendor's libraries
+#: (ROCM_GEMM below); fitted by fit_all after GPUS, so adding them changes no other curve
+ROCM_GPUS = ("mi300x",)
 #: database dtype -> (our dtype, GEMM variant). fp8_block is DeepGEMM-style 1x128 / 128x128 block scaling.
 DTYPES = {"bfloat16": ("bf16", "plain"), "fp8": ("fp8", "plain"), "fp8_block": ("fp8", "block"),
           "nvfp4": ("fp4", "plain")}
@@ -50,6 +54,14 @@ MOE_TILES = (1, 16, 32, 64, 128)
 DEEPGEMM_GPUS = {"h100-sxm": "deepgemm_grouped_h800.csv"}
 #: contiguous-layout expert segments are aligned to 128 rows (DeepGEMM get_m_alignment_for_contiguous_layout())
 DEEPGEMM_M_ALIGN = 128
+#: MI300X FP8 GEMMs: AMD's tuned per-shape times of aiter's CK rowwise A8W8 GEMM on MI300X (cu_num 304, gfx942),
+#: Llama-3.1-70B/405B projection shapes, m = 1..16384 (data/kernels/aiter_a8w8_gemm_mi300x.csv, ROCm/aiter fbb52ddf,
+#: titled as PR #1092). Timed with INT8 inputs [assumption: FP8 runs at the same speed: the same byte per element and the same
+#: 2,614.9 TFLOPS/TOPS dense peak on MI300X; the PR's own table times the untuned FP8 (e4m3fnuz) kernel at
+#: 17.6 us for m=1, n=1280, k=8192, the INT8 tuned row 16.0 us]. Fitted as ``gemm.plain.fp8`` for the engines
+#: listed [assumption: vLLM's ROCm FP8 linear layers (hipBLASLt / aiter) run at these kernels' speed; no per-shape
+#: hipBLASLt FP8 table for MI300X was found]
+ROCM_GEMM = {"mi300x": ("aiter_a8w8_gemm_mi300x.csv", ("vllm",))}
 #: context-MLA kernels measured in the absorbed form (MQA over the 576-wide latent, V 512): aiconfigurator's SGLang
 #: collector on Hopper sets v_head_dim = kv_lora_rank and head_dim = 576 for every backend but trtllm_mla
 #: (collector/sglang/collect_mla.py at ai-dynamo/aiconfigurator e23be5a79, the commit that collected SGLang 0.5.14)
@@ -157,6 +169,7 @@ def load_rows(gpu: str, engine: str) -> pd.DataFrame:
                 fr["floor"] = ~big
             frames.append(fr)
     frames += _deepgemm_frames(gpu, engine)
+    frames += _rocm_gemm_frames(gpu, engine)
     frames += _comm_frames(gpu, engine)
     if not frames:
         return pd.DataFrame()
@@ -176,6 +189,19 @@ def _deepgemm_frames(gpu: str, engine: str) -> list[pd.DataFrame]:
     fr = _frame(d, "grouped_gemm", "deepgemm", "fp8", G * f, G * by, ["layout", "groups", "n", "k"], gpu, engine,
                 "fp8")
     return [fr]
+
+
+def _rocm_gemm_frames(gpu: str, engine: str) -> list[pd.DataFrame]:
+    """aiter's tuned A8W8 GEMM rows on an AMD GPU (ROCM_GEMM) as ``gemm.plain.fp8`` rows: one byte per input
+    element, BF16 output (gemm_work), priced against the FP8 peak."""
+    name, engines = ROCM_GEMM.get(gpu, (None, ()))
+    if name is None or engine not in engines:
+        return []
+    d = pd.read_csv(KERNEL_DIR / name, comment="#")
+    d = d[(d.n >= MIN_GEMM_DIM) & (d.k >= MIN_GEMM_DIM)]
+    b = ELEM_BYTES["fp8"]
+    f, by = gemm_work(d.m, d.n, d.k, b_w=b, b_in=b)
+    return [_frame(d, "gemm", "plain", "fp8", f, by, ["kernel", "n", "k"], gpu, engine, "fp8")]
 
 
 #: bus-traffic factor of each collective: t = alpha + factor (p-1)/p n / bus bandwidth (n: the full buffer)
@@ -353,7 +379,7 @@ def fit_curve(rows: pd.DataFrame, *, bootstrap: int = BOOTSTRAP, seed: int = SEE
                  cov_u=tuple(tuple(float(x) for x in row) for row in cov), source=source)
 
 
-def fit_all(*, engines=ENGINES + ("any",), gpus=GPUS, bootstrap: int = BOOTSTRAP, progress=None) -> dict:
+def fit_all(*, engines=ENGINES + ("any",), gpus=GPUS + ROCM_GPUS, bootstrap: int = BOOTSTRAP, progress=None) -> dict:
     """{engine: {gpu: {curve key: Curve}}} for every curve the data hold.
 
     ``any`` (engine-neutral) is, per curve, the engine's curve that best describes the *pooled* rows of all
@@ -373,8 +399,9 @@ def fit_all(*, engines=ENGINES + ("any",), gpus=GPUS, bootstrap: int = BOOTSTRAP
                 continue
             for (cls, variant, dtype), part in rows.groupby(["cls", "variant", "dtype"], sort=True):
                 key = curve_key(cls, variant, dtype)
-                src = (f"fitted by python -m llmexplore.kernelfit to {len(part)} kernel rows of "
-                       f"data/kernels/aic_*_{gpu}_{engine}.csv (aiconfigurator 0.12.0)")
+                data = (f"data/kernels/{ROCM_GEMM[gpu][0]} (ROCm/aiter)" if gpu in ROCM_GEMM else
+                        f"data/kernels/aic_*_{gpu}_{engine}.csv (aiconfigurator 0.12.0)")
+                src = f"fitted by python -m llmexplore.kernelfit to {len(part)} kernel rows of {data}"
                 c = fit_curve(part, bootstrap=bootstrap, source=src)
                 why = implausible(c, cls)
                 if why:
@@ -452,7 +479,8 @@ def to_yaml(sets: dict) -> str:
     head = ("# Kernel-efficiency curves (llmexplore/models/kernels.py, docs/models.md §1.2): one soft roofline\n"
             "#   t = overhead + ((F / (eta_compute P))^knee + (M / (eta_mem BW))^knee)^(1/knee)\n"
             "# per engine, GPU and <class>.<variant>.<dtype>, fitted by `python -m llmexplore.kernelfit` to the kernel rows\n"
-            "# in data/kernels/ (aiconfigurator 0.12.0 per-kernel database, Apache-2.0; see its README). Never\n"
+            "# in data/kernels/ (aiconfigurator 0.12.0 per-kernel database, Apache-2.0, and kernel tables from the kernels'\n"
+            "# own repositories: DeepGEMM on H800, aiter's A8W8 GEMM on MI300X; see its README). Never\n"
             "# fitted to end-to-end numbers. `any` pools the three engines (the engine-neutral `default` runtime).\n"
             "# points: rows fitted; *_err_pct: |pred/meas - 1| over them; cov_u: parameter covariance in the fit\n"
             "# coordinates (kernels.to_u), from a bootstrap over measured shapes. A test keeps this file in sync.\n")

@@ -33,8 +33,9 @@ CAUSES = [
      "overlap, a lower bound that does not charge the SMs DeepEP's kernels take, and uniform routing, without "
      "the busiest rank's routing skew (docs/models.md §1.2, §3.3)"),
     ("no-kernel-data", lambda d: (d["gpu"] == "mi300x").all(),
-     "MI300X has no kernel data, so its kernels are priced with scalar efficiencies fitted on H100 "
-     "(docs/models.md §1.1a)"),
+     "MI300X has kernel data for its FP8 GEMMs only (aiter's tuned GEMM table), so its attention and elementwise "
+     "kernels are priced with scalar efficiencies fitted on H100 and its all-reduce with the link preset's assumed "
+     "latency (docs/models.md §1.1a)"),
     ("mle-layout", lambda d: d["id"].str.startswith("mle-").all() and (d["model"] == "deepseek-v3").all(),
      "ML.ENERGY's DeepSeek-V3.1 rows report expert parallelism 8 with neither tensor nor data parallelism on 8 "
      "GPUs, so the attention layout (TP8 assumed) is uncertain, and the saturated servers' steps also carry other "
@@ -48,7 +49,7 @@ CAUSES = [
      "requests' prefill chunks (data/validation/README.md)"),
 ]
 #: the cause of each entry of CAUSES in a few words (the recap)
-SHORT_CAUSES = {"deepep": "ideal two-batch overlap and uniform routing", "no-kernel-data": "no kernel data",
+SHORT_CAUSES = {"deepep": "ideal two-batch overlap and uniform routing", "no-kernel-data": "kernel data for FP8 GEMMs only",
                 "mle-layout": "an uncertain attention layout under live traffic",
                 "interference": "prefill interference under live traffic", "mle": "unpublished prompt lengths"}
 NO_CAUSE = "no documented cause: each row's note in data/validation/e2e.csv lists its assumptions"

@@ -14,8 +14,9 @@ from llmexplore.nbtools import cell_durations
 #: engine-neutral curves, the scalar pre-curve model), when this test was written (52 rows in data/validation/e2e.csv,
 #: 50 representable); re-pin together with tests/unit/test_validate.py when the set or the model changes
 PINNED = {"engine": 6.7, "default": 9.4, "scalar": 18.2}
-WORST = "dense|mi300x|fp8|TP8|decode"  # no kernel data (before DeepEP, DeepGEMM and two-batch overlap were
-# modelled, SGLang's DPA32 wide-EP prefill read +207%)
+WORST = "mla-moe|b200|fp8|TP8|decode"  # ML.ENERGY's DeepSeek-V3.1 on B200 (MI300X's category read -50% until
+# aiter's MI300X FP8 GEMM table priced its GEMMs, -22% since; SGLang's DPA32 wide-EP prefill read +207% before DeepEP,
+# DeepGEMM and two-batch overlap were modelled)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_rows_and_the_median_error_per_runtime(rec, ref):
 
 
 def test_worst_category_rows_not_modelled_and_the_ranking(rec, ref):
-    assert rec["worst_category"]["category"] == WORST and rec["worst_category"]["median_error_pct"] < -40
+    assert rec["worst_category"]["category"] == WORST and rec["worst_category"]["median_error_pct"] < -20
     assert rec["category_abs_error_pct"][WORST] == pytest.approx(rec["worst_category"]["median_error_pct"])
     assert rec["not_modelled"] == ref["left_out"]
     assert {"lmsys-dsv3-gb200-decode-48r", "lmsys-dsv3-h100-decode-ep72"} <= set(rec["not_modelled"])
@@ -86,7 +87,7 @@ def test_the_report_states_the_headline_numbers_in_words(run, rec):
     for choice in ("engine", "scalar", "default"):
         assert f"{num(rec['median_abs_error_pct'][choice])}%" in text
     assert f"{rec['modelled']} of {rec['rows']} published measurements" in text and f"`{WORST}`" in text
-    assert "MI300X has no kernel data" in text and "live chat traffic" in text
+    assert "MI300X has kernel data for its FP8 GEMMs only" in text and "live chat traffic" in text
     assert f"the model tells {r['resolved']} of them apart and orders {r['agrees']} correctly" in text
 
 

@@ -157,7 +157,11 @@ def test_runtimes_choose_their_kernel_sets():
     assert Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="scalar").kernels is None
     gb = Deployment.build("llama-3-70b", "gb200", 8, runtime="default").kernels
     assert gb.gpu == "b200" and "b200" in gb.note
-    assert Deployment.build("llama-3-70b", "mi300x", 8, runtime="default").kernels is None  # no kernel data: scalars
+    mi = Deployment.build("llama-3-70b", "mi300x", 8, runtime="default").kernels  # aiter's FP8 GEMM table only
+    assert mi.engine == "any" and mi.gpu == "mi300x" and set(mi.curves) == {MI300X_GEMM}
+    assert Deployment.build("llama-3-70b", "mi300x", 8, runtime="vllm").kernels.curves.keys() == {MI300X_GEMM}
+    for e in ("trtllm", "sglang"):  # no MI300X rows of these engines: scalar efficiencies
+        assert Deployment.build("llama-3-70b", "mi300x", 8, runtime=e).kernels is None
 
 
 def test_rejected_curves_fall_back_to_the_neutral_one():
@@ -385,3 +389,68 @@ def test_two_batch_overlap_hides_the_moe_alltoall_in_the_step():
         assert float(step_time(on, 64, 4096, lay)["step_s"]) == float(step_time(off, 64, 4096, lay)["step_s"])
     with pytest.raises(Exception, match="two_batch_overlap must be true or false"):
         Deployment.build("deepseek-v3", "h100-sxm", 32, two_batch_overlap="yes")
+
+
+# ---- MI300X: aiter's tuned A8W8 GEMM table (issue 9) ----------------------------------------------------------
+MI300X_GEMM = "gemm.plain.fp8"
+
+
+def test_mi300x_gemm_rows_are_the_aiter_table():
+    """The tuner's own bandwidth column equals (m k + n k + 2 m n) bytes / latency, the bytes the fit counts for an
+    8-bit GEMM with BF16 output, and no row beats MI300X's HBM bandwidth or its 8-bit dense peak (the tuner rotates
+    its inputs, so no weight matrix is served from the 256 MB Infinity Cache)."""
+    import pandas as pd
+
+    d = pd.read_csv(presets.DATA_DIR / "kernels" / "aiter_a8w8_gemm_mi300x.csv", comment="#")
+    assert len(d) == 427 and d.dtype.eq("int8").all()
+    f, by = K.gemm_work(d.m, d.n, d.k, b_w=1.0, b_in=1.0)
+    assert np.allclose(by / (d.latency_us * 1e-6) / 1e9, d.bw_GBps, rtol=1e-3)
+    assert np.allclose(f / (d.latency_us * 1e-6) / 1e12, d.tflops, rtol=1e-2, atol=0.01)
+    hw = presets.hardware("mi300x")
+    assert (by / (d.latency_us * 1e-6)).max() < hw.hbm_bw_TBps * 1e12
+    assert (f / (d.latency_us * 1e-6)).max() < hw.fp8_TFLOPS * 1e12
+    # the four Llama-3.1-70B TP8 projections at every decode batch 1..256 the tuner swept
+    for n, k in ((1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584)):
+        assert {1, 16, 32, 64, 128, 256} <= set(d[(d.n == n) & (d.k == k)].m), (n, k)
+
+
+def test_mi300x_gemm_curve_is_pinned_to_its_data():
+    """The MI300X FP8 GEMM curve reproduces its 427 rows (median error as stated, < 10%), was fitted for vLLM and
+    is the engine-neutral one too; a Llama-3.1-70B TP8 decode layer's four projections at batch 1 take about what
+    the table says (60.6 us measured), three times the weights at datasheet HBM bandwidth (20.1 us)."""
+    rows = kernelfit.load_rows("mi300x", "vllm")
+    assert set(rows.cls) == {"gemm"} and len(rows) == 427
+    want = CURVES["vllm"]["mi300x"][MI300X_GEMM]
+    assert CURVES["any"]["mi300x"][MI300X_GEMM]["eta_mem"] == want["eta_mem"]
+    assert set(CURVES["vllm"]["mi300x"]) == {MI300X_GEMM} and "mi300x" not in CURVES["trtllm"]
+    c = K.Curve(**{k: want[k] for k in ("eta_compute", "eta_mem", "overhead_us", "knee", "tile_m")})
+    err = np.abs(kernelfit.predict_rows(rows, c) / rows.measured_s.to_numpy() - 1) * 100
+    assert np.median(err) == pytest.approx(want["median_err_pct"], abs=0.1)
+    assert np.median(err) < 10
+    fit = kernelfit.fit_curve(rows, bootstrap=0)
+    for name in ("eta_compute", "eta_mem", "knee"):
+        assert getattr(fit, name) == pytest.approx(want[name], rel=2e-3, abs=2e-3), name
+    assert fit.overhead_us == pytest.approx(want["overhead_us"], rel=2e-3)
+    dep = Deployment.build("llama-3-70b", "mi300x", 8, runtime="vllm", weight_dtype="fp8")
+    shapes = ((1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584))
+    t = sum(float(kernel_s(dep, "gemm", *K.gemm_work(1, n, k, b_w=1.0, b_in=1.0), dtype="fp8")) for n, k in shapes)
+    measured = sum(float(rows[(rows.x_m == 1) & (rows.x_n == n) & (rows.x_k == k)].measured_s.iloc[0])
+                   for n, k in shapes)
+    assert measured * 1e6 == pytest.approx(60.6, abs=0.1)
+    overhead = len(shapes) * dep.runtime.kernel_overhead_us * 1e-6  # the runtime's gap between kernels
+    assert t - overhead == pytest.approx(measured, rel=0.15)
+    weights = sum(n * k for n, k in shapes) / (dep.hardware.hbm_bw_TBps * 1e12)
+    assert t > 2.5 * weights
+
+
+def test_mi300x_prices_only_its_fp8_gemms_with_the_curve():
+    """BF16 GEMMs (LM head), attention and elementwise kernels have no MI300X rows: they keep the scalar
+    efficiencies, and the all-reduce keeps the link preset's assumed alpha (no fitted collectives)."""
+    dep = Deployment.build("llama-3-70b", "mi300x", 8, runtime="default", weight_dtype="fp8")
+    assert f"mi300x/{MI300X_GEMM}" in kernel_curve(dep, "gemm").source
+    for kind, dtype in (("gemm", "bf16"), ("attention", None), ("elementwise", None)):
+        assert kernel_curve(dep, kind, dtype) is None, kind
+    rt, hw = dep.runtime, dep.hardware
+    r = kernel_rates(dep, "attention")
+    assert r.bytes_per_s == pytest.approx(rt.eta_attn_mem * hw.hbm_bw_TBps * 1e12)
+    assert dep.fabric.fitted == ()
