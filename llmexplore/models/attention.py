@@ -244,9 +244,11 @@ def _ffn_layer_s(dep: Deployment, n_ffn: np.ndarray) -> tuple[np.ndarray, np.nda
     if m.is_moe:
         E, k, Ie = m.routed_experts, m.experts_per_token, m.moe_intermediate
         router = gemm_s(dep, n_ffn, H, E, b_w=EMB_BYTES)
-        # experts dealt over the T ranks (EP = T): uniform routing, distinct local experts hit, rows padded to
-        # the grouped GEMM's M tile (docs/models.md §4.4)
-        routed = moe_s(dep, n_ffn, experts=E, topk=k, hidden=H, inter=Ie, moe_ep=T)
+        # experts dealt over EP groups of the T ranks (EP = T unless moe_ep says otherwise), each expert sliced
+        # T / EP ways: uniform routing, distinct local experts hit, rows padded to the grouped GEMM's M tile
+        # (docs/models.md §4.4)
+        ep = dep.moe_ep or T
+        routed = moe_s(dep, n_ffn, experts=E, topk=k, hidden=H, inter=Ie, moe_ep=ep, moe_tp=T // ep)
         moe = norm + router + routed
         if m.shared_experts:
             Is = m.shared_experts * Ie / T

@@ -98,19 +98,25 @@ class Deployment:
     #: ``--enable-dbo`` defaults to off, and TensorRT-LLM does not split steps into overlapped micro-batches by
     #: default
     two_batch_overlap: bool = False
+    #: expert-parallel size of an MoE model's routed experts within the instance's ``ranks``: the experts are
+    #: dealt over ``moe_ep`` groups and each expert is sliced ``ranks / moe_ep`` ways (MoE-TP). None means
+    #: ``ranks`` (every rank holds whole experts: vLLM --enable-expert-parallel, SGLang --ep-size ranks); 1 is
+    #: pure MoE-TP (vLLM's default for MoE models). All-to-all dispatch needs ``moe_ep == ranks``.
+    moe_ep: int | None = None
 
     @classmethod
     def build(cls, model="llama-3-70b", gpu="h100-sxm", ranks: int = 8, *, runtime="default",
               weight_dtype: str | None = None, kv_dtype: str = "bf16", q_tokens: int = 1,
               context_cv: float = 0.0, scale_up_link=None, scale_out_link=None,
-              moe_dispatch: str = "gather", two_batch_overlap: bool = False) -> "Deployment":
+              moe_dispatch: str = "gather", two_batch_overlap: bool = False,
+              moe_ep: int | None = None) -> "Deployment":
         """Resolve presets (names or specs) and validate. Links default to the GPU's own; ``weight_dtype``
         defaults to the dtype the model's weights are released in."""
         m, hw, rt, fabric = resolve_deployment(model, gpu, runtime, scale_up_link, scale_out_link)
         return cls(model=m, hardware=hw, ranks=ranks, runtime=rt, fabric=fabric,
                    weight_dtype=m.weight_dtype if weight_dtype is None else weight_dtype,
                    kv_dtype=kv_dtype, q_tokens=q_tokens, context_cv=context_cv, moe_dispatch=moe_dispatch,
-                   two_batch_overlap=two_batch_overlap)
+                   two_batch_overlap=two_batch_overlap, moe_ep=moe_ep)
 
     def __post_init__(self) -> None:
         m = self.model
@@ -137,6 +143,20 @@ class Deployment:
         for what, n in rules:
             if n % T:
                 raise SpecError(f"ranks ({T}) must divide the {what} of {m.name} ({n})")
+        if self.moe_ep is not None:
+            ep = _check.integer("moe_ep", self.moe_ep, lo=1, hi=T)
+            if not m.is_moe:
+                raise SpecError(f"moe_ep applies to MoE models only; {m.name} is dense, got {ep}")
+            if T % ep:
+                raise SpecError(f"moe_ep ({ep}) must divide ranks ({T})")
+            if m.routed_experts % ep:
+                raise SpecError(f"moe_ep ({ep}) must divide the routed experts of {m.name} ({m.routed_experts})")
+            if m.moe_intermediate % (T // ep):
+                raise SpecError(f"ranks / moe_ep ({T // ep}) must divide the expert intermediate size of {m.name} "
+                                f"({m.moe_intermediate})")
+            if self.moe_dispatch == "alltoall" and ep != T:
+                raise SpecError(f"moe_ep ({ep}) must equal ranks ({T}) with all-to-all dispatch")
+            object.__setattr__(self, "moe_ep", ep)
         if not m.is_mla and m.kv_heads % T and T % m.kv_heads:
             raise SpecError(f"ranks ({T}) must divide or be a multiple of the KV heads of {m.name} "
                             f"({m.kv_heads})")

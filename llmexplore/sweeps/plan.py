@@ -143,33 +143,37 @@ class _Instance:
     reason: str = ""
 
 
-def _rank_options(q: Question) -> list[tuple[int, str]]:
+def _rank_options(q: Question) -> list[tuple[int, str, int | None]]:
+    """(ranks, layout, expert-parallel size) of every instance type searched (EP None: all ranks)."""
     m, hw = presets.model(q.model), presets.hardware(q.gpu)
     node = hw.scale_up_size
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(node, q.gpus)]
-    out = [(t, "TP") for t in tps]
-    out += [(t, lay) for t in tps if t > 1 for lay in ("DPA", "DOP")]
+    out = [(t, "TP", None) for t in tps]
+    if m.is_moe:  # MoE-TP: every expert sliced over the instance's ranks (vLLM's default for MoE models)
+        out += [(t, "TP", 1) for t in tps if t > 1]
+    out += [(t, lay, None) for t in tps if t > 1 for lay in ("DPA", "DOP")]
     if m.is_moe:
-        out += [(t, "DPA") for t in WIDE_EP_RANKS if node < t <= q.gpus]
+        out += [(t, "DPA", None) for t in WIDE_EP_RANKS if node < t <= q.gpus]
     return out
 
 
 def _instances(q: Question, wl: dg.Workload) -> list[_Instance]:
     out = []
     for wd, kd in q.dtype_options():
-        for ranks, layout in _rank_options(q):
+        for ranks, layout, ep in _rank_options(q):
             inst = _instance(q.model, q.gpu, q.runtime, ranks, layout, wd, kd, wl.prompt_tokens,
-                             wl.output_tokens)
+                             wl.output_tokens, ep)
             out.append(_Instance(inst.dep, inst.layout, inst.batches, inst.step_s, inst.prefill_s, inst.reason))
     return out
 
 
 @functools.lru_cache(maxsize=512)
-def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl) -> _Instance:
+def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl, ep=None) -> _Instance:
     """One instance's decode table (cached: sliders on rates and targets reuse it)."""
     try:
         dep = Deployment.build(model, gpu, ranks, runtime=runtime, weight_dtype=wd, kv_dtype=kd,
-                               moe_dispatch="alltoall" if layout == "DPA" and ranks > 8 else "gather")
+                               moe_dispatch="alltoall" if layout == "DPA" and ranks > 8 else "gather",
+                               moe_ep=ep)
     except SpecError as exc:
         return _Instance(None, layout, reason=f"{ranks} ranks, {wd}/{kd}: {exc}")
     wl = dg.Workload(prompt_tokens=isl, output_tokens=osl)
@@ -184,16 +188,26 @@ def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl) -> _Instance
 
 
 @functools.lru_cache(maxsize=256)
-def _colocated_tables(model, gpu, runtime, ranks, wd, kd, isl: int, osl: int, chunks: tuple) -> tuple:
-    dep = _instance(model, gpu, runtime, ranks, "TP", wd, kd, isl, osl).dep
+def _colocated_tables(model, gpu, runtime, ranks, wd, kd, isl: int, osl: int, chunks: tuple, ep=None) -> tuple:
+    dep = _instance(model, gpu, runtime, ranks, "TP", wd, kd, isl, osl, ep).dep
     wl = dg.Workload(prompt_tokens=isl, output_tokens=osl)
     return dg.colocated_tables(dep, wl, np.array(chunks, float), points=BATCH_POINTS)
 
 
+def _ep(inst: _Instance) -> int:
+    """Expert-parallel size of an instance (1 for a dense model)."""
+    return (inst.dep.moe_ep or inst.dep.ranks) if inst.dep.model.is_moe else 1
+
+
+def _shape(inst: _Instance) -> str:
+    s = f"{inst.layout}{inst.dep.ranks}"
+    return s + f" EP{_ep(inst)}" if inst.dep.model.is_moe and inst.dep.ranks > 1 else s
+
+
 def _label(mode: str, wd: str, kd: str, p: _Instance | None, d: _Instance, chunk=None) -> str:
     if mode == "colocated":
-        return f"colocated {d.layout}{d.dep.ranks} {wd}/{kd} chunk {chunk}"
-    return f"disagg P:TP{p.dep.ranks} D:{d.layout}{d.dep.ranks} {wd}/{kd}"
+        return f"colocated {_shape(d)} {wd}/{kd} chunk {chunk}"
+    return f"disagg P:{_shape(p)} D:{_shape(d)} {wd}/{kd}"
 
 
 def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[list[dict], list[dict]]:
@@ -205,14 +219,15 @@ def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tup
             continue
         dep = inst.dep
         dec, t_mix = _colocated_tables(q.model, q.gpu, q.runtime, dep.ranks, dep.weight_dtype, dep.kv_dtype,
-                                       q.isl, q.osl, q.chunks)
+                                       q.isl, q.osl, q.chunks, dep.moe_ep)
         b_cap = dec.batches[-1]
         lam_cap = float(np.max(dec.batches / (q.osl * np.asarray(dec.step_s))))  # pure-decode capacity
         lam = np.geomspace(lam_cap * 1e-4, lam_cap, RATE_POINTS)
         n_max = q.gpus // dep.ranks
         for i, chunk in enumerate(q.chunks):
             base = dict(mode="colocated", weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
-                        prefill_ranks=np.nan, prefill_layout="", decode_ranks=dep.ranks, decode_layout="TP",
+                        prefill_ranks=np.nan, prefill_layout="", prefill_ep=np.nan, decode_ranks=dep.ranks,
+                        decode_layout="TP", decode_ep=_ep(inst),
                         chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst,
                                                          chunk))
             def at(l, n=n_max, dec=dec, t_mix=t_mix[i], chunk=chunk):
@@ -333,7 +348,8 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
     rows, front = [], []
     for j, (p, d) in enumerate(pairs):
         base = dict(mode="disaggregated", weight_dtype=d.dep.weight_dtype, kv_dtype=d.dep.kv_dtype,
-                    prefill_ranks=p.dep.ranks, prefill_layout="TP", decode_ranks=d.dep.ranks,
+                    prefill_ranks=p.dep.ranks, prefill_layout="TP", prefill_ep=_ep(p), decode_ranks=d.dep.ranks,
+                    decode_ep=_ep(d),
                     decode_layout=d.layout, chunk_tokens=np.nan, link=link.name,
                     label=_label("disaggregated", d.dep.weight_dtype, d.dep.kv_dtype, p, d))
         dr = d_rate[id(d)]
@@ -394,8 +410,8 @@ def _disagg_reason(p, d, dr, rate_p, rate_link, T_ttft, exposed) -> str:
     return "no pool pair within the budget meets both targets"
 
 
-TABLE_COLUMNS = ["mode", "label", "weight_dtype", "kv_dtype", "prefill_ranks", "prefill_layout", "decode_ranks",
-                 "decode_layout", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
+TABLE_COLUMNS = ["mode", "label", "weight_dtype", "kv_dtype", "prefill_ranks", "prefill_layout", "prefill_ep",
+                 "decode_ranks", "decode_layout", "decode_ep", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
                  "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "tpot_mean_ms",
                  "decode_batch", "max_num_seqs", "capacity_per_s", "transfer_exposed_ms", "feasible", "reason"]
 
@@ -510,17 +526,21 @@ def config_of(row: dict, q: Question) -> dict:
     dtypes and one entry per role (instances, ranks, layout, EP size, max_num_seqs, chunk budget)."""
     m = presets.model(q.model)
 
-    def side(role, n, ranks, layout, chunk):
+    def side(role, n, ranks, layout, chunk, ep):
+        ep = int(ep) if m.is_moe and ep == ep and ep is not None else (int(ranks) if m.is_moe else 1)
         return {"role": role, "instances": int(n), "ranks": int(ranks), "layout": layout,
-                "ep": int(ranks) if m.is_moe else 1, "max_num_seqs": int(row["max_num_seqs"]) if role != "prefill"
+                "ep": ep, "max_num_seqs": int(row["max_num_seqs"]) if role != "prefill"
                 else 1, "chunk_tokens": None if chunk is None or chunk != chunk else int(chunk),
                 "moe_dispatch": "alltoall" if m.is_moe and layout == "DPA" and int(ranks) > 8 else "gather"}
 
     if row["mode"] == "colocated":
-        sides = [side("colocated", row["n_decode"], row["decode_ranks"], row["decode_layout"], row["chunk_tokens"])]
+        sides = [side("colocated", row["n_decode"], row["decode_ranks"], row["decode_layout"], row["chunk_tokens"],
+                      row.get("decode_ep"))]
     else:
-        sides = [side("prefill", row["n_prefill"], row["prefill_ranks"], row["prefill_layout"], None),
-                 side("decode", row["n_decode"], row["decode_ranks"], row["decode_layout"], None)]
+        sides = [side("prefill", row["n_prefill"], row["prefill_ranks"], row["prefill_layout"], None,
+                      row.get("prefill_ep")),
+                 side("decode", row["n_decode"], row["decode_ranks"], row["decode_layout"], None,
+                      row.get("decode_ep"))]
     return {"model": q.model, "gpu": q.gpu, "mode": row["mode"], "weight_dtype": row["weight_dtype"],
             "kv_dtype": row["kv_dtype"], "link": row.get("link") if row["mode"] != "colocated" else None,
             "sides": sides}
@@ -576,18 +596,22 @@ def simulate_row(row: dict, q: Question, *, n_requests: int = SIM_REQUESTS, seed
     traffic = Traffic(rate_per_s=float(row["rate_per_s"]), isl=LengthDist.fixed(q.isl), osl=LengthDist.fixed(q.osl))
     seqs = int(row["max_num_seqs"])
 
-    def dep(ranks):
+    moe = presets.model(q.model).is_moe
+
+    def dep(ranks, ep=None):
+        ep = int(ep) if moe and ep is not None and ep == ep and int(ep) != int(ranks) else None
         return Deployment.build(q.model, q.gpu, int(ranks), runtime=q.runtime, weight_dtype=row["weight_dtype"],
-                                kv_dtype=row["kv_dtype"])
+                                kv_dtype=row["kv_dtype"], moe_ep=ep)
 
     try:
         if row["mode"] == "colocated":
             chunk = max(int(row["chunk_tokens"]), seqs)
-            res = sv.simulate_colocated(dep(row["decode_ranks"]), traffic, n_requests, instances=int(row["n_decode"]),
+            res = sv.simulate_colocated(dep(row["decode_ranks"], row.get("decode_ep")), traffic, n_requests, instances=int(row["n_decode"]),
                                         scheduler=sv.Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
                                         seed=seed)
         else:
-            res = sv.simulate_disaggregated(dep(row["prefill_ranks"]), dep(row["decode_ranks"]),
+            res = sv.simulate_disaggregated(dep(row["prefill_ranks"], row.get("prefill_ep")),
+                                            dep(row["decode_ranks"], row.get("decode_ep")),
                                             presets.link(row["link"]), traffic, n_requests,
                                             prefill_instances=int(row["n_prefill"]),
                                             decode_instances=int(row["n_decode"]),
@@ -678,9 +702,13 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
             raise SpecError(f"the simulator runs TP attention only; config side {s['role']!r} has layout "
                             f"{s['layout']!r}")
 
+    moe = presets.model(cfg["model"]).is_moe
+
     def dep(s):
+        ep = s.get("ep")
+        ep = int(ep) if moe and ep is not None and int(ep) != int(s["ranks"]) else None
         return Deployment.build(cfg["model"], cfg["gpu"], int(s["ranks"]), runtime=runtime,
-                                weight_dtype=cfg["weight_dtype"], kv_dtype=cfg["kv_dtype"])
+                                weight_dtype=cfg["weight_dtype"], kv_dtype=cfg["kv_dtype"], moe_ep=ep)
 
     if cfg["mode"] == "colocated":
         s = _side(cfg, "colocated")

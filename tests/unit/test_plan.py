@@ -276,3 +276,33 @@ def test_cli_simulate_reads_a_plan_and_gives_distributions(capsys, tmp_path):
         assert len(s["cdf"][k]) == len(s["quantiles"])
     assert s["summary"]["ttft_p99_ms"] >= s["summary"]["ttft_p50_ms"]
     assert s["config"] == doc["best"]["config"]
+
+
+# ---- the expert-parallel axis -----------------------------------------------------------------------------------
+def test_moe_ep_of_all_ranks_is_the_default_and_moe_tp_slices_experts():
+    from llmexplore.models.attention import step_time
+    from llmexplore.models.engine import Deployment
+
+    base = Deployment.build("qwen3-30b-a3b", "h200", 8, weight_dtype="fp8")
+    same = Deployment.build("qwen3-30b-a3b", "h200", 8, weight_dtype="fp8", moe_ep=8)
+    tp = Deployment.build("qwen3-30b-a3b", "h200", 8, weight_dtype="fp8", moe_ep=1)
+    b = np.array([1.0, 64.0, 512.0])
+    a, s, t = (step_time(d, b, 2048.0, "TP")["ffn_moe_s"] for d in (base, same, tp))
+    np.testing.assert_array_equal(a, s)
+    assert np.all(t >= a * (1 - 1e-12)) and t[-1] > a[-1]  # slicing 768-wide experts 8 ways never helps here
+    for kw, match in [({"moe_ep": 3}, "moe_ep"), ({"moe_ep": 16}, "moe_ep"),
+                      ({"moe_ep": 4, "moe_dispatch": "alltoall"}, "all-to-all")]:
+        with pytest.raises(SpecError, match=match):
+            Deployment.build("qwen3-30b-a3b", "h200", 8, weight_dtype="fp8", **kw)
+    with pytest.raises(SpecError, match="MoE models only"):
+        Deployment.build("llama-3-8b", "h200", 2, moe_ep=1)
+
+
+def test_the_planner_searches_the_ep_size_of_moe_instances():
+    q = sp.Question(model="qwen3-30b-a3b", gpu="h200", gpus=8, isl=2000, osl=300, ttft_ms=1000, tpot_ms=20,
+                    weight_dtypes=("fp8",), kv_dtypes=("fp8",), modes=("colocated",))
+    t = sp.plan(q)["table"]
+    tp8 = t[(t["decode_ranks"] == 8) & (t["decode_layout"] == "TP")]
+    assert {1, 8} <= set(tp8["decode_ep"].dropna().astype(int))
+    row = tp8[tp8["decode_ep"] == 1].iloc[0].to_dict()
+    assert "EP1" in row["label"] and sp.config_of(row, q)["sides"][0]["ep"] == 1
