@@ -10,6 +10,7 @@
 #   make clean    remove reports and caches (make distclean also removes .venv)
 #
 # Variables: PYTHON=python3.12  OUT=reports  PORT=8866  ARGS="-p BATCH 8" (report)  PYTEST_ARGS="-m 'not browser'"
+#            TEST_WORKERS=2 (pytest-xdist workers of make test)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -21,6 +22,7 @@ OUT ?= reports
 PORT ?= 8866
 ARGS ?=
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.llmexplore-installed
 # Live front ends render figures through plotly's mime renderer only; the report builder sets its own
@@ -57,8 +59,10 @@ venv: $(STAMP)
 report: $(STAMP)
 	$(VENV)/bin/llmexplore report --out "$(OUT)" $(ARGS)
 
+# Two pytest workers (pytest-xdist): the tests that run kernels, servers and browsers (tests/notebooks,
+# tests/browser: one group, so their session fixtures are built once and shared) on one, the rest on both.
 test: $(STAMP)
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # JupyterLab refuses to run as root without --allow-root (containers and CI machines often are root).
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)

@@ -29,11 +29,17 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.browser)
+            # make test (pytest-xdist --dist loadgroup): the tests that share the session's report build and
+            # default notebook runs go to one worker ("kernels"), so those are made once; the live-kernel,
+            # server and browser tests that share nothing with them go together to another ("live")
+            live = Path(item.path).name in ('test_voila.py', 'test_jupyterlab.py')
+            item.add_marker(pytest.mark.xdist_group("live" if live else "kernels"))
 
 
 def find_chromium() -> str | None:

@@ -26,11 +26,17 @@ MAX_CELL_S = 60.0  # a healthy cell here takes well under 5 s
 EXECUTION_TIMEOUT_S = 180  # per cell; above MAX_CELL_S so a slow cell is reported by duration, not a hang
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.notebooks)
+            # make test (pytest-xdist --dist loadgroup): the tests that share the session's report build and
+            # default notebook runs go to one worker ("kernels"), so those are made once; the live-kernel,
+            # server and browser tests that share nothing with them go together to another ("live")
+            live = Path(item.path).name in ('test_parameters_live.py', 'test_infrastructure.py')
+            item.add_marker(pytest.mark.xdist_group("live" if live else "kernels"))
 
 
 def notebook_paths() -> list[Path]:
