@@ -34,7 +34,8 @@ def best_sentence(res: dict) -> str:
     if b is None:
         reasons = res["table"]["reason"].dropna()
         why = reasons.value_counts().index[0] if len(reasons) else "no configuration was searched"
-        return f"No configuration meets the targets within {q.gpus} GPUs; the most common reason: {why}."
+        return (f"No configuration meets the targets within {q.gpus} GPU{'s' if q.gpus != 1 else ''}; the most common "
+                f"reason: {why}.")
     text = (f"Best: {_what(b)}, {b['gpus']:.0f} GPUs serving {num(b['rate_per_s'])} req/s at "
             f"{num(b['tokens_per_s_per_gpu'])} output tokens/s per GPU and {num(b['tokens_per_s_per_user'])} "
             f"tokens/s per user ({q.stat} TTFT {num(b['ttft_ms'])} ms, {q.stat} TPOT {num(b['tpot_ms'])} ms).")
@@ -52,6 +53,8 @@ def best_sentence(res: dict) -> str:
 
 def ratio_sentence(res: dict) -> str:
     c, d = res["best_by_mode"]["colocated"], res["best_by_mode"]["disaggregated"]
+    if c is None and d is None:
+        return "Neither colocated nor disaggregated serving meets the targets, so there is no ratio between the modes."
     if c is None or d is None:
         which = "colocated" if c is None else "disaggregated"
         return f"No {which} configuration meets the targets, so there is no ratio between the modes."
@@ -280,7 +283,8 @@ def rate_sentence(sweep, q: sp.Question, *, short: bool = False) -> str:
     """How the best configuration grows with the request rate, and where each mode stops."""
     b = sweep[(sweep["mode"] == "best") & sweep["feasible"]]
     if not len(b):
-        return f"No configuration serves any of these rates within {q.gpus} GPUs and the targets."
+        return (f"No configuration serves any of these rates within {q.gpus} GPU{'s' if q.gpus != 1 else ''} and the "
+                "targets.")
     lo, hi = b.iloc[0], b.iloc[-1]
     text = (f"From {num(lo['rate_per_s'])} to {num(hi['rate_per_s'])} req/s the best configuration grows from "
             f"{lo['gpus']:.0f} to {hi['gpus']:.0f} GPUs and from {num(lo['tokens_per_s_per_gpu'])} to "
@@ -297,5 +301,6 @@ def rate_sentence(sweep, q: sp.Question, *, short: bool = False) -> str:
         if not t["feasible"].all():
             served = t.index[t["feasible"]]
             parts.append(f"{mode} serving cannot serve any of them" if not len(served) else
-                         f"{mode} serving stops above {num(served.max())} req/s within {q.gpus} GPUs")
+                         f"{mode} serving stops above {num(served.max())} req/s within {q.gpus} "
+                         f"GPU{'s' if q.gpus != 1 else ''}")
     return text + (": " + "; ".join(parts) if parts else "") + "."

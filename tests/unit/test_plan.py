@@ -306,3 +306,9 @@ def test_the_planner_searches_the_ep_size_of_moe_instances():
     assert {1, 8} <= set(tp8["decode_ep"].dropna().astype(int))
     row = tp8[tp8["decode_ep"] == 1].iloc[0].to_dict()
     assert "EP1" in row["label"] and sp.config_of(row, q)["sides"][0]["ep"] == 1
+
+
+def test_sentences_when_nothing_is_feasible_say_so_plainly():
+    res = sp.plan(sp.Question(**{**REF.__dict__, "gpus": 1, "tpot_ms": 0.5}))
+    assert fp.ratio_sentence(res).startswith("Neither colocated nor disaggregated")
+    assert "within 1 GPU;" in fp.best_sentence(res)

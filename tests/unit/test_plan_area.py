@@ -254,7 +254,7 @@ def test_simulate_button_runs_the_simulator_and_a_slider_move_makes_it_stale(app
 
 def test_nothing_feasible_and_rejected_questions_are_messages(app):
     app.controls["gpus"].value = 1
-    assert app.status_text.startswith("No configuration meets the targets within 1 GPUs")
+    assert app.status_text.startswith("No configuration meets the targets within 1 GPU;")
     assert app.last["best"] is None and "Cannot evaluate" not in app.status.value
     app.button.click()
     assert "not simulated" in app.sim_status.value
