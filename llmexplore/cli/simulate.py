@@ -8,7 +8,7 @@ __all__ = ["add", "run", "FLAGS"]
 
 FLAGS = {"rate_per_s": "--rate", "concurrency": "--concurrency", "requests": "--requests", "isl": "--isl",
          "osl": "--osl", "isl_sigma": "--isl-sigma", "osl_sigma": "--osl-sigma", "seed": "--seed",
-         "runtime": "--runtime", "config": "--config"}
+         "runtime": "--runtime", "config": "--config", "trace": "--trace", "prefix_ratio": "--prefix-ratio"}
 
 STAT_COLS = [Col("metric", "metric"), Col("mean", "mean ms", ".4g"), Col("p50", "p50 ms", ".4g"),
              Col("p90", "p90 ms", ".4g"), Col("p99", "p99 ms", ".4g")]
@@ -37,6 +37,11 @@ def add(sub) -> None:
                    metavar="R", help="Poisson arrivals per second (give --rate or --concurrency)")
     p.add_argument("--concurrency", default=None, action=Checked, check=int_in(1, 1 << 20), metavar="C",
                    help="closed loop: C requests in flight, each replaced when it finishes")
+    p.add_argument("--trace", default=None, action=Checked, check=text_value("a CSV file path", 4096), metavar="CSV",
+                   help="replay a recorded trace: columns arrival_s, prompt_tokens, output_tokens[, prefix_id] "
+                        "(instead of --rate or --concurrency; at most --requests of its requests)")
+    p.add_argument("--prefix-ratio", default=0.0, action=Checked, check=number_in(0.0, 1.0, hi_open=True),
+                   metavar="F", help="share of each prompt that is a cached shared prefix (default: 0)")
     p.add_argument("--requests", default=2000, action=Checked, check=int_in(1, 1_000_000), metavar="N",
                    help="requests simulated (default: 2000)")
     p.add_argument("--isl-sigma", default=0.0, action=Checked, check=number_in(0.0, 3.0), metavar="S",
@@ -78,18 +83,34 @@ def _read_config(text: str) -> dict:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
     from ..errors import SpecError
     from ..sweeps import plan as sp
 
-    if args.rate is None and args.concurrency is None:
-        raise SpecError("--rate or --concurrency is required (give exactly one)")
-    if args.rate is not None and args.concurrency is not None:
-        raise SpecError(f"--rate and --concurrency must not both be given, got --rate {args.rate:g} and "
-                        f"--concurrency {args.concurrency}")
+    given = [f for f, v in (("--rate", args.rate), ("--concurrency", args.concurrency), ("--trace", args.trace))
+             if v is not None]
+    if not given:
+        raise SpecError("--rate, --concurrency or --trace is required (give exactly one)")
+    if len(given) > 1:
+        shown_ = ", ".join(f"{f} {getattr(args, f[2:])}" for f in given)
+        raise SpecError(f"{' and '.join(given)} must not both be given, got {shown_}")
+    if args.trace is not None:
+        from .._check import path_kind
+        from ._framework import shown
+
+        if path_kind(Path(args.trace).expanduser()) != "file":
+            raise SpecError(f"--trace must be an existing CSV file, got {shown(args.trace)}")
+        try:
+            with open(Path(args.trace).expanduser(), "rb"):
+                pass
+        except OSError as exc:
+            raise SpecError(f"--trace must be a readable CSV file, got {shown(args.trace)} ({exc.strerror})") from None
     cfg = _read_config(args.config)
     out = sp.simulate_config(cfg, isl=args.isl, osl=args.osl, rate_per_s=args.rate, concurrency=args.concurrency,
                              n_requests=args.requests, runtime=args.runtime, isl_sigma=args.isl_sigma,
-                             osl_sigma=args.osl_sigma, seed=args.seed)
+                             osl_sigma=args.osl_sigma, seed=args.seed, trace=args.trace,
+                             prefix_ratio=args.prefix_ratio)
     s = out["summary"]
     summ = {(k[:-2] + "_ms" if k.endswith("_s") and k != "makespan_s" else k):
             (v * 1e3 if k.endswith("_s") and k != "makespan_s" else v) for k, v in s.items()}
@@ -97,11 +118,13 @@ def run(args) -> int:
         print_json({"summary": summ, "cdf": out["cdf"], "quantiles": out["quantiles"], "config": out["config"],
                     "inputs": {"isl": args.isl, "osl": args.osl, "rate": args.rate, "concurrency": args.concurrency,
                                "requests": args.requests, "isl_sigma": args.isl_sigma, "osl_sigma": args.osl_sigma,
+                               "trace": args.trace, "prefix_ratio": args.prefix_ratio,
                                "seed": args.seed, "runtime": args.runtime}})
         return EXIT_OK
-    load = f"{args.rate:g} req/s (Poisson)" if args.rate is not None else f"concurrency {args.concurrency}"
-    print(f"{cfg['mode']} {cfg['model']} on {cfg['gpu']}: {args.requests:,} requests of {args.isl:,} + "
-          f"{args.osl:,} tokens at {load}")
+    load = (f"{args.rate:g} req/s (Poisson)" if args.rate is not None else f"concurrency {args.concurrency}"
+            if args.concurrency is not None else f"the arrivals of {args.trace}")
+    lengths = "from the trace" if args.trace is not None else f"of {args.isl:,} + {args.osl:,} tokens"
+    print(f"{cfg['mode']} {cfg['model']} on {cfg['gpu']}: {s['requests']:,} requests {lengths} at {load}")
     rows = [{"metric": m.upper(), **{k: summ[f"{m}_{k}_ms"] for k in ("mean", "p50", "p90", "p99")}}
             for m in ("ttft", "tpot", "itl", "e2e")]
     print(format_table(rows, STAT_COLS))

@@ -677,9 +677,13 @@ def check_config(cfg) -> dict:
 
 def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None = None,
                     concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
-                    isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0) -> dict:
-    """Simulate one configuration (:func:`config_of` form) under Poisson arrivals at ``rate_per_s`` or a
-    closed loop of ``concurrency`` requests; lengths fixed or lognormal (median ``isl``/``osl`` and log-sd).
+                    isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
+                    prefix_ratio: float = 0.0) -> dict:
+    """Simulate one configuration (:func:`config_of` form) under Poisson arrivals at ``rate_per_s``, a
+    closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
+    :func:`..models.workload.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
+    size the step tables' context); lengths fixed or lognormal (median ``isl``/``osl`` and log-sd); a share
+    ``prefix_ratio`` of each prompt is a cached shared prefix.
 
     Returns ``summary`` (the simulator's: mean/p50/p90/p99 of TTFT, TPOT, ITL and E2E [s], throughput,
     preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
@@ -695,8 +699,16 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
     def dist(med, sig):
         return LengthDist.fixed(med) if not sig else LengthDist.lognormal(med, sig)
 
-    traffic = Traffic(rate_per_s=rate_per_s, concurrency=concurrency, isl=dist(isl, isl_sigma),
-                      osl=dist(osl, osl_sigma))
+    if trace is not None:
+        from ..models.workload import load_trace
+
+        if rate_per_s is not None or concurrency is not None:
+            raise SpecError("trace replays its own arrivals: give no rate_per_s or concurrency with it")
+        traffic = load_trace(trace, prefix_ratio=prefix_ratio)
+        n_requests = min(n_requests, len(traffic.trace))
+    else:
+        traffic = Traffic(rate_per_s=rate_per_s, concurrency=concurrency, isl=dist(isl, isl_sigma),
+                          osl=dist(osl, osl_sigma), prefix_ratio=prefix_ratio)
     for s in cfg["sides"]:
         if s.get("layout", "TP") != "TP":
             raise SpecError(f"the simulator runs TP attention only; config side {s['role']!r} has layout "

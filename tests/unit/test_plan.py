@@ -312,3 +312,22 @@ def test_sentences_when_nothing_is_feasible_say_so_plainly():
     res = sp.plan(sp.Question(**{**REF.__dict__, "gpus": 1, "tpot_ms": 0.5}))
     assert fp.ratio_sentence(res).startswith("Neither colocated nor disaggregated")
     assert "within 1 GPU;" in fp.best_sentence(res)
+
+
+def test_simulate_replays_a_trace(tmp_path, capsys):
+    """issue 10 §1: a trace CSV of arrival time, prompt and output tokens and an optional prefix id."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,prefix_id\n0.0,1000,50,a\n0.1,1200,60,a\n"
+                     "0.15,800,40,\n0.4,1000,80,b\n")
+    cfg = {"model": "llama-3-8b", "gpu": "h100-sxm", "mode": "colocated", "weight_dtype": "fp8", "kv_dtype": "fp8",
+           "sides": [{"role": "colocated", "instances": 1, "ranks": 1, "layout": "TP", "max_num_seqs": 8,
+                      "chunk_tokens": 512}]}
+    out = sp.simulate_config(cfg, isl=1200, osl=80, trace=str(trace), prefix_ratio=0.5)
+    assert out["summary"]["requests"] == 4 and out["summary"]["output_tokens"] == 230
+    with pytest.raises(SpecError, match="trace"):
+        sp.simulate_config(cfg, isl=1200, osl=80, trace=str(trace), rate_per_s=1.0)
+    import json
+
+    s = _cli_json(["simulate", "--config", json.dumps(cfg), "--isl", "1200", "--osl", "80", "--trace", str(trace),
+                   "--json"], capsys)
+    assert s["summary"]["requests"] == 4
