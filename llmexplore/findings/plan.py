@@ -66,17 +66,23 @@ def ratio_sentence(res: dict) -> str:
 
 
 def frontier_sentence(res: dict) -> str:
-    parts = []
+    """Each mode's frontier at the TPOT target (the most tokens/s per GPU among its points at least that fast
+    per user) and at its peak throughput."""
+    q = res["question"]
+    x_target = 1000.0 / q.tpot_ms
+    at, peak = [], []
     for mode, f in res["frontiers"].items():
-        if len(f):
-            top = f.iloc[int(np.argmax(f["tokens_per_s_per_gpu"].to_numpy()))]
-            fast = f.iloc[int(np.argmax(f["tokens_per_s_per_user"].to_numpy()))]
-            parts.append(f"{mode} from {num(top['tokens_per_s_per_gpu'])} tokens/s/GPU at "
-                         f"{num(top['tokens_per_s_per_user'])} tokens/s/user to {num(fast['tokens_per_s_per_user'])} "
-                         f"tokens/s/user at {num(fast['tokens_per_s_per_gpu'])} tokens/s/GPU")
-    if not parts:
+        if not len(f):
+            continue
+        x, y = f["tokens_per_s_per_user"].to_numpy(), f["tokens_per_s_per_gpu"].to_numpy()
+        fast = y[x >= x_target * (1 - 1e-9)]
+        at.append(f"{mode} {num(fast.max())}" if fast.size else f"{mode} no point")
+        k = int(np.argmax(y))
+        peak.append(f"{mode} {num(y[k])} at {num(x[k])} tokens/s per user")
+    if not at:
         return "No configuration meets the TTFT target, so neither frontier has a point."
-    return "Frontiers (TTFT target met): " + "; ".join(parts) + "."
+    return (f"At the TPOT target ({num(x_target)} tokens/s per user) the frontiers reach {join(at)} output "
+            f"tokens/s per GPU; slower users let them peak at {join(peak)} (points meeting the TTFT target).")
 
 
 def simulation_sentence(check: dict, q: sp.Question) -> str:
