@@ -525,7 +525,12 @@ def check_notebook_parameters(p) -> dict[str, str]:
     _check.number("MARGIN_PCT", p["MARGIN_PCT"], lo=0, hi=1000, unit="%")
     if hw.name not in kernelfit.GPUS:
         borrowed = presets.KERNEL_GPU_FALLBACK.get(hw.name)
-        why = (f"{hw.name} has no kernel measurements of its own (it borrows the {borrowed} curves: choose {borrowed})"
-               if borrowed else f"{hw.name} has no kernel measurements (data/kernels/ covers {', '.join(kernelfit.GPUS)})")
+        if borrowed:
+            why = f"{hw.name} has no kernel measurements of its own (it borrows the {borrowed} curves: choose {borrowed})"
+        elif hw.name in kernelfit.ROCM_GPUS:
+            why = (f"{hw.name} has no kernel measurements beyond its FP8 GEMMs (aiter's tuned table), too few for this "
+                   f"notebook's curve figures (data/kernels/ covers {', '.join(kernelfit.GPUS)} in full)")
+        else:
+            why = f"{hw.name} has no kernel measurements (data/kernels/ covers {', '.join(kernelfit.GPUS)})"
         return {"GPU": why}
     return {}
