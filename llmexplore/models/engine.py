@@ -88,8 +88,9 @@ class Deployment:
     context_cv: float = 0.0
     logits_tokens: int | None = None
     #: how a DPA step moves tokens to the experts: "gather" (every rank all-gathers the batch and
-    #: reduce-scatters the result: SGLang --enable-dp-attention) or "alltoall" (each token goes only to the
-    #: ranks of its top-k experts, FP8 dispatch and BF16 combine: DeepEP, SGLang --enable-deepep-moe)
+    #: reduce-scatters the result: SGLang DP attention, --attn-dp-size, formerly --enable-dp-attention) or
+    #: "alltoall" (each token goes only to the ranks of its top-k experts, FP8 dispatch and BF16 combine: DeepEP,
+    #: SGLang --moe-a2a-backend deepep, formerly --enable-deepep-moe; data/engines.yaml)
     moe_dispatch: str = "gather"
     #: two-batch overlap (TBO): the step runs as two micro-batches so that one's MoE all-to-all overlaps the
     #: other's compute (SGLang --enable-two-batch-overlap, modelled for DPA steps with ``moe_dispatch ==
@@ -343,7 +344,8 @@ def kernel_curve(dep: Deployment, kind: str, dtype: str | None = None) -> Curve 
 
     ``kind``: ``gemm`` / ``grouped_gemm`` (weights of ``dtype``, default the deployment's weight dtype; a DeepEP
     deployment, ``moe_dispatch == "alltoall"``, with block-FP8 weights prices its grouped GEMMs with DeepGEMM's
-    curve ``grouped_gemm.deepgemm.fp8`` where the GPU has one: SGLang's --enable-deepep-moe path runs DeepGEMM),
+    curve ``grouped_gemm.deepgemm.fp8`` where the GPU has one: SGLang's DeepEP path, --moe-a2a-backend deepep,
+    runs DeepGEMM),
     ``attention`` / ``attention_decode`` / ``attention_prefill`` (KV of the deployment's KV dtype; GQA or MLA
     from the model), ``elementwise`` (the BF16 GEMM curve's bandwidth and overhead). A missing dtype curve
     (e.g. no FP4 data) falls back to the BF16 curve of the class.
