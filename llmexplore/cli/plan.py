@@ -114,7 +114,9 @@ def add(sub) -> None:
     p.add_argument("--json", action="store_true",
                    help='JSON: {"best_mode", "best": {..., "config", "launch"}, "runner_up", "margin_pct", '
                         '"disagg_over_agg_ratio", "best_by_mode", "frontiers": {"colocated": [...], '
-                        '"disaggregated": [...]}, "top": [...], "infeasible": [...], "simulation": [...], "inputs"}')
+                        '"disaggregated": [...]}, "top": [...], "infeasible": [...], "simulation": [...], '
+                        '"best_simulated": the best configuration that also meets the targets in the simulation '
+                        '(with --simulate), "inputs"}')
     p.set_defaults(func=run, flags=FLAGS)
 
 
@@ -162,4 +164,6 @@ def run(args) -> int:
                   (f"\n    note: {e['note']}" if e.get("note") else ""))
     for s in doc["simulation"]:
         print(s["sentence"])
+    if doc["simulated_sentence"]:
+        print(doc["simulated_sentence"])
     return EXIT_OK

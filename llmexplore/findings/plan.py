@@ -10,7 +10,7 @@ from ..sweeps import plan as sp
 from . import join, num
 
 __all__ = ["question_text", "best_sentence", "ratio_sentence", "frontier_sentence", "simulation_sentence",
-           "summary", "launch_of"]
+           "summary", "launch_of", "verified_sentence"]
 
 
 def question_text(q: sp.Question) -> str:
@@ -97,6 +97,22 @@ def simulation_sentence(check: dict, q: sp.Question) -> str:
             f"over {check['requests']:,} requests: it {verdict} and {meets} the targets.")
 
 
+def verified_sentence(checks: list[dict], res: dict) -> str:
+    """Which of the simulated configurations (best first) also meets the targets in the simulation."""
+    t = res["table"]
+    ok = [c for c in checks if c.get("meets_targets_sim")]
+    if not ok:
+        return (f"None of the {len(checks)} configurations simulated meets both targets in the simulation; "
+                "loosen the targets or add GPUs.")
+    c = ok[0]
+    if c["label"] == checks[0]["label"]:
+        return f"The simulation confirms the best configuration, {c['label']}, within both targets."
+    row = t[t["label"] == c["label"]].iloc[0]
+    return (f"The best configuration misses a target in the simulation; the best one that meets both there is "
+            f"{c['label']} ({row['gpus']:.0f} GPUs, {num(row['tokens_per_s_per_gpu'])} tokens/s per GPU, "
+            f"{num(row['rate_per_s'])} req/s).")
+
+
 def launch_of(row: dict, q: sp.Question) -> dict:
     """Launch commands of one configuration for each engine ({engine: [{role, instances, gpus_per_instance,
     command, note}]})."""
@@ -125,6 +141,7 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
     checks = sp.simulate_top(res, simulate) if simulate else []
     for c in checks:
         c["sentence"] = simulation_sentence(c, q)
+    verified = next((c["label"] for c in checks if c.get("meets_targets_sim")), None)
     bad = t[~t["feasible"]]
     reasons = (bad.groupby("reason").size().sort_values(ascending=False).reset_index(name="configurations")
                .to_dict("records") if len(bad) else [])
@@ -135,6 +152,7 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
         "frontiers": {k: v.to_dict("records") for k, v in res["frontiers"].items()},
         "top": t[t["feasible"]].head(int(top)).to_dict("records"), "infeasible": reasons,
         "configurations": int(len(t)), "feasible": int(t["feasible"].sum()), "simulation": checks,
+        "best_simulated": verified, "simulated_sentence": verified_sentence(checks, res) if checks else "",
         "question_text": question_text(q),
         "sentences": [best_sentence(res), ratio_sentence(res), frontier_sentence(res)],
         "inputs": {f: getattr(q, f) for f in ("model", "gpu", "gpus", "isl", "osl", "ttft_ms", "tpot_ms", "stat",

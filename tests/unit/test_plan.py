@@ -331,3 +331,17 @@ def test_simulate_replays_a_trace(tmp_path, capsys):
     s = _cli_json(["simulate", "--config", json.dumps(cfg), "--isl", "1200", "--osl", "80", "--trace", str(trace),
                    "--json"], capsys)
     assert s["summary"]["requests"] == 4
+
+
+def test_simulated_checks_name_the_best_configuration_the_simulation_confirms(ref):
+    t = ref["table"]
+    labels = t[t["feasible"]]["label"].head(3).tolist()
+    miss = {"status": "simulated", "meets_targets_sim": False}
+    hit = {"status": "simulated", "meets_targets_sim": True}
+    checks = [{**miss, "label": labels[0]}, {**hit, "label": labels[1]}, {**hit, "label": labels[2]}]
+    text = fp.verified_sentence(checks, ref)
+    assert "misses a target in the simulation" in text and labels[1] in text and labels[2] not in text
+    assert "confirms the best" in fp.verified_sentence([{**hit, "label": labels[0]}], ref)
+    assert fp.verified_sentence([{**miss, "label": labels[0]}], ref).startswith("None of the 1 ")
+    doc = fp.summary(ref, top=2, simulate=1)
+    assert doc["best_simulated"] in (None, labels[0]) and doc["simulated_sentence"]
