@@ -65,7 +65,7 @@ def _read_config(text: str) -> dict:
     from ..errors import SpecError
 
     src = text.strip()
-    if not src.startswith("{"):
+    if not src.startswith(("{", "[")):
         path = Path(src)
         if not path.is_file():
             raise SpecError(f"config must be a JSON file or JSON text, got {text!r} (no such file)")

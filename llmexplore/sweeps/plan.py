@@ -516,7 +516,7 @@ def _merged(q: Question, scheduler, workers) -> tuple[pd.DataFrame, pd.DataFrame
         raise SpecError(f"a planning task failed: {bad}")
     conf = rows[rows["kind"] == "config"].drop(columns=[c for c in rows if c in ("kind", "task_id", "error")])
     pts = rows[rows["kind"] == "point"][["mode", "label", "tokens_per_s_per_user", "tokens_per_s_per_gpu"]]
-    conf = conf.reindex(columns=[c for c in TABLE_COLUMNS])
+    conf = conf.reindex(columns=TABLE_COLUMNS)
     conf["feasible"] = conf["feasible"].astype(bool)
     return order_table(conf, q), pts.reset_index(drop=True)
 
@@ -582,48 +582,20 @@ SIM_TOLERANCE = 0.10  # relative gap between the analytic estimate and the simul
 
 
 def simulate_row(row: dict, q: Question, *, n_requests: int = SIM_REQUESTS, seed: int = 0) -> dict:
-    """Re-check one configuration with the iteration-level serving simulator (:mod:`..models.serving`) at its
+    """Re-check one configuration with the iteration-level serving simulator (:func:`simulate_config`) at its
     operating rate: TTFT and TPOT at the question's statistic, simulated vs analytic, and whether they differ
     by more than :data:`SIM_TOLERANCE`. Only TP attention is simulated (``status`` says so otherwise)."""
-    from ..models import serving as sv
-    from ..models.workload import LengthDist, Traffic
-
     out = {"label": row["label"], "ttft_model_ms": row.get("ttft_ms"), "tpot_model_ms": row.get("tpot_ms")}
     if not row.get("feasible"):
         return {**out, "status": "infeasible: not simulated"}
     if row["decode_layout"] != "TP":
         return {**out, "status": f"not simulated: the simulator runs TP attention, not {row['decode_layout']}"}
-    traffic = Traffic(rate_per_s=float(row["rate_per_s"]), isl=LengthDist.fixed(q.isl), osl=LengthDist.fixed(q.osl))
-    seqs = int(row["max_num_seqs"])
-
-    moe = presets.model(q.model).is_moe
-
-    def dep(ranks, ep=None):
-        ep = int(ep) if moe and ep is not None and ep == ep and int(ep) != int(ranks) else None
-        return Deployment.build(q.model, q.gpu, int(ranks), runtime=q.runtime, weight_dtype=row["weight_dtype"],
-                                kv_dtype=row["kv_dtype"], moe_ep=ep)
-
     try:
-        if row["mode"] == "colocated":
-            chunk = max(int(row["chunk_tokens"]), seqs)
-            res = sv.simulate_colocated(dep(row["decode_ranks"], row.get("decode_ep")), traffic, n_requests, instances=int(row["n_decode"]),
-                                        scheduler=sv.Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
-                                        seed=seed)
-        else:
-            res = sv.simulate_disaggregated(dep(row["prefill_ranks"], row.get("prefill_ep")),
-                                            dep(row["decode_ranks"], row.get("decode_ep")),
-                                            presets.link(row["link"]), traffic, n_requests,
-                                            prefill_instances=int(row["n_prefill"]),
-                                            decode_instances=int(row["n_decode"]),
-                                            prefill_tokens=max(q.isl, 1),
-                                            decode_scheduler=sv.Scheduler(max_num_seqs=seqs,
-                                                                          max_num_batched_tokens=max(seqs, 2048)),
-                                            seed=seed)
+        s = simulate_config(config_of(row, q), isl=q.isl, osl=q.osl, rate_per_s=float(row["rate_per_s"]),
+                            n_requests=n_requests, runtime=q.runtime, seed=seed)["summary"]
     except SpecError as exc:
         return {**out, "status": f"not simulated: {exc}"}
-    s = res.summary
-    stat = "mean" if q.stat == "mean" else q.stat
-    ttft, tpot = s[f"ttft_{stat}_s"] * 1e3, s[f"tpot_{stat}_s"] * 1e3
+    ttft, tpot = s[f"ttft_{q.stat}_s"] * 1e3, s[f"tpot_{q.stat}_s"] * 1e3
     d_ttft = ttft / row["ttft_ms"] - 1.0
     d_tpot = tpot / row["tpot_ms"] - 1.0
     flag = abs(d_ttft) > SIM_TOLERANCE or abs(d_tpot) > SIM_TOLERANCE

@@ -24,15 +24,6 @@ def acc():
 
 
 @pytest.fixture(scope="module")
-def ref():
-    """validate's own numbers for the engine choice: rows, modelled rows, the rows left out, the ranking."""
-    table = validate.evaluate("engine")
-    s = validate.summary(table)
-    return {"rows": s["rows"], "modelled": s["modelled"], "left_out": list(table[table.status != "ok"]["id"]),
-            "ranking": validate.ranking(table)}
-
-
-@pytest.fixture(scope="module")
 def summary(acc):
     return sf.accuracy_summary(acc, band_pct=15.0)
 
@@ -84,8 +75,8 @@ def test_summary_numbers_are_validate_summary(acc, summary):
     assert by["engine"] < by["scalar"] and by["default"] < by["scalar"]
 
 
-def test_category_errors_cover_every_modelled_row_largest_first(acc, cats, ref):
-    assert cats["rows"].sum() == ref["modelled"]
+def test_category_errors_cover_every_modelled_row_largest_first(acc, cats, validation_ref):
+    assert cats["rows"].sum() == validation_ref["modelled"]
     assert list(cats["engine_abs_error_pct"]) == sorted(cats["engine_abs_error_pct"], reverse=True)
     per = validate.summary(validate.evaluate("scalar"))["categories"].set_index("category")
     assert np.allclose(cats.set_index("category").loc[per.index, "scalar_abs_error_pct"], per["median_abs_error_pct"])
@@ -93,13 +84,13 @@ def test_category_errors_cover_every_modelled_row_largest_first(acc, cats, ref):
     assert row["category"] == "|".join(row[["family", "gpu", "weight_dtype", "parallelism", "phase"]])
 
 
-def test_not_modelled_and_ranking(acc, ref):
+def test_not_modelled_and_ranking(acc, validation_ref):
     nm = sf.not_modelled(acc)
-    assert list(nm["id"]) == ref["left_out"]
+    assert list(nm["id"]) == validation_ref["left_out"]
     assert {"lmsys-dsv3-h100-decode-ep72", "lmsys-dsv3-gb200-decode-48r"} <= set(nm["id"])
     assert nm["reason"].str.contains("must divide the query heads").all()
     pairs = sf.ranking_pairs(acc, "engine")
-    assert list(pairs["a"]) == list(ref["ranking"]["a"]) and list(pairs["agrees"]) == list(ref["ranking"]["agrees"])
+    assert list(pairs["a"]) == list(validation_ref["ranking"]["a"]) and list(pairs["agrees"]) == list(validation_ref["ranking"]["agrees"])
     ep = pairs[pairs["a"] == "trtllm-dsr1-b200-bs1-ep8"]
     assert list(ep["differs_in"]) == ["ep"] and not ep["resolved"].any()  # EP8 vs EP4xTP2: not given to the model
     assert len(sf.ranking_pairs(acc, "engine", margin_pct=1000.0)) == 0
@@ -192,7 +183,7 @@ def _assert_titled(fig):
     return legend
 
 
-def test_predicted_vs_measured_figure(acc, ref):
+def test_predicted_vs_measured_figure(acc, validation_ref):
     fig = pf.predicted_vs_measured_figure(acc, ("scalar", "engine"), band_pct=15.0, title="t")
     legend = _assert_titled(fig)
     assert {pf.IDENTITY, pf.band_name(15.0), pf.IN_SAMPLE, "marker: prefill"} <= set(legend)
@@ -201,7 +192,7 @@ def test_predicted_vs_measured_figure(acc, ref):
     assert cats <= set(legend)  # every category is in the legend once
     right = [t for t in fig.data if t.xaxis == "x2" and t.name in cats]
     val = acc[(acc["set"] == "validation") & (acc["choice"] == "engine") & (acc["status"] == "ok")]
-    assert sum(len(t.x) for t in right) == len(val) == ref["modelled"]
+    assert sum(len(t.x) for t in right) == len(val) == validation_ref["modelled"]
     band = [t for t in fig.data if t.name == pf.band_name(15.0) and t.xaxis == "x"]
     assert band[1].y[0] / band[1].x[0] == pytest.approx(1.15) and band[0].y[0] / band[0].x[0] == pytest.approx(0.85)
     scalar = validate.summary(validate.evaluate("scalar"))["median_abs_error_pct"]
@@ -238,13 +229,13 @@ def test_tables_for_people(acc, summary, cats):
 # ---- sentences -----------------------------------------------------------------------------------------------------
 
 
-def test_accuracy_sentences_state_the_tables_numbers(summary, ref):
+def test_accuracy_sentences_state_the_tables_numbers(summary, validation_ref):
     by = summary.set_index("choice")
     text = ff.accuracy_sentence(summary, "engine", "scalar")
     for choice in sf.RUNTIMES:
         assert f"{num(by.loc[choice, 'median_abs_error_pct'])}%" in text
     assert f"{by.loc['engine', 'within_band']} of them fall within ±15%" in text
-    assert f"{ref['modelled']} of {ref['rows']}" in text
+    assert f"{validation_ref['modelled']} of {validation_ref['rows']}" in text
     short = ff.accuracy_sentence(summary, "engine", "scalar", short=True)
     assert len(short) < 2 * plots.TITLE_CHARS and f"{num(by.loc['scalar', 'median_abs_error_pct'])}%" in short
     ins = ff.in_sample_sentence(summary, "engine", "scalar")
@@ -293,13 +284,13 @@ def test_weakest_sentence_gives_the_documented_causes(acc, cats):
     assert ff.pct(hi["error_pct"].median(), sign=True) in ff.interference_sentence(acc, "engine")
 
 
-def test_not_modelled_and_ranking_sentences(acc, ref):
+def test_not_modelled_and_ranking_sentences(acc, validation_ref):
     nm = sf.not_modelled(acc)
-    text = ff.not_modelled_sentence(nm, ref["rows"])
-    assert text.startswith(f"{len(ref['left_out'])} of the {ref['rows']} rows") and "72 and 48 ranks" in text
+    text = ff.not_modelled_sentence(nm, validation_ref["rows"])
+    assert text.startswith(f"{len(validation_ref['left_out'])} of the {validation_ref['rows']} rows") and "72 and 48 ranks" in text
     pairs = sf.ranking_pairs(acc, "engine")
     text = ff.ranking_sentence(pairs, "engine")
-    r = ref["ranking"]
+    r = validation_ref["ranking"]
     assert f"{len(r)} pair" in text and "only in ep" in text
     assert f"tells {int(r.resolved.sum())} of them apart and orders {int(r.agrees.sum())} correctly" in text
     assert "cannot check" in ff.ranking_sentence(sf.ranking_pairs(acc, "engine", margin_pct=1000.0), "engine",
