@@ -48,10 +48,12 @@ def category(row) -> str:
 def _predict_ms(row, runtime: str) -> float:
     dispatch = row.get("moe_dispatch")
     tbo = row.get("two_batch_overlap")
+    sampler = row.get("sampler")
     dep = Deployment.build(row["model"], row["gpu"], int(row["ranks"]), runtime=runtime,
                            weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"],
                            moe_dispatch=dispatch if isinstance(dispatch, str) and dispatch else "gather",
-                           two_batch_overlap=tbo is True or str(tbo).strip().lower() == "true")
+                           two_batch_overlap=tbo is True or str(tbo).strip().lower() == "true",
+                           sampler=sampler if isinstance(sampler, str) and sampler else "fused")
     b = int(row["batch"])
     if row["kind"] == "decode":
         return float(step_time(dep, b, float(row["context"]), row["layout"])["step_s"]) * 1e3

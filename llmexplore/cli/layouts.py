@@ -19,6 +19,7 @@ from ._framework import (
     jsonable,
     model_gpu_options,
     number_in,
+    one_of,
     preset_name,
     print_json,
 )
@@ -27,11 +28,12 @@ __all__ = ["add", "run", "FLAGS"]
 
 #: API field names -> the flags of this command (errors from the model name the flag the user typed)
 FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "batch": "--batch", "context": "--context", "q_tokens": "--q-tokens",
-         "context_cv": "--context-cv"}
+         "context_cv": "--context-cv", "sampler": "--sampler"}
 
 
 def add(sub) -> None:
     from ..models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
+    from ..models.sampler import SAMPLERS
 
     p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
                        description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of "
@@ -52,6 +54,10 @@ def add(sub) -> None:
                    help="query tokens per sequence per step (speculative decoding; default: 1)")
     p.add_argument("--context-cv", default=0.0, action=Checked, check=number_in(0.0, 100.0), metavar="CV",
                    help="coefficient of variation of context lengths (default: 0, all equal)")
+    p.add_argument("--sampler", default="fused", action=Checked, check=one_of(SAMPLERS), metavar="S",
+                   help="how each step samples its tokens, " + one_of(SAMPLERS).rule + ": fused (one fused "
+                        "top-k/top-p or greedy kernel, not priced) or torch_sort (vLLM 0.11.1-0.20's PyTorch "
+                        "sort of the whole logits tensor when requests set top_p or top_k) (default: fused)")
     p.add_argument("--scale-up-link", action=Checked, check=preset_name("links"), metavar="LINK",
                    help="link preset (default: the GPU's own)")
     p.add_argument("--scale-out-link", action=Checked, check=preset_name("links"), metavar="LINK",
@@ -119,7 +125,7 @@ def run(args) -> int:
     dep = Deployment.build(args.model, args.gpu, args.ranks, runtime=args.runtime,
                            weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, q_tokens=args.q_tokens,
                            context_cv=args.context_cv, scale_up_link=args.scale_up_link,
-                           scale_out_link=args.scale_out_link)
+                           scale_out_link=args.scale_out_link, sampler=args.sampler)
     table = layout_sweeps.layout_table(dep, args.batch, args.context)
     best = layout_sweeps.best_layout(table)
     records = [_layout_record(row) for row in table.to_dict("records")]
@@ -135,7 +141,7 @@ def run(args) -> int:
         "model": dep.model.name, "gpu": dep.hardware.name, "ranks": dep.ranks, "batch": args.batch,
         "context": args.context, "weight_dtype": dep.weight_dtype, "kv_dtype": dep.kv_dtype,
         "act_dtype": dep.act_dtype, "q_tokens": dep.q_tokens, "context_cv": dep.context_cv,
-        "runtime": dep.runtime.name, "scale_up_link": dep.fabric.scale_up.name,
+        "sampler": dep.sampler, "runtime": dep.runtime.name, "scale_up_link": dep.fabric.scale_up.name,
         "scale_out_link": dep.fabric.scale_out.name if dep.fabric.scale_out else None,
     }
     bounds = boundary_bands(dep, args.batch, BOUNDARY_AXIS[0], BOUNDARY_AXIS[1], n=DRAWS if args.band else 0)

@@ -41,9 +41,9 @@ CAUSES = [
      "GPUs, so the attention layout (TP8 assumed) is uncertain, and the saturated servers' steps also carry other "
      "requests' prefills (data/validation/README.md)"),
     ("interference", lambda d: d["id"].str.startswith("mle-").all() and (d["batch"] >= HIGH_BATCH).any(),
-     "ML.ENERGY measures saturated servers: at high batch other requests' prefill chunks and per-sequence host work "
-     "share the steps, which the step model has no term for, and the prompt lengths are not published "
-     "(data/validation/README.md)"),
+     "ML.ENERGY measures saturated vLLM 0.11.1 servers: at high batch other requests' prefill chunks share some "
+     "steps and vLLM spends host time per sequence between steps, neither of which the step model prices, and "
+     "the prompt lengths are not published (data/validation/README.md)"),
     ("mle", lambda d: d["id"].str.startswith("mle-").all(),
      "ML.ENERGY's prompt lengths are not published (context 1,000 tokens assumed) and its steps can carry other "
      "requests' prefill chunks (data/validation/README.md)"),
@@ -276,10 +276,11 @@ def interference_sentence(acc: pd.DataFrame, runtime: str, *, high_batch: int = 
     hi, lo = mle[mle["batch"] >= high_batch], mle[mle["batch"] < high_batch]
     if not len(hi) or not len(lo):
         return "The validation set holds no ML.ENERGY rows at both low and high batch."
-    return (f"The ML.ENERGY rows (vLLM under live chat traffic) show the interference the step model leaves out: it "
-            f"reads a median {pct(hi['error_pct'].median(), sign=True)} at batch {high_batch} and above "
-            f"({len(hi)} rows) but {pct(lo['error_pct'].median(), sign=True)} below ({len(lo)} rows), where fewer "
-            "other requests' prefills share each step.")
+    return (f"The ML.ENERGY rows (vLLM 0.11.1 under live chat traffic, sampling with top-p 0.95, so every step "
+            "sorts the whole logits tensor: the `torch_sort` sampler, docs/models.md §1.1b) read a median "
+            f"{pct(hi['error_pct'].median(), sign=True)} at batch {high_batch} and above ({len(hi)} rows) and "
+            f"{pct(lo['error_pct'].median(), sign=True)} below ({len(lo)} rows); what remains at high batch is "
+            "other requests' prefills and vLLM's per-sequence host work, which the step model does not price.")
 
 
 def not_modelled_sentence(nm: pd.DataFrame, rows: int) -> str:

@@ -42,6 +42,7 @@ import numpy as np
 from .. import _check
 from ..errors import SpecError
 from .collectives import allgather_s, allreduce_s, alltoall_s, deepep_normal_s, reducescatter_s
+from .sampler import sampler_s
 from .engine import (EMB_BYTES, LAYOUT_INFO, LAYOUTS, LOGIT_BYTES, MAX_BATCH, MAX_CONTEXT,  # noqa: F401
                      PREFILL_QUERY_TOKENS, Deployment, check_batch_context, check_layout, elementwise_s, gemm_s,
                      kernel_s, moe_s, step_overhead_s)
@@ -337,7 +338,7 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     step with q query tokens and one logit, so prefill is vectorised over prompt lengths through these.
 
     Returns arrays ``step_s`` = ``attention_s`` (projections, attention core, its norm) + ``ffn_s`` (dense FFN
-    and MoE kernels) + ``head_s`` (embedding and LM head kernels) + ``comm_s`` (every collective) +
+    and MoE kernels) + ``head_s`` (embedding, LM head and, with ``dep.sampler = "torch_sort"``, sampling kernels) + ``comm_s`` (every collective) +
     ``overhead_s`` (fixed per-step), plus ``core_s`` (attention-core kernels only) and ``tokens_per_s``;
     finer parts ``ffn_dense_s`` + ``ffn_moe_s`` = ``ffn_s`` and ``comm_attn_s`` + ``comm_ffn_dense_s`` +
     ``comm_ffn_moe_s`` + ``comm_head_s`` = ``comm_s``. With ``dep.two_batch_overlap`` (DPA, alltoall)
@@ -372,6 +373,10 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
         comm_moe = deepep_layer_s(dep, n_attn, q)
     n_lm = n_ffn if lt is None else n_ffn / q * lt
     head = gemm_s(dep, n_lm, H, m.vocab / T, b_w=EMB_BYTES) + elementwise_s(dep, 2 * n_ffn * H * ba)
+    if dep.sampler != "fused":  # every rank samples the whole vocabulary of the rows it owns (DPA: its
+        # sequences; otherwise the batch, after the logits all-gather)
+        rows = b * (q if lt is None else lt) / (T if layout == "DPA" else 1)
+        head = head + sampler_s(dep.sampler, rows, m.vocab, dep.runtime.kernel_draw)
     head_comm = (allreduce_s(n_ffn * H * ba, T, fab)  # vocab-parallel embedding
                  + allgather_s(n_lm * m.vocab * LOGIT_BYTES, T, fab))  # logits
     if layout == "DPA":  # final hidden states gathered for the vocab-parallel LM head

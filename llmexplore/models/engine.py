@@ -44,6 +44,7 @@ from ..specs import Hardware, ModelSpec, Runtime
 from ..units import GiB, MS, US, dtype_bytes
 from .collectives import Fabric
 from .kernels import PREFILL_QUERY_TOKENS, Curve, KernelSet, gemm_work, moe_block_work, soft_roofline_s
+from .sampler import SAMPLERS
 from .stats import expected_max_std_normal
 
 __all__ = ["LAYOUTS", "LAYOUT_INFO", "KERNEL_CLASSES", "EMB_BYTES", "LOGIT_BYTES", "MAX_RANKS", "Deployment",
@@ -104,20 +105,24 @@ class Deployment:
     #: ``ranks`` (every rank holds whole experts: vLLM --enable-expert-parallel, SGLang --ep-size ranks); 1 is
     #: pure MoE-TP (vLLM's default for MoE models). All-to-all dispatch needs ``moe_ep == ranks``.
     moe_ep: int | None = None
+    #: how the step samples its tokens (:mod:`.sampler`): "fused" (one fused top-k/top-p or greedy kernel,
+    #: not priced) or "torch_sort" (vLLM's PyTorch sort-based top-k/top-p over the whole logits tensor: vLLM
+    #: 0.11.1-0.20's default when requests set top_p < 1 or top_k, or VLLM_USE_FLASHINFER_SAMPLER=0)
+    sampler: str = "fused"
 
     @classmethod
     def build(cls, model="llama-3-70b", gpu="h100-sxm", ranks: int = 8, *, runtime="default",
               weight_dtype: str | None = None, kv_dtype: str = "bf16", q_tokens: int = 1,
               context_cv: float = 0.0, scale_up_link=None, scale_out_link=None,
               moe_dispatch: str = "gather", two_batch_overlap: bool = False,
-              moe_ep: int | None = None) -> "Deployment":
+              moe_ep: int | None = None, sampler: str = "fused") -> "Deployment":
         """Resolve presets (names or specs) and validate. Links default to the GPU's own; ``weight_dtype``
         defaults to the dtype the model's weights are released in."""
         m, hw, rt, fabric = resolve_deployment(model, gpu, runtime, scale_up_link, scale_out_link)
         return cls(model=m, hardware=hw, ranks=ranks, runtime=rt, fabric=fabric,
                    weight_dtype=m.weight_dtype if weight_dtype is None else weight_dtype,
                    kv_dtype=kv_dtype, q_tokens=q_tokens, context_cv=context_cv, moe_dispatch=moe_dispatch,
-                   two_batch_overlap=two_batch_overlap, moe_ep=moe_ep)
+                   two_batch_overlap=two_batch_overlap, moe_ep=moe_ep, sampler=sampler)
 
     def __post_init__(self) -> None:
         m = self.model
@@ -133,6 +138,7 @@ class Deployment:
                                                                      hi=self.q_tokens))
         object.__setattr__(self, "context_cv", _check.number("context_cv", self.context_cv, lo=0.0, hi=100.0))
         _check.choice("moe_dispatch", self.moe_dispatch, MOE_DISPATCH)
+        _check.choice("sampler", self.sampler, SAMPLERS)
         object.__setattr__(self, "two_batch_overlap", _check.boolean("two_batch_overlap", self.two_batch_overlap))
         rules = [("query heads", m.heads)]
         if m.dense_layers:
@@ -227,7 +233,7 @@ class Deployment:
 
     def label(self) -> str:
         return (f"{self.model.label} on {self.ranks}x {self.hardware.label}, weights {self.weight_dtype}, "
-                f"KV {self.kv_dtype}")
+                f"KV {self.kv_dtype}" + (f", sampler {self.sampler}" if self.sampler != "fused" else ""))
 
     # ---- weights (independent of batch and context) --------------------------------------------------------
     def attn_params_per_rank(self, layout: str) -> float:

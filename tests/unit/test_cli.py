@@ -118,7 +118,7 @@ def test_layouts_json_schema_and_consistency(capsys):
     assert doc["inputs"] == {
         "model": "deepseek-v3", "gpu": "h200", "ranks": 8, "batch": 64, "context": 8192,
         "weight_dtype": "fp8", "kv_dtype": "bf16", "act_dtype": "bf16", "q_tokens": 1, "context_cv": 0.0,
-        "runtime": "default", "scale_up_link": "nvlink4", "scale_out_link": "ib-ndr400",
+        "sampler": "fused", "runtime": "default", "scale_up_link": "nvlink4", "scale_out_link": "ib-ndr400",
     }
 
 
