@@ -23,7 +23,7 @@ from .. import _check
 __all__ = ["PROG", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "UsageError", "Parser", "fail", "shown", "Rule",
            "int_in", "number_in", "int_at_least", "float_at_least", "one_of", "preset_name", "text_value",
            "output_dir", "Checked", "ParamPairs", "flag_message", "jsonable", "print_json", "Col", "format_table",
-           "billions", "COMMON_FLAGS", "model_gpu_options", "dtype_runtime_options"]
+           "billions", "COMMON_FLAGS", "model_gpu_options", "dtype_runtime_options", "sampler_option"]
 
 PROG = "llmexplore"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -316,6 +316,17 @@ def band_option(p, *, default: bool) -> None:
                    help="add the kernel-curve parameter band [lo-hi] to the headline numbers (P10-P90 over 16 "
                         "draws; 16x the work; none for a runtime without curves) "
                         f"(default: {'on' if default else 'off'})")
+
+
+def sampler_option(p) -> None:
+    """``--sampler``: how each step samples its tokens (``Deployment.sampler``, docs/models.md §1.1b)."""
+    from ..models.sampler import SAMPLERS
+
+    rule = one_of(SAMPLERS)
+    p.add_argument("--sampler", default="fused", action=Checked, check=rule, metavar="S",
+                   help=f"how each step samples its tokens, {rule.rule}: fused (one fused top-k/top-p or greedy "
+                        "kernel, not priced) or torch_sort (vLLM 0.11.1-0.20's PyTorch sort of the whole logits "
+                        "tensor when requests set top_p or top_k) (default: fused)")
 
 
 def dtype_runtime_options(p) -> None:

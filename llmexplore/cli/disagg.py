@@ -8,6 +8,7 @@ from ._framework import (
     Checked,
     band_option,
     dtype_runtime_options,
+    sampler_option,
     int_in,
     model_gpu_options,
     number_in,
@@ -21,7 +22,7 @@ __all__ = ["add", "run", "FLAGS"]
 FLAGS = {**COMMON_FLAGS, "prompt_tokens": "--prompt", "output_tokens": "--output", "rate_per_s": "--rate",
          "ttft_slo_ms": "--ttft-ms", "tpot_slo_ms": "--tpot-ms", "prompt_sigma": "--prompt-sigma",
          "prefill_tp": "--prefill-tp", "decode_tp": "--decode-tp", "nics": "--nics", "link": "--link",
-         "batch": "--batch", "decode_batch": "--batch"}
+         "batch": "--batch", "decode_batch": "--batch", "sampler": "--sampler"}
 
 
 def add(sub) -> None:
@@ -60,6 +61,7 @@ def add(sub) -> None:
                    help="log-sd of lognormal prompt lengths around the median --prompt (default: 0, all equal)")
     p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
     dtype_runtime_options(p)
+    sampler_option(p)
     band_option(p, default=False)
     p.add_argument("--json", action="store_true", help="JSON output")
     p.set_defaults(func=run, flags=FLAGS)
@@ -82,13 +84,13 @@ def run(args) -> int:
                             prompt_tokens=args.prompt, output_tokens=args.output, rate_per_s=args.rate,
                             ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms, weight_dtype=args.weight_dtype,
                             kv_dtype=args.kv_dtype, runtime=args.runtime, nics=args.nics,
-                            prompt_sigma=args.prompt_sigma)
+                            prompt_sigma=args.prompt_sigma, sampler=args.sampler)
     def build(rt):
         si = s if rt is s.prefill.runtime else disagg_sweeps.setup(
             args.model, args.gpu, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp, prompt_tokens=args.prompt,
             output_tokens=args.output, rate_per_s=args.rate, ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms,
             weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, runtime=rt, nics=args.nics,
-            prompt_sigma=args.prompt_sigma)
+            prompt_sigma=args.prompt_sigma, sampler=args.sampler)
         return disagg_sweeps.point_summary(si, link=args.link, decode_batch=args.batch, pipelined=not args.serial)
 
     pt = with_band(build, s.prefill.runtime, BAND_KEYS, n=DRAWS if args.band else 0)
@@ -97,7 +99,7 @@ def run(args) -> int:
                       "output": args.output, "rate": args.rate, "ttft_ms": args.ttft_ms, "tpot_ms": args.tpot_ms,
                       "prompt_sigma": args.prompt_sigma, "link": args.link, "nics": args.nics,
                       "prefill_tp": args.prefill_tp, "decode_tp": args.decode_tp, "pipelined": not args.serial,
-                      "weight_dtype": s.prefill.weight_dtype, "kv_dtype": args.kv_dtype,
+                      "weight_dtype": s.prefill.weight_dtype, "kv_dtype": args.kv_dtype, "sampler": args.sampler,
                       "runtime": s.prefill.runtime.name}}
     if args.json:
         print_json(doc)

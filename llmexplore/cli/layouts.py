@@ -19,8 +19,8 @@ from ._framework import (
     jsonable,
     model_gpu_options,
     number_in,
-    one_of,
     preset_name,
+    sampler_option,
     print_json,
 )
 
@@ -33,7 +33,6 @@ FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "batch": "--batch", "context": "--c
 
 def add(sub) -> None:
     from ..models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
-    from ..models.sampler import SAMPLERS
 
     p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
                        description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of "
@@ -54,10 +53,7 @@ def add(sub) -> None:
                    help="query tokens per sequence per step (speculative decoding; default: 1)")
     p.add_argument("--context-cv", default=0.0, action=Checked, check=number_in(0.0, 100.0), metavar="CV",
                    help="coefficient of variation of context lengths (default: 0, all equal)")
-    p.add_argument("--sampler", default="fused", action=Checked, check=one_of(SAMPLERS), metavar="S",
-                   help="how each step samples its tokens, " + one_of(SAMPLERS).rule + ": fused (one fused "
-                        "top-k/top-p or greedy kernel, not priced) or torch_sort (vLLM 0.11.1-0.20's PyTorch "
-                        "sort of the whole logits tensor when requests set top_p or top_k) (default: fused)")
+    sampler_option(p)
     p.add_argument("--scale-up-link", action=Checked, check=preset_name("links"), metavar="LINK",
                    help="link preset (default: the GPU's own)")
     p.add_argument("--scale-out-link", action=Checked, check=preset_name("links"), metavar="LINK",

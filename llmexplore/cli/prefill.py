@@ -9,6 +9,7 @@ from ._framework import (
     Checked,
     band_option,
     dtype_runtime_options,
+    sampler_option,
     int_in,
     model_gpu_options,
     print_json,
@@ -21,7 +22,7 @@ BAND_KEYS = ("prefill_ms", "per_prompt_ms", "tokens_per_s", "mfu")
 
 #: API field names -> the flags of this command
 FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "prompt_tokens": "--prompt", "prefix_tokens": "--prefix",
-         "batch": "--batch"}
+         "batch": "--batch", "sampler": "--sampler"}
 
 
 def add(sub) -> None:
@@ -46,6 +47,7 @@ def add(sub) -> None:
     p.add_argument("--prefix", default=0, action=Checked, check=int_in(0, MAX_CONTEXT), metavar="X",
                    help="tokens of each prompt already cached (prefix hit), < P (default: 0)")
     dtype_runtime_options(p)
+    sampler_option(p)
     band_option(p, default=True)
     p.add_argument("--json", action="store_true",
                    help='JSON: {"prefill_ms", "per_prompt_ms", "tokens_per_s", "mfu" (each with _lo/_hi: the '
@@ -61,18 +63,18 @@ def run(args) -> int:
     from ..sweeps.bands import with_band
 
     dep = sp.setup(args.model, args.gpu, ranks=args.ranks, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
-                   runtime=args.runtime)
+                   runtime=args.runtime, sampler=args.sampler)
 
     def build(rt):
         d = dep if rt is dep.runtime else sp.setup(args.model, args.gpu, ranks=args.ranks,
                                                    weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
-                                                   runtime=rt)
+                                                   runtime=rt, sampler=args.sampler)
         return sp.point_summary(d, args.prompt, batch=args.batch, prefix_tokens=args.prefix)
 
     rec = with_band(build, dep.runtime, BAND_KEYS, n=DRAWS if args.band else 0)
     doc = {**rec, "inputs": {"model": dep.model.name, "gpu": dep.hardware.name, "ranks": dep.ranks,
                              "batch": args.batch, "prompt": args.prompt, "prefix": args.prefix,
-                             "weight_dtype": dep.weight_dtype, "kv_dtype": dep.kv_dtype,
+                             "weight_dtype": dep.weight_dtype, "kv_dtype": dep.kv_dtype, "sampler": dep.sampler,
                              "runtime": dep.runtime.name}}
     if args.json:
         print_json(doc)

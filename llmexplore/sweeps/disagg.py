@@ -50,7 +50,7 @@ class PDSetup:
 def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp: int = 8, prompt_tokens=4096,
           output_tokens=256, rate_per_s=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0, percentile=0.99,
           prefix_tokens=0, weight_dtype=None, kv_dtype="bf16", runtime="default", nics=None,
-          batched_ops=True, prompt_sigma=0.0) -> PDSetup:
+          batched_ops=True, prompt_sigma=0.0, sampler: str = "fused") -> PDSetup:
     """Build a :class:`PDSetup` from preset names (validated). ``prompt_sigma`` > 0 makes prompt lengths
     lognormal with median ``prompt_tokens``; ``weight_dtype`` defaults to the model's released dtype.
 
@@ -70,7 +70,8 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp
     def side(name: str, ranks) -> Deployment:
         ranks = _check.integer(name, ranks, lo=1, hi=MAX_RANKS)
         try:
-            return Deployment.build(m, hw, ranks, runtime=rt, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+            return Deployment.build(m, hw, ranks, runtime=rt, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                    sampler=sampler)
         except SpecError as exc:  # the rank rules of Deployment, said of this side
             text = str(exc)
             raise SpecError(name + text[len("ranks"):] if text.startswith("ranks ") else f"{name}: {text}") from None

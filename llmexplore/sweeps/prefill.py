@@ -25,11 +25,12 @@ PARTS = ("attention_s", "ffn_s", "head_s", "comm_s", "overhead_s")
 
 
 def setup(model="llama-3-70b", gpu="h100-sxm", *, ranks: int = 8, weight_dtype: str | None = None,
-          kv_dtype: str = "bf16", runtime="default") -> Deployment:
+          kv_dtype: str = "bf16", runtime="default", sampler: str = "fused") -> Deployment:
     """The TP-``ranks`` deployment that prefills (preset names or specs, validated; errors name the argument:
     ``ranks (6) must divide ...``, ``weight_dtype must be a dtype h100-sxm supports, got 'fp4' ...``)."""
     ranks = _check.integer("ranks", ranks, lo=1, hi=MAX_RANKS)
-    dep = Deployment.build(model, gpu, ranks, runtime=runtime, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+    dep = Deployment.build(model, gpu, ranks, runtime=runtime, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                           sampler=sampler)
     dep.hardware.check_dtype(dep.weight_dtype, "weight_dtype")  # fp4 weights need FP4 tensor cores
     return dep
 

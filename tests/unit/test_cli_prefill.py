@@ -106,7 +106,8 @@ def test_cli_json_schema_and_values(capsys, llama70):
                 "reserve_GB", "total_GB", "usable_GB", "feasible", "reason", "inputs"):
         assert key in doc, key
     assert doc["inputs"] == {"model": "llama-3-70b", "gpu": "h100-sxm", "ranks": 8, "batch": 8, "prompt": 4096,
-                             "prefix": 1024, "weight_dtype": "bf16", "kv_dtype": "bf16", "runtime": "default"}
+                             "prefix": 1024, "weight_dtype": "bf16", "kv_dtype": "bf16", "sampler": "fused",
+                             "runtime": "default"}
     assert (doc["batch"], doc["prompt_tokens"], doc["prefix_tokens"], doc["new_tokens"]) == (8, 4096, 1024, 3072)
     parts = sum(doc[k] for k in ("attention_ms", "ffn_ms", "head_ms", "comm_ms", "overhead_ms"))
     assert parts == pytest.approx(doc["prefill_ms"], rel=1e-12)

@@ -118,3 +118,27 @@ def test_cli_layouts_takes_the_sampler(capsys):
                                                                  rel=1e-6)
     assert cli.main([*args, "--sampler", "top_p"]) == 2
     assert "--sampler must be one of fused, torch_sort, got top_p" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [
+    ["prefill", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--ranks", "1", "--prompt", "1000", "--batch", "8"],
+    ["pd", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--prompt", "1000", "--output", "300", "--prefill-tp", "1",
+     "--decode-tp", "1", "--batch", "128"],
+])
+def test_prefill_and_pd_take_the_sampler(capsys, command):
+    """A prefill samples one token per sequence (8 rows here); pd's decode side samples its whole batch."""
+    import json
+
+    from llmexplore import cli
+
+    docs = {}
+    for s in SAMPLERS:
+        assert cli.main([*command, "--runtime", "vllm", "--json", "--sampler", s]) == 0
+        docs[s] = json.loads(capsys.readouterr().out)
+        assert docs[s]["inputs"]["sampler"] == s
+    if command[0] == "prefill":
+        gap = docs["torch_sort"]["prefill_ms"] - docs["fused"]["prefill_ms"]
+        assert gap == pytest.approx(float(sampler_s("torch_sort", 8, 128256)) * 1e3, rel=1e-6)
+    else:
+        assert docs["torch_sort"]["colocated"]["tpot_p99_ms"] > docs["fused"]["colocated"]["tpot_p99_ms"]
+        assert docs["torch_sort"]["disaggregated"]["tpot_p99_ms"] > docs["fused"]["disaggregated"]["tpot_p99_ms"]
