@@ -126,7 +126,7 @@ def run(args) -> int:
         print(f"colocated: {cc['instances']} instances = {cc['gpus']}{rng(cc, 'gpus', '.0f')} GPUs, "
               f"{cc['goodput_per_gpu']:.3f} req/s/GPU, "
               f"chunk {cc['chunk_tokens']} tokens, TTFT p99 {cc['ttft_p99_ms']:.0f} ms, TPOT p99 "
-              f"{cc['tpot_p99_ms']:.1f} ms")
+              f"{cc['tpot_p99_ms']:.1f} ms per request (ITL p99 {cc['itl_p99_ms']:.1f} ms)")
     else:
         print(f"colocated: infeasible ({cc['reason']})")
     if doc["band"]["draws"]:

@@ -291,7 +291,7 @@ def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipel
         "colocated": {"feasible": co["feasible"], "instances": co["n_c"], "gpus": co["gpus"],
                       "goodput_per_gpu": co["goodput_per_gpu"], "chunk_tokens": co["chunk_tokens"],
                       f"ttft_{pct}_ms": from_si(co["ttft_s"], "ms"), f"tpot_{pct}_ms": from_si(co["tpot_s"], "ms"),
-                      "reason": co["reason"]},
+                      f"itl_{pct}_ms": from_si(co["itl_s"], "ms"), "reason": co["reason"]},
     }
 
 

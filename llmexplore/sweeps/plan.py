@@ -234,7 +234,7 @@ def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tup
                 # requests dealt round-robin over the n instances: Erlang-n gaps (arrival SCV 1/n)
                 r = dg.colocated_from_tables(dec, t_mix, wl, l, chunk, arrival_scv=1.0 / max(n, 1))
                 ttft = r["ttft_mean_s"] if mean else r["ttft_s"]
-                tpot = r["tpot_mean_s"] if mean else r["tpot_request_s"]  # per-request TPOT, as engines report
+                tpot = r["tpot_mean_s"] if mean else r["tpot_s"]  # per-request TPOT, as engines report
                 return r, ttft, tpot
 
             r, ttft, tpot = at(lam)

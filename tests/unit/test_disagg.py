@@ -192,8 +192,10 @@ def test_scenario_llama70_36rps(runtime):
     per 8-GPU instance lies below RoCE and pipelining never raises it (it hides latency, not the link's
     occupancy: 36 req/s x 1.34 GB = 48 GB/s must cross the links either way); 100 GbE TCP with one NIC per
     node pays exactly when its bandwidth is at or above that break-even. With the kernel curves (default)
-    colocation needs 208 GPUs and the break-even is 7.4 GB/s, so TCP pays (144 GPUs pipelined); with the scalar
-    efficiencies colocation needed 136 and the break-even was 10-11.7 GB/s, so TCP (144) did not."""
+    colocation needs 160 GPUs (208 while its TPOT was checked as the inter-token tail rather than per request)
+    and the break-even is 8.0 GB/s pipelined, 8.6 serial, so TCP (9 GB/s) pays (144 GPUs pipelined, 160 serial);
+    with the scalar efficiencies colocation needs 136 and the break-even is 9.5-10.1 GB/s, so TCP (144) does
+    not."""
     s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", prompt_tokens=4096, output_tokens=256, rate_per_s=36,
                             ttft_slo_ms=1000, tpot_slo_ms=40, runtime=runtime)
     comp = sweeps.disagg.link_comparison(s).set_index(["mode", "link"])["gpus"]

@@ -103,7 +103,7 @@ def test_pd_sentences(pd_default):
     assert "1.34 GB" in fd.request_sentence(point, s)
     assert fd.comparison_sentence(comparison, s, link="roce-400g") == (
         "At 36 req/s with TTFT p99 ≤ 1,000 ms and TPOT p99 ≤ 40 ms, the fewest GPUs are 72 (disaggregated, "
-        "pipelined over roce-400g), against 208 GPUs colocated; disaggregated, serial over tcp-100g "
+        "pipelined over roce-400g), against 160 GPUs colocated; disaggregated, serial over tcp-100g "
         "(1 NIC/instance) needs 160 GPUs.")
     none = comparison.assign(gpus=np.inf)
     assert fd.comparison_sentence(none, s).startswith("Nothing meets TTFT p99 ≤ 1000 ms")

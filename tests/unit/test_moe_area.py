@@ -84,7 +84,7 @@ def test_pd_explorer_headless():
     app.controls["nics"].value = "one per instance"
     after = list(app.figures["gpus"].data[0].y)
     assert after[0] == before[0] and after[2] > before[2]  # colocated unchanged, disaggregated needs more
-    # with the kernel curves colocation needs 208 GPUs, so even TCP disaggregation (144) stays cheaper; with the
+    # with the kernel curves colocation needs 160 GPUs, so even TCP disaggregation (144) stays cheaper; with the
     # scalar efficiencies colocation (136) won here
     assert _named_mode_has_the_fewest_gpus(app) == "disaggregated, pipelined"
     app.controls["rate"].value = 1000.0
