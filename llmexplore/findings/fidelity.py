@@ -32,6 +32,12 @@ CAUSES = [
      "SGLang's wide expert parallelism (DeepEP all-to-all, DeepGEMM, two-batch overlap) is modelled with ideal "
      "overlap, a lower bound that does not charge the SMs DeepEP's kernels take, and uniform routing, without "
      "the busiest rank's routing skew (docs/models.md §1.2, §3.3)"),
+    ("deepep-ll", lambda d: (d["category"].str.startswith("mla-moe").all() and (d["layout"] == "DPA").all()
+                             and (d["kind"] == "decode").all()),
+     "DeepEP's low-latency dispatch and combine of DPA decode steps are priced as all-to-alls at the links' "
+     "latency and bandwidth: the published low-latency tables (DeepEP's on H800, forks' on H200 with EFA and on "
+     "MI300X) time 128 tokens per rank, not the few tokens per rank of these rows, so nothing is fitted to them "
+     "(docs/models.md §1.2)"),
     ("no-kernel-data", lambda d: (d["gpu"] == "mi300x").all(),
      "MI300X has kernel data for its FP8 GEMMs only (aiter's tuned GEMM table), so its attention and elementwise "
      "kernels are priced with scalar efficiencies fitted on H100 and its all-reduce with the link preset's assumed "
@@ -49,7 +55,9 @@ CAUSES = [
      "requests' prefill chunks (data/validation/README.md)"),
 ]
 #: the cause of each entry of CAUSES in a few words (the recap)
-SHORT_CAUSES = {"deepep": "ideal two-batch overlap and uniform routing", "no-kernel-data": "kernel data for FP8 GEMMs only",
+SHORT_CAUSES = {"deepep": "ideal two-batch overlap and uniform routing",
+                "deepep-ll": "DeepEP's low-latency kernels without data at a few tokens per rank",
+                "no-kernel-data": "kernel data for FP8 GEMMs only",
                 "mle-layout": "an uncertain attention layout under live traffic",
                 "interference": "prefill interference under live traffic", "mle": "unpublished prompt lengths"}
 NO_CAUSE = "no documented cause: each row's note in data/validation/e2e.csv lists its assumptions"
