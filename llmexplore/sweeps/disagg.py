@@ -219,9 +219,13 @@ def gpus_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def breakeven_bandwidth(table: pd.DataFrame) -> dict[str, float]:
+def breakeven_bandwidth(table: pd.DataFrame, setup: PDSetup | None = None, *, rel_tol: float = 1e-3
+                        ) -> dict[str, float]:
     """Lowest bandwidth from which each disaggregated mode needs no more GPUs than colocated (NaN if never)
-    [GB/s], read from a :func:`gpus_vs_bandwidth` table."""
+    [GB/s], read from a :func:`gpus_vs_bandwidth` table: the lowest grid bandwidth from which it pays at every
+    higher one. With the table's ``setup`` the value is refined between that grid point and the one below by
+    bisection (GPUs never grow with bandwidth) to ``rel_tol``, so it no longer depends on where the grid points
+    fall: a link exactly at the break-even pays."""
     co = table[table["mode"] == "colocated"].set_index("bandwidth_GBps")["gpus"]
     out = {}
     for mode in ("disaggregated, serial", "disaggregated, pipelined"):
@@ -231,7 +235,24 @@ def breakeven_bandwidth(table: pd.DataFrame) -> dict[str, float]:
         # the lowest bandwidth from which it pays at every higher bandwidth too
         ok = np.flatnonzero(np.logical_and.accumulate(pays[::-1])[::-1])
         out[mode] = float(bws[ok[0]]) if len(ok) else float("nan")
+        if setup is not None and len(ok) and ok[0] > 0:
+            out[mode] = _bisect_breakeven(setup, float(bws[ok[0] - 1]), out[mode], mode.endswith("pipelined"),
+                                          float(co.iloc[0]), rel_tol)
     return out
+
+
+def _bisect_breakeven(s: PDSetup, lo: float, hi: float, pipelined: bool, colocated_gpus: float,
+                      rel_tol: float) -> float:
+    """Smallest bandwidth in (lo, hi] [GB/s] at which the disaggregated pools need no more GPUs than
+    ``colocated_gpus`` (it does not pay at ``lo``, it pays at ``hi``)."""
+    pre, dec = s.sides()
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        if _disagg_row(s, pre, dec, custom_link(mid), pipelined, s.nics)["gpus"] <= colocated_gpus:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def pool_sizes_vs(s: PDSetup, field: str, values, *, links=(("roce-400g", None), ("tcp-100g", 1))

@@ -29,7 +29,7 @@ def test_rdma_disaggregation_beats_colocation_tcp_follows_the_breakeven(rec):
     colo = g["colocated | -"]
     assert g["disaggregated, pipelined | roce-400g"] < colo
     # 100 GbE TCP with one NIC per instance pays exactly when its bandwidth reaches the break-even of section 5:
-    # with the kernel curves colocation needs 160 GPUs and the break-even is 8.0-8.6 GB/s, below TCP's 9 GB/s, so
+    # with the kernel curves colocation needs 160 GPUs and the break-even is 7.95-8.54 GB/s, below TCP's 9 GB/s, so
     # TCP disaggregation (144 GPUs pipelined, 160 serial) pays; with the scalar efficiencies (136 colocated,
     # 9.5-10.1 GB/s) it does not
     be, tcp = rec["breakeven_GBps_one_nic"], presets.link("tcp-100g").achievable_GBps

@@ -193,9 +193,9 @@ def test_scenario_llama70_36rps(runtime):
     occupancy: 36 req/s x 1.34 GB = 48 GB/s must cross the links either way); 100 GbE TCP with one NIC per
     node pays exactly when its bandwidth is at or above that break-even. With the kernel curves (default)
     colocation needs 160 GPUs (208 while its TPOT was checked as the inter-token tail rather than per request)
-    and the break-even is 8.0 GB/s pipelined, 8.6 serial, so TCP (9 GB/s) pays (144 GPUs pipelined, 160 serial);
-    with the scalar efficiencies colocation needs 136 and the break-even is 9.5-10.1 GB/s, so TCP (144) does
-    not."""
+    and the break-even is 7.95 GB/s pipelined, 8.54 serial, so TCP (9 GB/s) pays (144 GPUs pipelined, 160
+    serial); with the scalar efficiencies colocation needs 136 and the break-even is 9.5-10.1 GB/s, so TCP (144)
+    does not."""
     s = sweeps.disagg.setup("llama-3-70b", "h100-sxm", prompt_tokens=4096, output_tokens=256, rate_per_s=36,
                             ttft_slo_ms=1000, tpot_slo_ms=40, runtime=runtime)
     comp = sweeps.disagg.link_comparison(s).set_index(["mode", "link"])["gpus"]
@@ -204,7 +204,8 @@ def test_scenario_llama70_36rps(runtime):
     assert comp[("disaggregated, pipelined", "nvlink4")] < colo
     one_nic = sweeps.disagg.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40, nics=1,
                                   runtime=runtime)
-    be = sweeps.disagg.breakeven_bandwidth(sweeps.disagg.gpus_vs_bandwidth(one_nic, np.geomspace(1, 400, 40)))
+    be = sweeps.disagg.breakeven_bandwidth(sweeps.disagg.gpus_vs_bandwidth(one_nic, np.geomspace(1, 400, 40)),
+                                           one_nic)
     tcp = presets.link("tcp-100g").achievable_GBps
     roce = presets.link("roce-400g").achievable_GBps
     assert be["disaggregated, pipelined"] <= be["disaggregated, serial"] < roce
@@ -317,3 +318,25 @@ def test_colocated_tpot_is_per_request_and_itl_is_the_step_tail(s70):
     assert co["tpot_s"] <= wl.tpot_slo_ms * 1e-3 < co["itl_s"]
     pt = sweeps.disagg.point_summary(s70)
     assert pt["colocated"]["itl_p99_ms"] == pytest.approx(co["itl_s"] * 1e3)
+
+
+def test_breakeven_is_refined_by_bisection_and_does_not_depend_on_the_grid():
+    """Read off a grid, the break-even is the first grid point that pays (8.59 or 9.10 GB/s for serial transfer
+    on the 40-point log grids from 1 and from 0.25 GB/s, one NIC per instance): which side of 100 GbE TCP's
+    9 GB/s it falls on depended on the grid. Refined by bisection between the grid points it is 8.54 GB/s serial
+    and 7.95 GB/s pipelined on any grid, and the pools at that bandwidth need no more GPUs than colocation while
+    1% below they need more."""
+    one_nic = sweeps.disagg.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40,
+                                  nics=1)
+    grids = ([2.0, 8.6, 30.0], [2.0, 9.1, 30.0])  # the two 40-point log grids' points near the break-even
+    coarse = [sweeps.disagg.breakeven_bandwidth(sweeps.disagg.gpus_vs_bandwidth(one_nic, g)) for g in grids]
+    fine = [sweeps.disagg.breakeven_bandwidth(sweeps.disagg.gpus_vs_bandwidth(one_nic, g), one_nic) for g in grids]
+    assert coarse[0]["disaggregated, serial"] < 9.0 < coarse[1]["disaggregated, serial"]
+    for mode, value in (("disaggregated, serial", 8.54), ("disaggregated, pipelined", 7.95)):
+        assert fine[0][mode] == pytest.approx(fine[1][mode], rel=2e-3)
+        assert fine[0][mode] == pytest.approx(value, abs=0.01)
+        assert fine[0][mode] <= coarse[0][mode] and fine[1][mode] <= coarse[1][mode]
+    for mode, bw in fine[0].items():
+        at = sweeps.disagg.gpus_vs_bandwidth(one_nic, [bw]).set_index("mode")["gpus"]
+        below = sweeps.disagg.gpus_vs_bandwidth(one_nic, [0.99 * bw]).set_index("mode")["gpus"]
+        assert at[mode] <= at["colocated"] < below[mode], mode
