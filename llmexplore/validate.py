@@ -22,20 +22,80 @@ import numpy as np
 import pandas as pd
 
 from . import presets
-from .errors import LlmexploreError
+from .errors import LlmexploreError, SpecError
 from .models.attention import step_time
 from .models.engine import Deployment
 from .models.prefill import mixed_step_time
 
-__all__ = ["VALIDATION_CSV", "load", "evaluate", "summary", "ranking", "category"]
+__all__ = ["VALIDATION_CSV", "REQUIRED", "KINDS", "load", "evaluate", "summary", "ranking", "category"]
 
 VALIDATION_CSV = presets.DATA_DIR / "validation" / "e2e.csv"
 ENGINES = ("trtllm", "vllm", "sglang")
 
 
+#: columns every validation row needs (data/validation/README.md); the rest are optional
+REQUIRED = ("id", "kind", "model", "gpu", "ranks", "layout", "weight_dtype", "kv_dtype", "engine", "batch",
+            "measured")
+KINDS = {"decode": ("context",), "decode_loaded": ("context", "isl", "osl"), "prefill": ("prompt_tokens",)}
+MAX_CSV_BYTES = 64 << 20
+
+
 def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
-    """The validation rows (columns in data/validation/README.md)."""
-    return pd.read_csv(path)
+    """The validation rows (columns in data/validation/README.md): the shipped set, or a CSV of your own
+    measurements in the same columns. SpecError naming the file, the line, the column and the rule for a
+    missing column, a duplicate id, an unknown kind or layout, a non-positive or non-numeric count or time, or a
+    unit other than ms. Unknown model or GPU presets are not errors here: :func:`evaluate` marks those rows
+    "not modelled"."""
+    from io import StringIO
+
+    from . import _check
+    from .models.engine import LAYOUTS
+
+    where = str(path)
+    kind_of_path = _check.path_kind(path)
+    if kind_of_path != "file":
+        got = "no such file" if kind_of_path == "missing" else kind_of_path
+        raise SpecError(f"{where} must be an existing CSV file, got {got}")
+    text = _check.read_text(path, where, MAX_CSV_BYTES)
+    try:
+        df = pd.read_csv(StringIO(text), dtype={"id": str, "model": str, "gpu": str, "engine": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise SpecError(f"{where} is not a readable CSV: {str(exc).splitlines()[0]}") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise SpecError(f"{where}: missing column(s) {missing}; a validation row needs {list(REQUIRED)} "
+                        "(data/validation/README.md)")
+    if not len(df):
+        raise SpecError(f"{where}: no rows (only a header)")
+    dup = df["id"][df["id"].duplicated()]
+    if len(dup):
+        raise SpecError(f"{where} line {int(dup.index[0]) + 2}: id must be unique, got {dup.iloc[0]!r} again")
+
+    def number(i, col, *, integer=False):
+        v = df.at[i, col] if col in df.columns else None
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            x = float("nan")
+        if not np.isfinite(x) or x <= 0 or (integer and x != int(x)):
+            rule = "an integer >= 1" if integer else "a finite number > 0"
+            raise SpecError(f"{where} line {i + 2}: {col} must be {rule} for a {df.at[i, 'kind']} row, got "
+                            f"{_check.shown(v.item() if isinstance(v, np.generic) else v)}")
+
+    for i in df.index:
+        kind = df.at[i, "kind"]
+        if kind not in KINDS:
+            raise SpecError(f"{where} line {i + 2}: kind must be one of {list(KINDS)}, got {kind!r}")
+        if df.at[i, "layout"] not in LAYOUTS:
+            raise SpecError(f"{where} line {i + 2}: layout must be one of {list(LAYOUTS)}, got {df.at[i, 'layout']!r}")
+        if "unit" in df.columns and df.at[i, "unit"] != "ms":
+            raise SpecError(f"{where} line {i + 2}: unit must be 'ms', got {df.at[i, 'unit']!r}")
+        number(i, "measured")
+        for col in ("ranks", "batch"):
+            number(i, col, integer=True)
+        for col in KINDS[kind]:
+            number(i, col, integer=col != "context")
+    return df
 
 
 def category(row) -> str:
@@ -70,20 +130,27 @@ def _predict_ms(row, runtime: str) -> float:
 
 def evaluate(runtime: str = "engine", rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """Predicted vs measured for every row: columns id, kind, model, gpu, ranks, layout, weight_dtype, engine,
-    batch, context, prompt_tokens, category, runtime, measured_ms, predicted_ms, error_pct (predicted / measured - 1, in %), status."""
+    batch, context, prompt_tokens, category, runtime, measured_ms, predicted_ms, error_pct (predicted / measured
+    - 1, in %), status. With ``runtime="engine"`` a row whose engine has no preset is priced with ``default``."""
     if runtime != "engine":
         presets.runtime(runtime)  # an unknown preset is the caller's error, not every row's "not modelled"
     rows = load() if rows is None else rows
     out = []
     for _, r in rows.iterrows():
-        rt = r["engine"] if runtime == "engine" and r["engine"] in ENGINES else runtime
+        if runtime == "engine":
+            rt = r["engine"] if r["engine"] in ENGINES else "default"
+        else:
+            rt = runtime
         rec = {k: r.get(k) for k in ("id", "kind", "model", "gpu", "ranks", "layout", "weight_dtype", "kv_dtype",
                                       "engine", "batch", "context", "prompt_tokens", "isl", "osl")}
-        rec.update(category=category(r), runtime=rt, measured_ms=float(r["measured"]))
+        rec.update(runtime=rt, measured_ms=float(r["measured"]))
         try:
+            rec["category"] = category(r)  # an unknown model preset is this row's "not modelled", not a crash
             pred = _predict_ms(r, rt)
             rec.update(predicted_ms=pred, error_pct=100.0 * (pred / rec["measured_ms"] - 1.0), status="ok")
         except LlmexploreError as exc:
+            rec.setdefault("category",
+                           f"?|{r['gpu']}|{r['weight_dtype']}|{r['layout']}{int(r['ranks'])}|{r['kind']}")
             rec.update(predicted_ms=np.nan, error_pct=np.nan, status=f"not modelled: {exc}")
         out.append(rec)
     return pd.DataFrame(out)

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from ._framework import EXIT_OK, Checked, Col, format_table, preset_name, print_json
+from pathlib import Path
+
+from ._framework import EXIT_OK, Checked, Col, format_table, preset_name, print_json, text_value
 
 __all__ = ["add", "run", "FLAGS"]
 
 #: API field names -> the flags of this command
-FLAGS = {"runtime": "--runtime"}
+FLAGS = {"runtime": "--runtime", "data": "--data"}
 
 ROW_COLS = [
     Col("id", "row"), Col("kind", "kind"), Col("runtime", "runtime"), Col("measured_ms", "measured ms", ".4g"),
@@ -29,6 +31,11 @@ def add(sub) -> None:
     p.add_argument("--runtime", default="engine", action=Checked, check=preset_name("runtime"), metavar="NAME",
                    help="runtime preset for every row (see: presets runtime), or 'engine': each row priced with "
                         "its engine's preset (trtllm, vllm, sglang) (default: engine)")
+    p.add_argument("--data", default=None, action=Checked, check=text_value("a CSV file path", 4096),
+                   metavar="CSV", help="a CSV of your own measurements in the columns of data/validation/README.md "
+                                      "(id, kind, model, gpu, ranks, layout, weight_dtype, kv_dtype, engine, batch, "
+                                      "measured [ms], and context / prompt_tokens / isl, osl by kind) (default: "
+                                      "the shipped data/validation/e2e.csv)")
     p.add_argument("--json", action="store_true",
                    help='JSON: {"summary": {"rows", "modelled", "median_abs_error_pct", "p90_abs_error_pct"}, '
                         '"categories": [...], "rows": [...], "ranking": [...], "inputs": {...}}')
@@ -38,11 +45,16 @@ def add(sub) -> None:
 def run(args) -> int:
     from .. import presets
     from .. import validate as val
+    from .._check import path_kind, shown
+    from ..errors import SpecError
     from ._framework import jsonable
 
     if args.runtime != "engine":
         presets.runtime(args.runtime)  # an unknown preset: one line naming --runtime, before any work
-    table = val.evaluate(args.runtime)
+    data = val.VALIDATION_CSV if args.data is None else Path(args.data).expanduser()
+    if args.data is not None and path_kind(data) != "file":
+        raise SpecError(f"--data must be an existing CSV file, got {shown(args.data)}")
+    table = val.evaluate(args.runtime, val.load(data))
     s = val.summary(table)
     cats = s.pop("categories")
     rank = val.ranking(table)
@@ -52,9 +64,10 @@ def run(args) -> int:
                     "categories": [jsonable(r) for r in cats.to_dict("records")],
                     "rows": [jsonable(r) for r in table.to_dict("records")],
                     "ranking": [jsonable(r) for r in rank.to_dict("records")],
-                    "inputs": {"runtime": args.runtime, "data": str(val.VALIDATION_CSV)}})
+                    "inputs": {"runtime": args.runtime, "data": str(data)}})
         return EXIT_OK
-    print(f"{s['modelled']} of {s['rows']} published measurements modelled (runtime: {args.runtime}); median "
+    what = "published" if args.data is None else "given"
+    print(f"{s['modelled']} of {s['rows']} {what} measurements modelled (runtime: {args.runtime}); median "
           f"|error| {s['median_abs_error_pct']:.1f}%, p90 {s['p90_abs_error_pct']:.1f}%")
     rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}  # NaN: not modelled
             for r in table.to_dict("records")]

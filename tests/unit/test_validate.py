@@ -5,6 +5,9 @@ reports, so a change that worsens it shows up here, and check the set's own inte
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -98,3 +101,68 @@ def test_an_unknown_runtime_is_an_error_not_a_table_of_failures():
 
     with pytest.raises(UnknownPresetError, match="no runtime preset 'nope'"):
         validate.evaluate("nope")
+
+
+def _own_rows(tmp_path, *extra: str) -> Path:
+    """A CSV in the shipped columns: one published row and one of 'your own'."""
+    head, *rows = validate.VALIDATION_CSV.read_text().splitlines()
+    nim = next(r for r in rows if r.startswith("nim-l70-h100-d1,"))
+    own = "my-1,decode,llama-3-8b,h100-sxm,1,TP,1,,bf16,bf16,,,16,2000,,,,8.5,ms" + "," * (head.count(",") - 18)
+    path = tmp_path / "mine.csv"
+    path.write_text("\n".join([head, nim, own, *extra]) + "\n")
+    return path
+
+
+def test_your_own_measurements_go_through_the_same_table(tmp_path, capsys):
+    import json
+
+    from llmexplore import cli
+
+    path = _own_rows(tmp_path)
+    table = validate.evaluate("engine", validate.load(path))
+    assert list(table.id) == ["nim-l70-h100-d1", "my-1"] and (table.status == "ok").all()
+    assert list(table.runtime) == ["trtllm", "default"]  # no engine given: the engine-neutral curves
+    shipped = validate.evaluate("engine")
+    assert table.predicted_ms.iloc[0] == shipped.set_index("id").predicted_ms["nim-l70-h100-d1"]
+    assert cli.main(["validate", "--data", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["rows"] == 2 and doc["inputs"]["data"] == str(path)
+    # an unknown model preset is that row's "not modelled", not a crash
+    other = tmp_path / "other.csv"
+    other.write_text(path.read_text().replace("my-1,decode,llama-3-8b", "my-1,decode,llama-9"))
+    t = validate.evaluate("engine", validate.load(other))
+    assert t.set_index("id").status["my-1"].startswith("not modelled: model: no models preset 'llama-9'")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("my-1,decode,", "my-1,decod,"), "line 3: kind must be one of ['decode', 'decode_loaded', "
+                                                           "'prefill'], got 'decod'"),
+    (lambda t: t.replace(",16,2000,", ",16,abc,"), "line 3: context must be a finite number > 0 for a decode row, "
+                                                  "got 'abc'"),
+    (lambda t: t.replace(",16,2000,", ",0,2000,"), "line 3: batch must be an integer >= 1 for a decode row, got 0"),
+    (lambda t: t.replace("my-1,decode,llama-3-8b,h100-sxm,1,TP", "my-1,decode,llama-3-8b,h100-sxm,1,XP"),
+     "line 3: layout must be one of ['TP', 'CP', 'DPA', 'DOP'], got 'XP'"),
+    (lambda t: t.replace(",8.5,ms", ",8.5,s"), "line 3: unit must be 'ms', got 's'"),
+    (lambda t: t.replace(",8.5,ms", ",-8.5,ms"), "line 3: measured must be a finite number > 0"),
+    (lambda t: t.replace("my-1,", "nim-l70-h100-d1,"), "line 3: id must be unique, got 'nim-l70-h100-d1' again"),
+    (lambda t: t.split("\n")[0].replace("measured,", "") + "\n", "missing column(s) ['measured']"),
+    (lambda t: t.split("\n")[0] + "\n", "no rows (only a header)"),
+])
+def test_a_bad_csv_names_the_line_column_and_rule(tmp_path, edit, message, capsys):
+    from llmexplore import cli
+    from llmexplore.errors import SpecError
+
+    path = _own_rows(tmp_path)
+    path.write_text(edit(path.read_text()))
+    with pytest.raises(SpecError, match=re.escape(message)):
+        validate.load(path)
+    assert cli.main(["validate", "--data", str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_validate_data_must_be_a_file(tmp_path, capsys):
+    from llmexplore import cli
+
+    for bad in (str(tmp_path / "missing.csv"), str(tmp_path)):
+        assert cli.main(["validate", "--data", bad]) == 2
+        assert "--data must be an existing CSV file, got '" in capsys.readouterr().err
