@@ -6,7 +6,7 @@ recent parameter sets cleared before each move (so every redraw computes); the m
 of :mod:`_timing`, timed in the same process. The redraw is split into the sweep tables (``evaluate``) and the
 figure update (spec + :func:`llmexplore.plots.update_from`), so a slow redraw points at the layer to fix.
 Target: a redraw well under 0.2 s (sliders feel instant). The last line is machine-readable:
-``layouts_ms=… pd_ms=… moe_ms=…``.
+``layouts_ms=… pd_ms=… moe_ms=… transfer_ms=…``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ CASES = [  # explorer, slider, values it moves through (the default comes back l
     ("pd", widgets.disagg.pd_explorer, "rate", [20.0, 50.0, 10.0, 70.0, 30.0, 36.0]),
     ("moe", widgets.moe.moe_explorer, "batch", [128, 512, 1024, 64, 2048, 256]),
     ("moe", widgets.moe.moe_explorer, "skew", [2.0, 3.0, 4.0, 1.5, 3.5, 2.6]),
+    ("transfer", widgets.transfer.transfer_explorer, "decode_tp", [8, 2, 16, 1, 32, 4]),
+    ("transfer", widgets.transfer.transfer_explorer, "page_size", [32, 64, 8, 128, 1, 16]),
 ]
 
 

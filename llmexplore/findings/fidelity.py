@@ -18,7 +18,8 @@ from . import join, num
 
 __all__ = ["how", "with_", "pct", "accuracy_sentence", "in_sample_sentence", "category_sentence", "gemm_sentence",
            "moe_sentence", "attention_sentence", "allreduce_sentence", "fit_error_sentence", "cause",
-           "weakest_sentence", "interference_sentence", "not_modelled_sentence", "ranking_sentence", "recap_sentence",
+           "weakest_sentence", "interference_sentence", "sampler_sentence", "not_modelled_sentence",
+           "ranking_sentence", "recap_sentence",
            "CAUSES", "SHORT_CAUSES", "NO_CAUSE", "HIGH_BATCH"]
 
 #: ML.ENERGY rows from this batch up are "high batch" (data/validation/README.md: the model is expected to read
@@ -289,6 +290,26 @@ def interference_sentence(acc: pd.DataFrame, runtime: str, *, high_batch: int = 
             f"{pct(hi['error_pct'].median(), sign=True)} at batch {high_batch} and above ({len(hi)} rows) and "
             f"{pct(lo['error_pct'].median(), sign=True)} below ({len(lo)} rows); what remains at high batch is "
             "other requests' prefills and vLLM's per-sequence host work, which the step model does not price.")
+
+
+def sampler_sentence(effect: pd.DataFrame, *, high_batch: int = HIGH_BATCH, short: bool = False) -> str:
+    """What pricing vLLM's sort-based sampler changed on the rows that used it
+    (:func:`~llmexplore.sweeps.fidelity.sampler_effect`): their median error at ``high_batch`` and above and
+    below, left out and priced."""
+    if not len(effect):
+        return "No validation row samples with vLLM's sort-based top-k/top-p."
+    hi, lo = effect[effect["batch"] >= high_batch], effect[effect["batch"] < high_batch]
+    if short:
+        left, priced = pct(hi["error_fused_pct"].median(), sign=True), pct(hi["error_pct"].median(), sign=True)
+        return f"Sort-based sampler: median error at batch ≥ {high_batch} {left} left out, {priced} priced"
+    parts = []
+    for d, where in ((hi, f"at batch {high_batch} and above"), (lo, f"below batch {high_batch}")):
+        if len(d):
+            parts.append(f"{where} ({len(d)} rows) from {pct(d['error_fused_pct'].median(), sign=True)} to "
+                         f"{pct(d['error_pct'].median(), sign=True)}")
+    return (f"Pricing the sort of the whole logits tensor that vLLM 0.11.1 runs for top-p requests moves the "
+            f"median error of the {len(effect)} rows that sampled that way " + " and ".join(parts) + ": it grows "
+            "with batch × vocabulary, so it was most of what the model missed at high batch.")
 
 
 def not_modelled_sentence(nm: pd.DataFrame, rows: int) -> str:

@@ -15,13 +15,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..sweeps.fidelity import KIND_LABELS, CurveTables, runtime_label
-from . import RANK_KEY, RANK_SERIES, base_layout, fmt
+from . import RANK_KEY, RANK_SERIES, base, base_layout, fmt
 from .tables import PeopleTable, people_table
 
 __all__ = ["IDENTITY", "IN_SAMPLE", "band_name", "category_colors", "predicted_vs_measured_figure", "AXES",
            "kernel_curves_figure", "measured_name", "curve_name", "summary_people_table", "category_people_table",
            "not_modelled_people_table", "ranking_people_table", "curve_people_table", "pivot_people_table",
-           "rejected_people_table"]
+           "rejected_people_table", "sampler_figure"]
 
 IDENTITY = "predicted = measured"
 IN_SAMPLE = "in-sample calibration points (fitted to)"
@@ -313,3 +313,27 @@ def rejected_people_table(rej: pd.DataFrame) -> PeopleTable:
     return people_table(rej, {"engine": "engine", "gpu": "GPU", "key": "curve", "reason": "why it was rejected"},
                         caption="Curves rejected as not the engine's production kernel (the engine-neutral curve "
                                 "prices those kernels)")
+
+
+def sampler_figure(df: pd.DataFrame, *, band_pct: float = 15.0, title: str | None = None) -> go.Figure:
+    """Error of the rows that sampled with vLLM's sort-based top-k/top-p (:func:`~..sweeps.fidelity.sampler_effect`)
+    against batch size: with the sampler priced and with it left out, the ±``band_pct`` band shaded."""
+    fig = go.Figure()
+    if not len(df):
+        return base(fig, title or "No validation row samples with the sort-based sampler")
+    x = df["batch"].astype(float)
+    lo, hi = float(x.min()) / 1.5, float(x.max()) * 1.5
+    fig.add_trace(go.Scatter(x=[lo, hi, hi, lo], y=[-band_pct, -band_pct, band_pct, band_pct], fill="toself",
+                             mode="lines", line=dict(width=0), fillcolor="rgba(120,120,120,0.12)",
+                             name=band_name(band_pct), hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[0, 0], mode="lines", line=dict(color="#444", dash="dash", width=1),
+                             name="predicted = measured", hoverinfo="skip"))
+    hover = [f"{r.id}<br>{r.model} on {r.gpu}, batch {r.batch}" for r in df.itertuples()]
+    for col, name, color, symbol in (("error_fused_pct", "sampler left out", "#bbbbbb", "circle-open"),
+                                     ("error_pct", "sort-based sampler priced", "#1f77b4", "circle")):
+        fig.add_trace(go.Scatter(x=x, y=df[col], mode="markers", name=name, text=hover,
+                                 marker=dict(color=color, symbol=symbol, size=9, line=dict(width=1.5, color=color)),
+                                 hovertemplate="%{text}<br>error %{y:+.1f}%<extra></extra>"))
+    fig.update_xaxes(type="log", range=[math.log10(lo), math.log10(hi)], title_text="decode batch (sequences)")
+    fig.update_yaxes(title_text="error: predicted / measured − 1 (%)")
+    return base(fig, title or "vLLM 0.11.1's sort-based top-p sampler, priced and left out")

@@ -32,7 +32,8 @@ from ..models.kernels import Curve, gemm_work, moe_block_work
 from . import preset_param
 
 __all__ = ["RUNTIMES", "CALIBRATION_CSV", "CALIBRATION_ENGINE", "ENGINES", "ENGINE_LABELS", "KIND_LABELS",
-           "SIZE_CLASSES", "runtime_label", "runtime_choices", "accuracy_table", "accuracy_summary", "category_errors", "not_modelled",
+           "SIZE_CLASSES", "runtime_label", "runtime_choices", "accuracy_table", "accuracy_summary", "sampler_effect",
+           "category_errors", "not_modelled",
            "ranking_pairs", "KernelData", "CurveTables", "kernel_data", "gemm_curves", "moe_curves",
            "decode_attention_curves", "allreduce_curves", "curve_errors", "curve_catalog", "rejected_curves", "fit_error_pivot",
            "check_notebook_parameters"]
@@ -128,6 +129,23 @@ def accuracy_summary(acc: pd.DataFrame, *, band_pct: float = 15.0) -> pd.DataFra
                     "in_sample_median_abs_error_pct": float(ins["abs_error_pct"].median()),
                     "in_sample_max_abs_error_pct": float(ins["abs_error_pct"].max())})
     return pd.DataFrame(out)
+
+
+def sampler_effect(choice: str = "engine") -> pd.DataFrame:
+    """The validation rows whose source sampled with vLLM's sort-based top-k/top-p (``sampler == "torch_sort"``,
+    docs/models.md §1.1b), priced both ways under runtime ``choice``: columns id, model, gpu, batch,
+    ``error_pct`` (with the sampler, as the accuracy table prices them) and ``error_fused_pct`` (the same rows
+    with the sampler left out), modelled rows only, by batch."""
+    choice = _runtime_choice("choice", choice)
+    rows = validate.load()
+    if "sampler" not in rows.columns:
+        return pd.DataFrame(columns=["id", "model", "gpu", "batch", "error_pct", "error_fused_pct"])
+    rows = rows[rows["sampler"].fillna("") == "torch_sort"]
+    with_ = validate.evaluate(choice, rows).set_index("id")
+    without = validate.evaluate(choice, rows.assign(sampler="")).set_index("id")
+    out = with_[["model", "gpu", "batch", "error_pct"]].assign(error_fused_pct=without["error_pct"])
+    ok = (with_["status"] == "ok") & (without["status"] == "ok")
+    return out[ok].reset_index().sort_values(["batch", "id"], kind="stable").reset_index(drop=True)
 
 
 def category_errors(acc: pd.DataFrame, choices=None) -> pd.DataFrame:

@@ -8,7 +8,6 @@ import yaml
 
 from llmexplore import presets, validate
 from llmexplore.findings import num
-from llmexplore.nbtools import cell_durations
 
 #: median |error| [%] over the representable validation rows, per runtime choice (engine-matched curve presets,
 #: engine-neutral curves, the scalar pre-curve model), when this test was written (52 rows in data/validation/e2e.csv,
@@ -83,9 +82,22 @@ def test_the_report_states_the_headline_numbers_in_words(run, rec):
     assert f"the model tells {r['resolved']} of them apart and orders {r['agrees']} correctly" in text
 
 
-def test_five_figures_and_fast(run):
+def test_six_figures(run):
+    """The figures are there (how long the notebook takes is not asserted: no wall-clock assertion belongs in make
+    test; the stall guard of tests/notebooks/conftest.py still fails a cell that hangs)."""
     nb = nbformat.read(run[0], as_version=4)
     figures = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(figures) == 5
-    total = sum(d for _, d in cell_durations(run[0]))
-    assert total < 30, f"the notebook took {total:.1f} s of cell time (aim: under 20 s)"
+    assert len(figures) == 6
+
+
+def test_the_sampler_effect_is_recorded_and_said(run, rec):
+    """The 28 ML.ENERGY rows (vLLM 0.11.1, top-p sampling) priced with and without the sort-based sampler: their
+    median error at batch >= 64 is -18.3% without it and -4.5% with it (tests/unit/test_sampler.py pins why)."""
+    from llmexplore import findings, sweeps
+
+    effect = sweeps.fidelity.sampler_effect("engine")
+    got = rec["sampler_effect"]
+    assert got["rows"] == len(effect) == 28
+    assert got["high_batch_left_out_pct"] == pytest.approx(-18.3, abs=0.3)
+    assert got["high_batch_priced_pct"] == pytest.approx(-4.5, abs=0.3)
+    assert findings.fidelity.sampler_sentence(effect) in _said(run[0])

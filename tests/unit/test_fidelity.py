@@ -317,3 +317,25 @@ def test_notebook_parameters():
                          (dict(MARGIN_PCT=-1), "MARGIN_PCT"), (dict(GPU="a100"), "GPU must name a preset")):
         with pytest.raises(SpecError, match=message):
             check({**DEFAULTS, **bad})
+
+
+def test_sampler_effect_table_and_figure():
+    import pandas as pd
+
+    from llmexplore import plots, sweeps
+    from llmexplore.findings import fidelity as ff
+
+    effect = sweeps.fidelity.sampler_effect("engine")
+    assert len(effect) == 28 and effect.id.str.startswith("mle-").all()
+    assert list(effect.columns) == ["id", "model", "gpu", "batch", "error_pct", "error_fused_pct"]
+    assert (effect.batch.diff().dropna() >= 0).all()
+    # the sort only adds time, so every row's prediction rises: its error is above the one without it
+    assert (effect.error_pct > effect.error_fused_pct).all()
+    fig = plots.fidelity.sampler_figure(effect, title=ff.sampler_sentence(effect, short=True))
+    names = [t.name for t in fig.data]
+    assert "sort-based sampler priced" in names and "sampler left out" in names and "±15% band" in names
+    assert fig.layout.xaxis.title.text == "decode batch (sequences)" and "%" in fig.layout.yaxis.title.text
+    assert "−18.3% left out, −4.45% priced" in fig.layout.title.text
+    empty = effect.iloc[:0]
+    assert "No validation row" in plots.fidelity.sampler_figure(empty).layout.title.text
+    assert ff.sampler_sentence(pd.DataFrame(columns=effect.columns)).startswith("No validation row")

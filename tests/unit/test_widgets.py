@@ -419,18 +419,17 @@ def test_transfer_explorer_reports_a_layout_the_planner_refuses(kv_app):
                                "llama-3-70b (8)")
 
 
-def test_transfer_explorer_redraws_fast():
-    import time
-
+def test_transfer_explorer_redraws_on_every_control():
+    """Each control recomputes and redraws (a new parameter set each time: computed, not remembered). How fast
+    is measured by benchmarks/bench_explorers.py (about 40 ms on a 2-core machine), not asserted here: no
+    wall-clock assertion belongs in make test."""
     app = widgets.transfer.transfer_explorer()
-    times = []
+    start = [f.to_json() for f in app.figures.values()]
     for name, value in (("decode_tp", 8), ("page_size", 32), ("model", "qwen3-32b"), ("prefill_dp", 2),
                         ("decode_dp", 2), ("kv_dtype", "fp8"), ("link", "ib-ndr400")):
-        t0 = time.perf_counter()
-        app.controls[name].value = value  # a new parameter set each time: computed, not remembered
-        times.append(time.perf_counter() - t0)
-    assert "Cannot evaluate" not in app.status_text
-    assert sorted(times)[len(times) // 2] < 0.25, times  # about 40 ms on a 2-core machine
+        app.controls[name].value = value
+        assert "Cannot evaluate" not in app.status_text, name
+    assert [f.to_json() for f in app.figures.values()] != start
 
 
 # --------------------------------------------------------------------------------------------------
