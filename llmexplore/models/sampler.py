@@ -43,10 +43,27 @@ TORCH_SORT_CSV = "kernels/vllm_topk_topp_torch.csv"
 BOOTSTRAP_SEED = 20250215  # fixed: draw i of the bootstrap is the same in every process
 
 
+def _csv_path() -> Path:
+    return Path(presets.DATA_DIR) / TORCH_SORT_CSV
+
+
+def _stamp(path: Path) -> float:
+    """The file's modification time (0 if it cannot be read): cache key, so an edited table is re-read."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def torch_sort_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(batch rows, vocab, measured ms) of the PyTorch sort-based top-k/top-p micro-benchmarks
+    (``data/kernels/vllm_topk_topp_torch.csv``, re-read when the file changes)."""
+    path = _csv_path()
+    return _read_table(str(path), _stamp(path))
+
+
 @functools.cache
-def torch_sort_table(data_dir: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(batch rows, vocab, measured ms) of the PyTorch sort-based top-k/top-p micro-benchmarks."""
-    path = Path(data_dir or presets.DATA_DIR) / TORCH_SORT_CSV
+def _read_table(path: str, stamp: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     with open(path, encoding="utf-8") as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     b = np.array([float(r["batch"]) for r in rows])
@@ -62,16 +79,21 @@ def _fit(b: np.ndarray, v: np.ndarray, ms: np.ndarray) -> tuple[float, float]:
     return float(t0_ms) * 1e-3, float(c_ms) * 1e-3
 
 
-@functools.cache
 def torch_sort_params(draw: int = 0) -> tuple[float, float]:
     """(t0 [s], c [s per logit]) of the sort-based sampler: the fit (draw 0), or the fit to the i-th bootstrap
     resample of the measured rows (draw i >= 1, the kernel draws of models/uncertainty.py). Both parameters are
     kept positive (a resample without large rows cannot pin c; it then keeps the fit's value)."""
-    b, v, ms = torch_sort_table()
+    path = _csv_path()
+    return _params(str(path), _stamp(path), int(draw))
+
+
+@functools.cache
+def _params(path: str, stamp: float, draw: int) -> tuple[float, float]:
+    b, v, ms = _read_table(path, stamp)
     t0, c = _fit(b, v, ms)
     if draw <= 0:
         return t0, c
-    rng = np.random.default_rng([BOOTSTRAP_SEED, int(draw)])
+    rng = np.random.default_rng([BOOTSTRAP_SEED, draw])
     idx = rng.integers(0, len(ms), len(ms))
     bt0, bc = _fit(b[idx], v[idx], ms[idx])
     return (bt0 if bt0 > 0 else t0), (bc if bc > 0 else c)

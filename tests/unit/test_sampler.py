@@ -142,3 +142,24 @@ def test_prefill_and_pd_take_the_sampler(capsys, command):
     else:
         assert docs["torch_sort"]["colocated"]["tpot_p99_ms"] > docs["fused"]["colocated"]["tpot_p99_ms"]
         assert docs["torch_sort"]["disaggregated"]["tpot_p99_ms"] > docs["fused"]["disaggregated"]["tpot_p99_ms"]
+
+
+def test_an_edited_table_is_read_again(tmp_path, monkeypatch):
+    """The fit follows the CSV (a user's own micro-benchmarks): cached on the file's modification time, not for
+    the life of the process."""
+    import os
+    import shutil
+
+    from llmexplore.models import sampler
+
+    data = tmp_path / "data"
+    shutil.copytree(presets.DATA_DIR / "kernels", data / "kernels")
+    monkeypatch.setattr(presets, "DATA_DIR", data)
+    before = torch_sort_params(0)
+    assert before == pytest.approx(sampler._fit(*torch_sort_table()))
+    csv_path = data / TORCH_SORT_CSV
+    text = csv_path.read_text().replace("33538,topp_whole,1024,32768,4.236", "33538,topp_whole,1024,32768,8.472")
+    csv_path.write_text(text)
+    os.utime(csv_path, (1e9, 1e9))  # a different modification time, whatever the clock's resolution
+    after = torch_sort_params(0)
+    assert after != before and after[1] > before[1]
