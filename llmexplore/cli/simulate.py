@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from ._framework import EXIT_OK, Checked, Col, format_table, int_in, number_in, preset_name, print_json, text_value
+from ._framework import (EXIT_OK, Checked, Col, format_table, int_in, number_in, preset_name, print_json,
+                         sampler_option, text_value)
 
 __all__ = ["add", "run", "FLAGS"]
 
 FLAGS = {"rate_per_s": "--rate", "concurrency": "--concurrency", "requests": "--requests", "isl": "--isl",
          "osl": "--osl", "isl_sigma": "--isl-sigma", "osl_sigma": "--osl-sigma", "seed": "--seed",
-         "runtime": "--runtime", "config": "--config", "trace": "--trace", "prefix_ratio": "--prefix-ratio"}
+         "runtime": "--runtime", "config": "--config", "trace": "--trace", "prefix_ratio": "--prefix-ratio",
+         "sampler": "--sampler"}
 
 STAT_COLS = [Col("metric", "metric"), Col("mean", "mean ms", ".4g"), Col("p50", "p50 ms", ".4g"),
              Col("p90", "p90 ms", ".4g"), Col("p99", "p99 ms", ".4g")]
@@ -52,6 +54,7 @@ def add(sub) -> None:
                    help="random seed (default: 0)")
     p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
                    help="runtime preset (default: default)")
+    sampler_option(p)
     p.add_argument("--json", action="store_true",
                    help='JSON: {"summary": {ttft/tpot/itl/e2e _mean/_p50/_p90/_p99 _ms, throughput, ...}, '
                         '"cdf": {"ttft_ms": [...], ...}, "quantiles": [...], "config", "inputs"}')
@@ -110,7 +113,7 @@ def run(args) -> int:
     out = sp.simulate_config(cfg, isl=args.isl, osl=args.osl, rate_per_s=args.rate, concurrency=args.concurrency,
                              n_requests=args.requests, runtime=args.runtime, isl_sigma=args.isl_sigma,
                              osl_sigma=args.osl_sigma, seed=args.seed, trace=args.trace,
-                             prefix_ratio=args.prefix_ratio)
+                             prefix_ratio=args.prefix_ratio, sampler=args.sampler)
     s = out["summary"]
     summ = {(k[:-2] + "_ms" if k.endswith("_s") and k != "makespan_s" else k):
             (v * 1e3 if k.endswith("_s") and k != "makespan_s" else v) for k, v in s.items()}
@@ -119,7 +122,7 @@ def run(args) -> int:
                     "inputs": {"isl": args.isl, "osl": args.osl, "rate": args.rate, "concurrency": args.concurrency,
                                "requests": args.requests, "isl_sigma": args.isl_sigma, "osl_sigma": args.osl_sigma,
                                "trace": args.trace, "prefix_ratio": args.prefix_ratio,
-                               "seed": args.seed, "runtime": args.runtime}})
+                               "seed": args.seed, "runtime": args.runtime, "sampler": args.sampler}})
         return EXIT_OK
     load = (f"{args.rate:g} req/s (Poisson)" if args.rate is not None else f"concurrency {args.concurrency}"
             if args.concurrency is not None else f"the arrivals of {args.trace}")

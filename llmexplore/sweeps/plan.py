@@ -650,12 +650,13 @@ def check_config(cfg) -> dict:
 def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None = None,
                     concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
                     isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
-                    prefix_ratio: float = 0.0) -> dict:
+                    prefix_ratio: float = 0.0, sampler: str = "fused") -> dict:
     """Simulate one configuration (:func:`config_of` form) under Poisson arrivals at ``rate_per_s``, a
     closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
     :func:`..models.workload.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
     size the step tables' context); lengths fixed or lognormal (median ``isl``/``osl`` and log-sd); a share
-    ``prefix_ratio`` of each prompt is a cached shared prefix.
+    ``prefix_ratio`` of each prompt is a cached shared prefix; ``sampler`` is ``Deployment.sampler`` of every
+    side (docs/models.md §1.1b).
 
     Returns ``summary`` (the simulator's: mean/p50/p90/p99 of TTFT, TPOT, ITL and E2E [s], throughput,
     preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
@@ -692,7 +693,8 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
         ep = s.get("ep")
         ep = int(ep) if moe and ep is not None and int(ep) != int(s["ranks"]) else None
         return Deployment.build(cfg["model"], cfg["gpu"], int(s["ranks"]), runtime=runtime,
-                                weight_dtype=cfg["weight_dtype"], kv_dtype=cfg["kv_dtype"], moe_ep=ep)
+                                weight_dtype=cfg["weight_dtype"], kv_dtype=cfg["kv_dtype"], moe_ep=ep,
+                                sampler=sampler)
 
     if cfg["mode"] == "colocated":
         s = _side(cfg, "colocated")
