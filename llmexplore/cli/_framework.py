@@ -320,13 +320,12 @@ def band_option(p, *, default: bool) -> None:
 
 def sampler_option(p) -> None:
     """``--sampler``: how each step samples its tokens (``Deployment.sampler``, docs/models.md §1.1b)."""
-    from ..models.sampler import SAMPLERS
+    from ..models.sampler import SAMPLER_INFO, SAMPLERS
 
     rule = one_of(SAMPLERS)
+    what = "; ".join(f"{k}: {SAMPLER_INFO[k]}" for k in SAMPLERS)
     p.add_argument("--sampler", default="fused", action=Checked, check=rule, metavar="S",
-                   help=f"how each step samples its tokens, {rule.rule}: fused (one fused top-k/top-p or greedy "
-                        "kernel, not priced) or torch_sort (vLLM 0.11.1-0.20's PyTorch sort of the whole logits "
-                        "tensor when requests set top_p or top_k) (default: fused)")
+                   help=f"how each step samples its tokens, {rule.rule} ({what}) (default: fused)")
 
 
 def dtype_runtime_options(p) -> None:

@@ -18,7 +18,8 @@ from . import join, num
 
 __all__ = ["how", "with_", "pct", "accuracy_sentence", "in_sample_sentence", "category_sentence", "gemm_sentence",
            "moe_sentence", "attention_sentence", "allreduce_sentence", "fit_error_sentence", "cause",
-           "weakest_sentence", "interference_sentence", "sampler_sentence", "not_modelled_sentence",
+           "weakest_sentence", "interference_sentence", "sampler_headline", "sampler_sentence",
+           "not_modelled_sentence",
            "ranking_sentence", "recap_sentence",
            "CAUSES", "SHORT_CAUSES", "NO_CAUSE", "HIGH_BATCH"]
 
@@ -292,21 +293,32 @@ def interference_sentence(acc: pd.DataFrame, runtime: str, *, high_batch: int = 
             "other requests' prefills and vLLM's per-sequence host work, which the step model does not price.")
 
 
+def sampler_headline(effect: pd.DataFrame, *, high_batch: int = HIGH_BATCH) -> dict:
+    """The headline of :func:`~llmexplore.sweeps.fidelity.sampler_effect`: ``rows``, and for the rows at
+    ``high_batch`` and above (``high_*``) and below (``low_*``) their count and median error [%] with the sampler
+    left out (``*_left_out_pct``) and priced (``*_priced_pct``); NaN where a side has no row."""
+    out = {"rows": int(len(effect))}
+    for side, d in (("high", effect[effect["batch"] >= high_batch]), ("low", effect[effect["batch"] < high_batch])):
+        out[f"{side}_rows"] = int(len(d))
+        out[f"{side}_left_out_pct"] = float(d["error_fused_pct"].median()) if len(d) else float("nan")
+        out[f"{side}_priced_pct"] = float(d["error_pct"].median()) if len(d) else float("nan")
+    return out
+
+
 def sampler_sentence(effect: pd.DataFrame, *, high_batch: int = HIGH_BATCH, short: bool = False) -> str:
     """What pricing vLLM's sort-based sampler changed on the rows that used it
     (:func:`~llmexplore.sweeps.fidelity.sampler_effect`): their median error at ``high_batch`` and above and
-    below, left out and priced."""
+    below, left out and priced (:func:`sampler_headline`)."""
     if not len(effect):
         return "No validation row samples with vLLM's sort-based top-k/top-p."
-    hi, lo = effect[effect["batch"] >= high_batch], effect[effect["batch"] < high_batch]
+    h = sampler_headline(effect, high_batch=high_batch)
     if short:
-        left, priced = pct(hi["error_fused_pct"].median(), sign=True), pct(hi["error_pct"].median(), sign=True)
-        return f"Sort-based sampler: median error at batch ≥ {high_batch} {left} left out, {priced} priced"
-    parts = []
-    for d, where in ((hi, f"at batch {high_batch} and above"), (lo, f"below batch {high_batch}")):
-        if len(d):
-            parts.append(f"{where} ({len(d)} rows) from {pct(d['error_fused_pct'].median(), sign=True)} to "
-                         f"{pct(d['error_pct'].median(), sign=True)}")
+        return (f"Sort-based sampler: median error at batch ≥ {high_batch} {pct(h['high_left_out_pct'], sign=True)} "
+                f"left out, {pct(h['high_priced_pct'], sign=True)} priced")
+    parts = [f"{where} ({h[f'{side}_rows']} rows) from {pct(h[f'{side}_left_out_pct'], sign=True)} to "
+             f"{pct(h[f'{side}_priced_pct'], sign=True)}"
+             for side, where in (("high", f"at batch {high_batch} and above"), ("low", f"below batch {high_batch}"))
+             if h[f"{side}_rows"]]
     return (f"Pricing the sort of the whole logits tensor that vLLM 0.11.1 runs for top-p requests moves the "
             f"median error of the {len(effect)} rows that sampled that way " + " and ".join(parts) + ": it grows "
             "with batch × vocabulary, so it was most of what the model missed at high batch.")

@@ -339,7 +339,8 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
 
     Returns arrays ``step_s`` = ``attention_s`` (projections, attention core, its norm) + ``ffn_s`` (dense FFN
     and MoE kernels) + ``head_s`` (embedding and LM head kernels, and with ``dep.sampler = "torch_sort"`` the
-    sampler's sort) + ``comm_s`` (every collective) + ``overhead_s`` (fixed per-step), plus ``core_s`` (attention-core kernels only) and ``tokens_per_s``;
+    sampler's sort) + ``comm_s`` (every collective) + ``overhead_s`` (fixed per-step), plus ``core_s``
+    (attention-core kernels only) and ``tokens_per_s``;
     finer parts ``ffn_dense_s`` + ``ffn_moe_s`` = ``ffn_s`` and ``comm_attn_s`` + ``comm_ffn_dense_s`` +
     ``comm_ffn_moe_s`` + ``comm_head_s`` = ``comm_s``. With ``dep.two_batch_overlap`` (DPA, alltoall)
     ``comm_ffn_moe_s`` is the exposed part of the MoE all-to-all and ``comm_hidden_s`` the part hidden under

@@ -424,14 +424,14 @@ def colocated_from_tables(dec: DecodeSide, t_mix: np.ndarray, wl: Workload, lam_
     ttft = np.where(fits, w + service, np.inf)
     # the inter-token tail: a mixed iteration once more than 1 - percentile of the steps carry a chunk
     tail = np.where(frac_mixed > 1.0 - wl.percentile, mix(pct_b), dec.tpot_s(pct_b))
-    tpot = np.where(fits, tail, np.inf)
+    itl = np.where(fits, tail, np.inf)
     # per-request TPOT (a request's decode time / its tokens): the decode steps at the batch percentile plus
     # the mixed steps it sits through, a Poisson count with mean lam n_ch (OSL t_avg) (each arrival during
     # its decode lifetime brings n_ch chunk iterations), taken at its percentile (normal approximation)
     mu = np.where(np.isfinite(ta), lam_c * n_chunks(b) * wl.output_tokens * np.where(np.isfinite(ta), ta, 0.0), 0.0)
     extra = np.maximum(mix(b) - dec.tpot_s(b), 0.0) / wl.output_tokens
     tpot_req = dec.tpot_s(np.maximum(pct_b, 1.0)) + (mu + wl.z * np.sqrt(mu)) * extra
-    return {"ttft_s": ttft, "tpot_s": np.where(fits, tpot_req, np.inf), "itl_s": tpot,
+    return {"ttft_s": ttft, "tpot_s": np.where(fits, tpot_req, np.inf), "itl_s": itl,
             "tpot_mean_s": np.where(fits, ta, np.inf),
             "ttft_mean_s": np.where(fits, w_mean + service, np.inf), "decode_batch": hi,
             "batch_pct": pct_b, "mixed_fraction": frac_mixed, "prefill_service_s": service}

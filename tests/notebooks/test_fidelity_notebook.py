@@ -97,7 +97,9 @@ def test_the_sampler_effect_is_recorded_and_said(run, rec):
 
     effect = sweeps.fidelity.sampler_effect("engine")
     got = rec["sampler_effect"]
-    assert got["rows"] == len(effect) == 28
-    assert got["high_batch_left_out_pct"] == pytest.approx(-18.3, abs=0.3)
-    assert got["high_batch_priced_pct"] == pytest.approx(-4.5, abs=0.3)
+    assert got == pytest.approx(findings.fidelity.sampler_headline(effect))
+    assert got["rows"] == len(effect) == 28 and (got["high_rows"], got["low_rows"]) == (11, 17)
+    assert got["high_left_out_pct"] == pytest.approx(-18.3, abs=0.3)
+    assert got["high_priced_pct"] == pytest.approx(-4.5, abs=0.3)
+    assert got["low_left_out_pct"] == pytest.approx(-4.6, abs=0.3) and abs(got["low_priced_pct"]) < 1.5
     assert findings.fidelity.sampler_sentence(effect) in _said(run[0])
