@@ -11,7 +11,11 @@ import pytest
 
 from llmexplore.report import build_reports
 
-pytestmark = pytest.mark.notebooks  # builds the reports, so it runs kernels too
+#: builds the reports, so it runs kernels too. The session's report build (every notebook, in the setup of the
+#: first test here) gets a hang guard of its own instead of the suite's 300 s per test: on a shared 2-core machine
+#: with another CPU-bound process it took longer than 300 s (each cell still has its 120 s timeout and the stall
+#: guard of tests/notebooks/conftest.py)
+pytestmark = [pytest.mark.notebooks, pytest.mark.timeout(1800)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "explorer_fixture.ipynb"
