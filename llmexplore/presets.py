@@ -141,6 +141,16 @@ def _parsed(path: Path, stamp: tuple[int, int]) -> dict:
     return _read_yaml(path)
 
 
+def data_file(rel: str) -> tuple[str, float]:
+    """(path, modification time) of a file under DATA_DIR: the pair a table reader caches on, so that an edited
+    table is read again. The time is 0 if the file cannot be read (the reader then names the error)."""
+    path = Path(DATA_DIR) / rel
+    try:
+        return str(path), path.stat().st_mtime
+    except OSError:
+        return str(path), 0.0
+
+
 def _read_cached(path: Path) -> dict:
     try:
         st = path.stat()

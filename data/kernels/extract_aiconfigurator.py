@@ -97,6 +97,22 @@ NCCL = dict(
 
 ELEM_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "fp16": 2, "int8": 1, "fp8": 1, "float32": 4}
 
+# DeepEP low-latency (LL) dispatch/combine kernel times (SGLang's WideEP collectors), one CSV for every GPU.
+# (aiconfigurator system dir, llmexplore GPU, version dir, node_num kept, EP ranks per node): single-node
+# tables from the newest collection of each GPU (the collector uses the whole node: 8 GPUs, 4 on GB200);
+# the multi-node rows (2/4/8 nodes of 8 GPUs) exist only in H100's 0.5.6.post2 table. H200's 0.5.6.post2
+# table is the same numbers with another device label (checked below), so it is not a second measurement.
+DEEPEP_LL = [
+    ("h100_sxm", "h100-sxm", "0.5.12", "single", 8),
+    ("h200_sxm", "h200", "0.5.12", "single", 8),
+    ("b200_sxm", "b200", "0.5.12", "single", 8),
+    ("gb200", "gb200", "0.5.12", "single", 4),
+    ("h100_sxm", "h100-sxm", "0.5.6.post2", "multi", 8),
+]
+DEEPEP_LL_COPIES = [("h200_sxm", "0.5.6.post2", "h100_sxm", "0.5.6.post2")]
+DEEPEP_LL_CSV = "aic_deepep_ll.csv"
+DEEPEP_LL_FILE = "wideep_deepep_ll_perf.parquet"
+
 
 def vkey(v: str):
     """Sort key for engine versions such as 1.3.0rc20, 0.5.6.post2, 2.27.3 (pre-releases sort first)."""
@@ -207,6 +223,52 @@ def extract_one(path: Path, spec: dict, extra_cols: tuple[str, ...] = ()) -> tup
     return out, info
 
 
+def extract_deepep_ll(core: Path, version: str, out: Path) -> list[tuple]:
+    """Write data/kernels/aic_deepep_ll.csv (every DeepEP LL table of :data:`DEEPEP_LL`); provenance rows."""
+    data = core / "systems" / "data"
+    cols = ["hidden_size", "num_topk", "num_experts", "num_token", "dispatch_avg_t_us", "dispatch_bandwidth_gbps",
+            "combine_avg_t_us", "combine_bandwidth_gbps"]
+    for gdir, ver, other, over in DEEPEP_LL_COPIES:
+        a = pd.read_parquet(data / gdir / "comm" / "sglang" / ver / DEEPEP_LL_FILE)
+        b = pd.read_parquet(data / other / "comm" / "sglang" / over / DEEPEP_LL_FILE)
+        key = ["node_num"] + cols
+        same = a[key].sort_values(key).reset_index(drop=True).equals(b[key].sort_values(key).reset_index(drop=True))
+        if not same:
+            sys.exit(f"{gdir}/{ver} is no longer a copy of {other}/{over}: add it to DEEPEP_LL")
+    frames, prov = [], []
+    for gdir, gpu, ver, nodes, per_node in DEEPEP_LL:
+        path = data / gdir / "comm" / "sglang" / ver / DEEPEP_LL_FILE
+        raw = pd.read_parquet(path)
+        raw = raw[raw["node_num"] == 1] if nodes == "single" else raw[raw["node_num"] > 1]
+        df = pd.DataFrame({"gpu": gpu, "version": ver, "device": raw["device"].astype(str),
+                           "nodes": raw["node_num"].astype(int), "ep": raw["node_num"].astype(int) * per_node})
+        for c in cols:
+            df[c] = raw[c].to_numpy()
+        frames.append(df)
+        rel = path.relative_to(core.parent).as_posix()
+        prov.append((DEEPEP_LL_CSV, "deepep_ll", gpu, "sglang",
+                     {"engine_version": ver, "rows": len(df), "filtered_rows": len(df),
+                      "source_rows": len(pd.read_parquet(path)), "stride": 1}, rel, sha256(path), list(df.columns)))
+    df = pd.concat(frames, ignore_index=True).rename(columns={
+        "hidden_size": "hidden", "num_topk": "topk", "num_experts": "experts", "num_token": "tokens",
+        "dispatch_avg_t_us": "dispatch_us", "dispatch_bandwidth_gbps": "dispatch_GBps",
+        "combine_avg_t_us": "combine_us", "combine_bandwidth_gbps": "combine_GBps"})
+    df = df.sort_values(["gpu", "version", "nodes", "hidden", "experts", "topk", "tokens"], kind="mergesort")
+    header = (f"# source: aiconfigurator_core {version} (Apache-2.0, NVIDIA) systems/data/<gpu>/comm/sglang/<version>/"
+              f"{DEEPEP_LL_FILE} (SGLang WideEP collectors, DeepEP low-latency kernels); files and sha256 in README.md\n"
+              "# timed: Kineto GPU time of DeepEP's low-latency dispatch (FP8 with 1x128 scales) and combine (BF16) kernels "
+              "(collector/wideep/sglang/deepep, return_recv_hook False), rank 0; tokens = tokens per rank; GBps = the "
+              "benchmark's bytes / time, bytes = routed selections (a few are masked at random) x bytes per selection\n"
+              "# ep = nodes x GPUs per node (8; 4 on GB200, whose collector uses the whole 4-GPU node); the multi-node rows "
+              "are H100's 0.5.6.post2 collection (2/4/8 nodes, 400 Gb/s InfiniBand per GPU by aiconfigurator's h100_sxm "
+              "system file), the single-node rows each GPU's 0.5.12 collection\n")
+    buf = io.StringIO()
+    df.to_csv(buf, index=False, lineterminator="\n", float_format="%.6g")
+    (out / DEEPEP_LL_CSV).write_text(header + buf.getvalue())
+    print(f"{DEEPEP_LL_CSV:55s} {len(df):6d} rows")
+    return prov
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("source", type=Path, help="site-packages dir, aiconfigurator_core package dir, or aiconfigurator_core wheel")
@@ -243,6 +305,7 @@ def main() -> None:
             (args.out / name).write_text(header + buf.getvalue())
             rows.append((name, cls, GPUS[gpu], eng, info, rel, sha256(p), list(df.columns)))
             print(f"{name:55s} {info['rows']:6d} rows (stride {info['stride']}) <- {rel}")
+        rows.extend(extract_deepep_ll(core, version, args.out))
     table = ["| CSV | class | GPU | engine (version) | rows kept / after filters / in source | stride | source file in aiconfigurator_core " + version + " | sha256 |",
              "|---|---|---|---|---|---|---|---|"]
     for name, cls, gpu, eng, info, rel, digest, cols in rows:

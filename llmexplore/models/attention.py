@@ -41,7 +41,8 @@ import numpy as np
 
 from .. import _check
 from ..errors import SpecError
-from .collectives import allgather_s, allreduce_s, alltoall_s, deepep_normal_s, reducescatter_s
+from .collectives import (DEEPEP_LL_OPS, allgather_s, allreduce_s, alltoall_s, deepep_ll_s, deepep_normal_s,
+                          reducescatter_s)
 from .sampler import sampler_s
 from .engine import (EMB_BYTES, LAYOUT_INFO, LAYOUTS, LOGIT_BYTES, MAX_BATCH, MAX_CONTEXT,  # noqa: F401
                      PREFILL_QUERY_TOKENS, Deployment, check_batch_context, check_layout, elementwise_s, gemm_s,
@@ -290,7 +291,9 @@ def deepep_layer_s(dep: Deployment, n_tok, q) -> np.ndarray:
 
     ``n_tok`` tokens leave the rank, each to its k experts on the T EP ranks (uniform routing). Decode steps
     (``q`` < PREFILL_QUERY_TOKENS query tokens per sequence) use the low-latency kernels, which send one copy per
-    routed expert: all-to-alls of n k H bytes (FP8 dispatch when the weights are quantised, BF16 combine). Prefill
+    routed expert (FP8 dispatch when the weights are quantised, BF16 combine), priced by their measured kernel
+    curves, a + n k bytes / B (:func:`~.collectives.deepep_ll_s`), or, on a GPU without them (MI300X), as
+    all-to-alls of n k H bytes at the links' latency and bandwidth. Prefill
     steps use the normal kernels (:func:`~.collectives.deepep_normal_s`): across nodes a token is sent once per
     distinct destination node, its own included (E[d] of :func:`~.routing.distinct_ranks_uniform` over the N
     nodes, each holding E/N experts: 3.61 of DeepSeek-V3's 8 experts on 4 nodes), inside one node once per
@@ -299,9 +302,16 @@ def deepep_layer_s(dep: Deployment, n_tok, q) -> np.ndarray:
     modelled (uniform routing over all experts, an upper bound on the copies)."""
     m, T, ba, fab = dep.model, dep.ranks, dep.b_a, dep.fabric
     H, E, k = m.hidden, m.routed_experts, m.experts_per_token
-    pairs_B = n_tok * k * H
-    low_latency = (alltoall_s(pairs_B * (1.0 if dep.b_w < 2.0 else ba), T, fab)
-                   + alltoall_s(pairs_B * ba, T, fab))
+    fp8 = dep.b_w < 2.0
+    sel = np.asarray(n_tok, dtype=float) * k
+    draw = dep.runtime.kernel_draw
+    ll = [deepep_ll_s(op, sel, H, T, dep.hardware.name, fab, fp8=fp8, draw=draw)
+          for op in DEEPEP_LL_OPS]
+    if ll[0] is not None and ll[1] is not None:
+        low_latency = ll[0] + ll[1]
+    else:
+        pairs_B = sel * H
+        low_latency = (alltoall_s(pairs_B * (1.0 if fp8 else ba), T, fab) + alltoall_s(pairs_B * ba, T, fab))
     qa = np.asarray(q, dtype=float)
     if not np.any(qa >= PREFILL_QUERY_TOKENS):
         return low_latency

@@ -14,7 +14,10 @@ Dispatch / combine
     published bandwidths equal tokens x k x bytes / latency). Dispatch sends FP8 with 1x128 scales
     (H + 4H/128 B per token), combine BF16 (2H). Per GPU the intra-node leg uses the scale-up link, the
     inter-node leg the GPU's own NIC, the two legs overlap (DeepEP forwarding) and the busiest rank (send or
-    receive, expected bytes) sets the time; alpha as :func:`.collectives.alltoall_s`.
+    receive, expected bytes) sets the time; alpha as :func:`.collectives.alltoall_s`. Low-latency dispatch of a
+    DPA + EP deployment (tp = 1) on a GPU with measured kernel curves (:func:`.collectives.deepep_ll_params`:
+    H100, H200, B200, GB200) is instead a + N_loc k bytes x rho / B, rho the busiest rank's all-to-all time
+    per byte over that of uniform routing (1 without skew), a and B the kernels' fitted latency and bandwidth.
 Layouts (G = tp x ep GPUs, ``MoEDeployment``)
     * ep = 1, tp = G: pure TP. Attention, dense FFN and every expert are split over all G GPUs (an expert's
       intermediate I_e/G per GPU); every GPU processes every token; per layer one AllReduce after attention
@@ -61,7 +64,7 @@ from ..specs import Hardware, ModelSpec, Runtime
 from ..units import dtype_bytes
 from . import attention as att
 from . import eplb, routing, stats
-from .collectives import Fabric, allreduce_s, alpha_s
+from .collectives import DEEPEP_LL_OPS, Fabric, allreduce_s, alpha_s, deepep_ll_bytes_per_selection, deepep_ll_params
 from .engine import EMB_BYTES, Deployment, check_batch_context, elementwise_s, gemm_s, kernel_rates, resolve_deployment
 
 __all__ = ["MoEDeployment", "step_time", "expected_rank_shares", "memory_per_gpu", "dispatch_bytes_per_token",
@@ -342,6 +345,17 @@ def _a2a_alpha_s(md: MoEDeployment) -> float:
     return a
 
 
+def _low_latency_curves(md: MoEDeployment):
+    """((a, B) dispatch, (a, B) combine) of DeepEP's low-latency kernels for a DPA + EP deployment (tp = 1, one
+    GPU per EP rank, as the kernels were measured), or None: TP x EP groups, or a GPU without measured curves,
+    keep the link-based all-to-all."""
+    if md.tp != 1:
+        return None
+    draw = md.runtime.kernel_draw
+    ab = [deepep_ll_params(md.hardware.name, op, md.ep, md.fabric, draw) for op in DEEPEP_LL_OPS]
+    return None if any(x is None for x in ab) else tuple(ab)
+
+
 def step_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None) -> dict[str, np.ndarray]:
     """Decode step time of an MoE model on the worst GPU [s], by part, with skewed routing.
 
@@ -437,9 +451,17 @@ def step_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None) -> dic
         dist = st["hit"].sum(-1).mean(-1)
         u = st["hit"] if md.dispatch == "rank" else st["share"]
         unit = _a2a_unit_s(md, u).mean(-1)  # [...], per token per byte
-        alpha = _a2a_alpha_s(md)
-        dispatch = alpha + n_loc * dispatch_bytes_per_token(H) * unit
-        combine = alpha + n_loc * combine_bytes_per_token(H) * unit
+        ll = _low_latency_curves(md) if md.dispatch == "expert" else None
+        if ll is not None:  # DeepEP's measured low-latency curves; routing skew scales the busiest rank's bytes
+            ratio = unit / _a2a_unit_s(md, np.full(ep, k / ep))
+            fp8 = dtype_bytes(md.weight_dtype) < 2.0
+            (a_d, B_d), (a_c, B_c) = ll
+            dispatch = a_d + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "dispatch", fp8=fp8) / B_d
+            combine = a_c + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "combine") / B_c
+        else:
+            alpha = _a2a_alpha_s(md)
+            dispatch = alpha + n_loc * dispatch_bytes_per_token(H) * unit
+            combine = alpha + n_loc * combine_bytes_per_token(H) * unit
         allreduce = allreduce_s(n_loc * H * ba, tp, md.fabric)
     L_moe = m.moe_layers
     bc = lambda a: np.broadcast_to(np.asarray(a, dtype=float), out_shape)  # noqa: E731

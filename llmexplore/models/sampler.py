@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import functools
-from pathlib import Path
 
 import numpy as np
 
@@ -43,23 +42,10 @@ TORCH_SORT_CSV = "kernels/vllm_topk_topp_torch.csv"
 BOOTSTRAP_SEED = 20250215  # fixed: draw i of the bootstrap is the same in every process
 
 
-def _csv_path() -> Path:
-    return Path(presets.DATA_DIR) / TORCH_SORT_CSV
-
-
-def _stamp(path: Path) -> float:
-    """The file's modification time (0 if it cannot be read): cache key, so an edited table is re-read."""
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
 def torch_sort_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(batch rows, vocab, measured ms) of the PyTorch sort-based top-k/top-p micro-benchmarks
     (``data/kernels/vllm_topk_topp_torch.csv``, re-read when the file changes)."""
-    path = _csv_path()
-    return _read_table(str(path), _stamp(path))
+    return _read_table(*presets.data_file(TORCH_SORT_CSV))
 
 
 @functools.cache
@@ -83,8 +69,7 @@ def torch_sort_params(draw: int = 0) -> tuple[float, float]:
     """(t0 [s], c [s per logit]) of the sort-based sampler: the fit (draw 0), or the fit to the i-th bootstrap
     resample of the measured rows (draw i >= 1, the kernel draws of models/uncertainty.py). Both parameters are
     kept positive (a resample without large rows cannot pin c; it then keeps the fit's value)."""
-    path = _csv_path()
-    return _params(str(path), _stamp(path), int(draw))
+    return _params(*presets.data_file(TORCH_SORT_CSV), int(draw))
 
 
 @functools.cache

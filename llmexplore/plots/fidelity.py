@@ -122,6 +122,7 @@ AXES = {
     "grouped_gemm": ("tokens per expert (tokens × top-k / experts)", "useful FLOP/s (% of the dense peak)", None, True),
     "attention_decode": ("bytes the kernel reads (MB)", "achieved bandwidth (TB/s)", "datasheet HBM bandwidth", True),
     "all_reduce": ("message size (MB)", "latency (µs)", None, True),
+    "deepep_ll": ("bytes a rank sends (MB: tokens × top-k × bytes per copy)", "kernel time (µs)", None, True),
 }
 _SERIES_COLORS = {"small": "#1f77b4", "medium": "#ff7f0e", "large": "#2ca02c", "KV BF16": "#1f77b4",
                   "KV FP8": "#d62728", "2 GPUs": "#9467bd", "4 GPUs": "#8c564b", "8 GPUs": "#17becf"}

@@ -35,7 +35,8 @@ __all__ = ["RUNTIMES", "CALIBRATION_CSV", "CALIBRATION_ENGINE", "ENGINES", "ENGI
            "SIZE_CLASSES", "runtime_label", "runtime_choices", "accuracy_table", "accuracy_summary", "sampler_effect",
            "category_errors", "not_modelled",
            "ranking_pairs", "KernelData", "CurveTables", "kernel_data", "gemm_curves", "moe_curves",
-           "decode_attention_curves", "allreduce_curves", "curve_errors", "curve_catalog", "rejected_curves", "fit_error_pivot",
+           "decode_attention_curves", "allreduce_curves", "deepep_ll_curves", "curve_errors", "curve_catalog",
+           "rejected_curves", "fit_error_pivot",
            "check_notebook_parameters"]
 
 #: the runtime choices compared: each row's engine preset, the engine-neutral curves, the pre-curve model
@@ -474,6 +475,50 @@ def allreduce_curves(kd: KernelData) -> CurveTables:
         lines.append(pd.DataFrame({"panel": panel, "series": series, "x": n / 1e6, "y": t * 1e6}))
         curves.append(_curve_row(kd, sub, key, panel, series))
     return _tables("all_reduce", kd, pts, lines, [{"panel": panel, "ref_y": np.nan, "shapes": []}], curves)
+
+
+def deepep_ll_curves(gpu: str = "h100-sxm") -> CurveTables:
+    """DeepEP's low-latency dispatch and combine (the decode all-to-all of DPA + EP): measured kernel time [us]
+    against the bytes a rank sends [MB] (tokens per rank x top-k x bytes per copy, as DeepEP's benchmark counts
+    them), a panel per op and a series per EP size, with the fitted t = a + bytes / B as lines
+    (:func:`llmexplore.models.collectives.deepep_ll_fit`; the fine-grained MoE rows it was fitted to). ``gpu``'s
+    own single-node rows, and the H100 multi-node rows every GPU's cross-node curves come from; an empty table
+    for a GPU without measurements (MI300X)."""
+    from ..models.collectives import DEEPEP_LL_MIN_EXPERTS, DEEPEP_LL_OPS, deepep_ll_fit, deepep_ll_table
+
+    gpu = _check.choice("gpu", gpu, presets.names("hardware"))
+    tb = pd.DataFrame(deepep_ll_table())
+    tb = tb[tb["experts"] >= DEEPEP_LL_MIN_EXPERTS]
+    own = tb[(tb["gpu"] == gpu) & (tb["nodes"] == 1)]
+    kind = "deepep_ll"
+    if not len(own):
+        empty = KernelData(gpu, "sglang", pd.DataFrame(), {}, {}, {})
+        return _empty(kind, empty)
+    multi = tb[(tb["gpu"] == "h100-sxm") & (tb["nodes"] > 1)]
+    pts, lines, curves = [], [], []
+    for op in DEEPEP_LL_OPS:
+        panel = op
+        for (g, ep), sub in pd.concat([own, multi]).groupby(["gpu", "ep"], sort=False):
+            ep, nodes = int(ep), int(sub["nodes"].iloc[0])
+            f = deepep_ll_fit(g, ep, op)
+            series = f"EP{ep}" + (f" ({nodes} nodes{', H100' if g != gpu else ''})" if nodes > 1 else " (1 node)")
+            sub = sub.sort_values(f"{op}_bytes")
+            by, t = sub[f"{op}_bytes"].to_numpy(float), sub[f"{op}_us"].to_numpy(float)
+            pred = (f["a_s"] + by / f["B_Bps"]) * 1e6
+            err = 100.0 * (pred / t - 1.0)
+            shape = [f"hidden {int(h):,}, {int(e)} experts, top-{int(k)}, {int(n)} tokens per rank"
+                     for h, e, k, n in zip(sub["hidden"], sub["experts"], sub["topk"], sub["tokens"])]
+            pts.append(pd.DataFrame({"panel": panel, "series": series, "x": by / 1e6, "y": t, "y_predicted": pred,
+                                     "measured_us": t, "predicted_us": pred, "error_pct": err, "fitted": True,
+                                     "shape": shape, "engine": "SGLang (DeepEP)"}))
+            n = np.geomspace(by.min(), by.max(), _LINE_POINTS)
+            lines.append(pd.DataFrame({"panel": panel, "series": series, "x": n / 1e6,
+                                       "y": (f["a_s"] + n / f["B_Bps"]) * 1e6}))
+            curves.append({"panel": panel, "series": series, "key": f"deepep_ll.{op}.ep{ep}", "rows": f["rows"],
+                           "median_abs_error_pct": f["median_err_pct"], "p90_abs_error_pct": f["p90_err_pct"],
+                           "curve_from": "", "rejected": ""})
+    panels = [{"panel": op, "ref_y": np.nan, "shapes": []} for op in DEEPEP_LL_OPS]
+    return _tables(kind, KernelData(gpu, "sglang", pd.DataFrame(), {}, {}, {}), pts, lines, panels, curves)
 
 
 def curve_errors(*tables: CurveTables) -> dict[str, float]:

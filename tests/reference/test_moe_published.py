@@ -62,22 +62,25 @@ def _ll_model(ep):
 
 @pytest.mark.parametrize("ep", [16, 32, 64, 128, 256])
 def test_deepep_low_latency_internode_within_20_percent(ep):
-    """Inter-node EP (2-32 nodes of 8 GPUs): the NIC leg dominates. With the preset IB NDR numbers (46 GB/s,
-    alpha 20 us + 1 us per node) the model gives 0.97-1.14x of the published dispatch latency and 0.94-1.03x
-    of the combine latency (measured); asserted within +-20 %."""
+    """Inter-node EP (2-32 nodes of 8 GPUs), an independent check of the low-latency curves: the model prices
+    them from aiconfigurator's H100 kernel tables (EP16/32/64, held beyond; tests/unit/test_deepep_ll.py), and
+    DeepEP's own README times another GPU (H800) and DeepEP version. The model gives 0.86-0.97x of the published
+    dispatch latency and 0.83-0.99x of the combine latency (measured; EP128/256 lowest, where the curves are
+    held at EP64's); asserted within +-20 %."""
     d_us, _, c_us, _ = DEEPEP_LL[ep]
     d, c = _ll_model(ep)
     assert d == pytest.approx(d_us, rel=0.20)
     assert c == pytest.approx(c_us, rel=0.20)
 
 
-def test_deepep_low_latency_intranode_model_is_optimistic():
-    """EP8 in one node: the model (NVLink at 160 GB/s + alpha) gives 53 / 92 us against the published
-    77 / 114 us: the low-latency kernels do not reach NVLink bandwidth, so the model is a lower bound here."""
+def test_deepep_low_latency_intranode_within_30_percent():
+    """EP8 in one node: H100's measured low-latency curve, its bandwidth scaled from H100's NVLink (450 GB/s per
+    direction) to H800's (200), gives 71 / 142 us against the published 77 / 114 us (0.93x / 1.25x): the
+    combine on H800 loses less to the slower link than the line-rate scaling assumes."""
     d_us, _, c_us, _ = DEEPEP_LL[8]
     d, c = _ll_model(8)
-    assert 0.6 * d_us < d < d_us
-    assert 0.6 * c_us < c < c_us
+    assert d == pytest.approx(d_us, rel=0.30)
+    assert c == pytest.approx(c_us, rel=0.30)
 
 
 def test_deepep_decode_range_at_128_tokens():

@@ -14,8 +14,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 KDIR = ROOT / "data" / "kernels"
-CSVS = sorted(KDIR.glob("aic_*.csv"))  # aiconfigurator's kernel database, extracted
-OTHER_CSVS = sorted(set(KDIR.glob("*.csv")) - set(CSVS))  # published kernel tables (DeepGEMM, DeepEP, ...)
+DEEPEP_LL = KDIR / "aic_deepep_ll.csv"  # aiconfigurator's DeepEP low-latency tables, every GPU in one file
+CSVS = sorted(set(KDIR.glob("aic_*.csv")) - {DEEPEP_LL})  # aiconfigurator's kernel database, a file per class
+OTHER_CSVS = sorted(set(KDIR.glob("*.csv")) - set(CSVS) - {DEEPEP_LL})  # published kernel tables (DeepGEMM, ...)
 README = (KDIR / "README.md").read_text()
 HW = yaml.safe_load((ROOT / "data" / "hardware.yaml").read_text())
 
@@ -170,3 +171,27 @@ def test_collective_latency_grows_with_message_size(path):
         assert large["latency_us"].min() > small["latency_us"].max(), (path.name, key)
         # bandwidth term: the largest message takes much longer than the smallest
         assert g["latency_us"].iloc[-1] > 3 * g["latency_us"].iloc[0], (path.name, key)
+
+
+def test_deepep_low_latency_table_provenance_and_units():
+    """aic_deepep_ll.csv: one README provenance row per aiconfigurator source file (path + sha256), the documented
+    columns, and the benchmark's bandwidth = bytes / time with the bytes DeepEP's test counts per routed copy
+    (FP8 dispatch H + 4 H/128 + 16, BF16 combine 2H): the rows of 128 tokens (1,024 copies, of which the test
+    masks at most 10 at random) carry between 1,014 and 1,024 copies' bytes."""
+    head = DEEPEP_LL.read_text().splitlines()[0]
+    assert re.match(r"# source: aiconfigurator_core 0\.12\.0 \(Apache-2.0, NVIDIA\) ", head), head
+    rows = [ln for ln in README.splitlines() if ln.startswith("| `aic_deepep_ll.csv` |")]
+    assert len(rows) == 5
+    assert all(re.search(r"`aiconfigurator_core/systems/data/\S+/comm/sglang/\S+/wideep_deepep_ll_perf\.parquet` \| "
+                         r"`[0-9a-f]{64}` \|$", r) for r in rows)
+    df = load(DEEPEP_LL)
+    assert list(df.columns) == ["gpu", "version", "device", "nodes", "ep", "hidden", "topk", "experts", "tokens",
+                                "dispatch_us", "dispatch_GBps", "combine_us", "combine_GBps"]
+    assert set(df.gpu) <= set(HW) and set(df.gpu) == {"h100-sxm", "h200", "b200", "gb200"}
+    assert (df.ep == df.nodes * np.where(df.gpu == "gb200", 4, 8)).all()
+    num = df[["hidden", "topk", "experts", "tokens", "dispatch_us", "dispatch_GBps", "combine_us", "combine_GBps"]]
+    assert np.isfinite(num.to_numpy(float)).all() and (num > 0).all().all()
+    r = df[(df.tokens == 128) & (df.experts >= 64)]
+    for op, per_copy in (("dispatch", r.hidden + 4 * (r.hidden // 128) + 16), ("combine", 2 * r.hidden)):
+        copies = r[f"{op}_GBps"] * r[f"{op}_us"] * 1e3 / per_copy
+        assert (copies <= 128 * r.topk + 1).all() and (copies >= 128 * r.topk - 10 - 1).all(), op

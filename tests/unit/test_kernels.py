@@ -330,7 +330,7 @@ def test_deepep_normal_kernels_send_one_copy_per_node():
     import math as m_
 
     from llmexplore.models.attention import deepep_layer_s
-    from llmexplore.models.collectives import alltoall_s, alpha_s, deepep_normal_GBps
+    from llmexplore.models.collectives import alltoall_s, alpha_s, deepep_ll_params, deepep_normal_GBps
 
     dep = Deployment.build("deepseek-v3", "h100-sxm", 32, runtime="sglang", moe_dispatch="alltoall")
     fab = dep.fabric
@@ -342,9 +342,14 @@ def test_deepep_normal_kernels_send_one_copy_per_node():
     want = 2 * alpha + n * d * 7392 / 58e9 + n * d * 14336 / 57e9
     assert float(deepep_layer_s(dep, n, 4096)) == pytest.approx(want, rel=1e-12)
     assert want == pytest.approx(0.0225, rel=2e-3)  # 22.5 ms per MoE layer (vs 46 ms per-expert)
-    # decode steps (one query token) keep the per-expert low-latency all-to-all
-    ll = alltoall_s(n * 8 * 7168 * 1.0, 32, fab) + alltoall_s(n * 8 * 7168 * 2.0, 32, fab)
-    assert float(deepep_layer_s(dep, n, 1)) == pytest.approx(float(ll), rel=1e-12)
+    # decode steps (one query token) send one copy per routed expert with the low-latency kernels, priced by their
+    # measured curves (tests/unit/test_deepep_ll.py); on MI300X, which has none, as link-priced all-to-alls
+    (a_d, B_d), (a_c, B_c) = (deepep_ll_params("h100-sxm", op, 32, fab) for op in ("dispatch", "combine"))
+    ll = a_d + n * 8 * (7168 + 4 * 56 + 16) / B_d + a_c + n * 8 * 14336 / B_c
+    assert float(deepep_layer_s(dep, n, 1)) == pytest.approx(ll, rel=1e-12)
+    amd = Deployment.build("deepseek-v3", "mi300x", 8, runtime="sglang", moe_dispatch="alltoall")
+    a2a = alltoall_s(n * 8 * 7168 * 1.0, 8, amd.fabric) + alltoall_s(n * 8 * 7168 * 2.0, 8, amd.fabric)
+    assert float(deepep_layer_s(amd, n, 1)) == pytest.approx(float(a2a), rel=1e-12)
     # between the measured EP sizes the bandwidth is interpolated in log2(EP), beyond them held
     assert deepep_normal_GBps("dispatch", 24, fab) == pytest.approx(43 + (58 - 43) * m_.log2(1.5))
     assert deepep_normal_GBps("dispatch", 128, fab) == 51.0

@@ -350,14 +350,22 @@ def test_tp2_ep8_uniform_dispatch_by_hand():
 
 
 def test_per_expert_dispatch_sends_every_pick():
-    """dispatch="expert" (DeepEP low-latency): one message per remote pick, k/R per token per rank."""
+    """dispatch="expert" (DeepEP low-latency): one copy per pick. With measured low-latency kernel curves (DPA + EP
+    on H100/H200/B200/GB200, tests/unit/test_deepep_ll.py) a + N_loc k bytes / B; without them (MI300X) an
+    all-to-all of k/R messages per token per rank at the links' latency and bandwidth. Either sends more than the
+    per-rank dispatch of the normal kernels."""
+    from llmexplore.models.collectives import deepep_ll_params
+
     md = build(1, 16, dispatch="expert")
     r = moe.step_time(md, 16 * 128, 2048, skew=1.0)
-    send = 128 * 16 * (K / 16)
-    assert float(r["dispatch_layer_s"]) == pytest.approx(float(alltoall_s(send * 7392, 16, md.fabric)),
-                                                         rel=1e-12)
+    a, B = deepep_ll_params(md.hardware.name, "dispatch", 16, md.fabric)
+    assert float(r["dispatch_layer_s"]) == pytest.approx(a + 128 * K * 7408 / B, rel=1e-12)
     dedup = moe.step_time(build(1, 16), 16 * 128, 2048, skew=1.0)
     assert float(r["dispatch_layer_s"]) > float(dedup["dispatch_layer_s"])
+    amd = moe.MoEDeployment.build("deepseek-v3", "mi300x", 8, tp=1, ep=8, dispatch="expert")
+    r = moe.step_time(amd, 8 * 128, 2048, skew=1.0)
+    send = 128 * 8 * (K / 8)
+    assert float(r["dispatch_layer_s"]) == pytest.approx(float(alltoall_s(send * 7392, 8, amd.fabric)), rel=1e-12)
 
 
 def test_ep_routed_time_uniform_small_batch_by_hand():
