@@ -38,6 +38,8 @@ REQUIRED = ("id", "kind", "model", "gpu", "ranks", "layout", "weight_dtype", "kv
             "measured")
 KINDS = {"decode": ("context",), "decode_loaded": ("context", "isl", "osl"), "prefill": ("prompt_tokens",)}
 MAX_CSV_BYTES = 64 << 20
+#: optional true/false columns (empty = false): the Deployment options of the same names
+FLAGS = ("two_batch_overlap", "dp_dense", "dp_lm_head")
 
 
 def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
@@ -95,6 +97,20 @@ def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
             number(i, col, integer=True)
         for col in KINDS[kind]:
             number(i, col, integer=col != "context")
+        for col in FLAGS:
+            v = df.at[i, col] if col in df.columns else None
+            if not (v is None or v is True or v is False or (isinstance(v, float) and np.isnan(v))
+                    or str(v).strip().lower() in ("", "true", "false")):
+                raise SpecError(f"{where} line {i + 2}: {col} must be true, false or empty, got {_check.shown(v)}")
+        v = df.at[i, "moe_redundant"] if "moe_redundant" in df.columns else None
+        if v is not None and not (isinstance(v, float) and np.isnan(v)):
+            try:
+                x = float(v)
+            except (TypeError, ValueError):
+                x = float("nan")
+            if not (np.isfinite(x) and x >= 0 and x == int(x)):
+                raise SpecError(f"{where} line {i + 2}: moe_redundant must be an integer >= 0 or empty, got "
+                                f"{_check.shown(v.item() if isinstance(v, np.generic) else v)}")
     return df
 
 
@@ -105,15 +121,30 @@ def category(row) -> str:
     return f"{family}|{row['gpu']}|{row['weight_dtype']}|{row['layout']}{int(row['ranks'])}|{row['kind']}"
 
 
+def _flag(row, col: str) -> bool:
+    v = row.get(col)
+    return v is True or str(v).strip().lower() == "true"
+
+
+def _count(row, col: str) -> int:
+    v = row.get(col)
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return 0
+    return int(x) if np.isfinite(x) else 0
+
+
 def _predict_ms(row, runtime: str) -> float:
     dispatch = row.get("moe_dispatch")
-    tbo = row.get("two_batch_overlap")
     sampler = row.get("sampler")
     dep = Deployment.build(row["model"], row["gpu"], int(row["ranks"]), runtime=runtime,
                            weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"],
                            moe_dispatch=dispatch if isinstance(dispatch, str) and dispatch else "gather",
-                           two_batch_overlap=tbo is True or str(tbo).strip().lower() == "true",
-                           sampler=sampler if isinstance(sampler, str) and sampler else "fused")
+                           two_batch_overlap=_flag(row, "two_batch_overlap"),
+                           sampler=sampler if isinstance(sampler, str) and sampler else "fused",
+                           moe_redundant=_count(row, "moe_redundant"), dp_dense=_flag(row, "dp_dense"),
+                           dp_lm_head=_flag(row, "dp_lm_head"))
     b = int(row["batch"])
     if row["kind"] == "decode":
         return float(step_time(dep, b, float(row["context"]), row["layout"])["step_s"]) * 1e3

@@ -37,9 +37,10 @@ CAUSES = [
      "the busiest rank's routing skew (docs/models.md §1.2, §3.3)"),
     ("dpa-host", lambda d: (d["category"].str.startswith("mla-moe").all() and (d["layout"] == "DPA").all()
                             and (d["kind"] == "decode").all()),
-     "SGLang's data-parallel-attention decode spends host time every step, which the step model does not price: "
-     "the source measures 39.2 ms per step without its overlap scheduler and 33.1 ms with it. DeepEP's "
-     "low-latency dispatch and combine are priced from measured kernel times at these few tokens per rank "
+     "SGLang's data-parallel-attention decode spends host time every step, which the step model does not price "
+     "(the LMSYS MTP source measures 39.2 ms per step without its overlap scheduler and 33.1 ms with it), and "
+     "with two-batch overlap the model's overlap is ideal and its routing uniform, both lower bounds "
+     "(docs/models.md §3.3). DeepEP's low-latency dispatch and combine are priced from measured kernel times "
      "(docs/models.md §1.2), so the gap is not in those kernels"),
     ("no-kernel-data", lambda d: (d["gpu"] == "mi300x").all(),
      "MI300X has kernel data for its FP8 GEMMs only (aiter's tuned GEMM table), so its attention and elementwise "
@@ -59,7 +60,7 @@ CAUSES = [
 ]
 #: the cause of each entry of CAUSES in a few words (the recap)
 SHORT_CAUSES = {"deepep": "ideal two-batch overlap and uniform routing",
-                "dpa-host": "host scheduling time of DPA decode steps",
+                "dpa-host": "host time of DPA decode steps and ideal two-batch overlap",
                 "no-kernel-data": "kernel data for FP8 GEMMs only",
                 "mle-layout": "an uncertain attention layout under live traffic",
                 "interference": "prefill interference under live traffic", "mle": "unpublished prompt lengths"}
@@ -355,8 +356,9 @@ def not_modelled_sentence(nm: pd.DataFrame, rows: int) -> str:
     parts = [f"`{r.id}` ({r.reason})" for r in nm.itertuples()]
     ranks = join([f"{int(r):,}" for r in nm["ranks"]])
     return (f"{len(nm)} of the {rows} rows cannot be represented and are left out of every statistic: "
-            f"{join(parts)}. Those deployments spread the model over {ranks} ranks with redundant experts, which the "
-            "step model's divisibility rules do not represent (data/validation/README.md).")
+            f"{join(parts)}. The model needs the routed experts plus the redundant slots (moe_redundant) to divide "
+            f"evenly over the {ranks} ranks, and the source does not say how many redundant slots it ran "
+            "(data/validation/README.md).")
 
 
 def ranking_sentence(pairs: pd.DataFrame, runtime: str, *, margin_pct: float = 5.0) -> str:

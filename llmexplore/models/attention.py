@@ -83,7 +83,7 @@ def memory_per_rank(dep: Deployment, batch, context, layout: str) -> dict[str, n
     Returns a dict of arrays: ``weights_B``, ``kv_B``, ``activations_B``, ``reserve_B``, ``total_B``,
     ``usable_B``, ``feasible`` (bool).
     """
-    check_layout(layout)
+    dep.check_layout(layout)
     b, s = check_batch_context(batch, context)
     m, T, rt = dep.model, dep.ranks, dep.runtime
     P = rt.page_tokens
@@ -128,7 +128,8 @@ def _activation_bytes(dep: Deployment, b: np.ndarray, layout: str) -> np.ndarray
     ffn_local = 2 * max(m.intermediate / T if m.dense_layers else 0.0,
                         (m.experts_per_token + m.shared_experts) * m.moe_intermediate / T if m.is_moe else 0.0)
     hidden_states = n_ffn * ba * (2 * m.hidden + ffn_local) + n_attn * ba * qkv_out
-    logits = n_ffn * m.vocab * LOGIT_BYTES  # gathered FP32 logits on the sampling rank
+    # FP32 logits: gathered on the sampling rank, or only the rank's own with a data-parallel LM head
+    logits = (n_attn if layout == "DPA" and dep.dp_lm_head else n_ffn) * m.vocab * LOGIT_BYTES
     return hidden_states + logits
 
 
@@ -232,29 +233,36 @@ def core_s(dep: Deployment, b, s, layout: str, q) -> np.ndarray:
     return np.where(qa >= PREFILL_QUERY_TOKENS, pre, dec)
 
 
-def _ffn_layer_s(dep: Deployment, n_ffn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(dense FFN layer, MoE layer) kernel times on one rank [s] (norm and activation kernels included)."""
+def _ffn_layer_s(dep: Deployment, n_ffn: np.ndarray, n_local=None) -> tuple[np.ndarray, np.ndarray]:
+    """(dense FFN layer, MoE layer) kernel times on one rank [s] (norm and activation kernels included).
+
+    ``n_ffn`` tokens go through the tensor-parallel FFN (a DPA step's gathered batch); ``n_local`` (DPA only) are
+    the rank's own tokens, which a data-parallel dense FFN (``dp_dense``) and, with all-to-all dispatch, the
+    replicated shared expert (SGLang's DeepEP path) run on with whole weights."""
     m, T, ba = dep.model, dep.ranks, dep.b_a
     H = m.hidden
+    dpa = n_local is not None
     norm = elementwise_s(dep, 2 * n_ffn * H * ba)
     dense = np.zeros_like(n_ffn)
     if m.dense_layers:
-        I_loc = m.intermediate / T
-        dense = (norm + gemm_s(dep, n_ffn, H, 2 * I_loc) + elementwise_s(dep, 3 * n_ffn * I_loc * ba)
-                 + gemm_s(dep, n_ffn, I_loc, H))
+        n_d, I_loc = (n_local, float(m.intermediate)) if dpa and dep.dp_dense else (n_ffn, m.intermediate / T)
+        dense = (elementwise_s(dep, 2 * n_d * H * ba) + gemm_s(dep, n_d, H, 2 * I_loc)
+                 + elementwise_s(dep, 3 * n_d * I_loc * ba) + gemm_s(dep, n_d, I_loc, H))
     moe = np.zeros_like(n_ffn)
     if m.is_moe:
         E, k, Ie = m.routed_experts, m.experts_per_token, m.moe_intermediate
         router = gemm_s(dep, n_ffn, H, E, b_w=EMB_BYTES)
         # experts dealt over EP groups of the T ranks (EP = T unless moe_ep says otherwise), each expert sliced
         # T / EP ways: uniform routing, distinct local experts hit, rows padded to the grouped GEMM's M tile
-        # (docs/models.md §4.4)
+        # (docs/models.md §4.4); EPLB's redundant slots share their expert's tokens (uniform routing over slots)
         ep = dep.moe_ep or T
-        routed = moe_s(dep, n_ffn, experts=E, topk=k, hidden=H, inter=Ie, moe_ep=ep, moe_tp=T // ep)
+        routed = moe_s(dep, n_ffn, experts=E + dep.moe_redundant, topk=k, hidden=H, inter=Ie, moe_ep=ep,
+                       moe_tp=T // ep)
         moe = norm + router + routed
         if m.shared_experts:
-            Is = m.shared_experts * Ie / T
-            moe = moe + gemm_s(dep, n_ffn, H, 2 * Is) + gemm_s(dep, n_ffn, Is, H)
+            a2a = dpa and dep.moe_dispatch == "alltoall"
+            n_s, Is = (n_local, float(m.shared_experts * Ie)) if a2a else (n_ffn, m.shared_experts * Ie / T)
+            moe = moe + gemm_s(dep, n_s, H, 2 * Is) + gemm_s(dep, n_s, Is, H)
     return dense, moe
 
 
@@ -356,7 +364,7 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     ``comm_ffn_moe_s`` is the exposed part of the MoE all-to-all and ``comm_hidden_s`` the part hidden under
     compute (:func:`two_batch_overlap_s`); otherwise ``comm_hidden_s`` is 0.
     """
-    check_layout(layout)
+    dep.check_layout(layout)
     b, s = check_batch_context(batch, context)
     if q_tokens is None:
         q, lt = dep.q_tokens, dep.logits_tokens if logits_tokens is None else logits_tokens
@@ -375,23 +383,30 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     norm = elementwise_s(dep, 2 * n_attn * H * ba)
     proj = _projection_s(dep, n_attn, layout)
     core = core_s(dep, b, s, layout, q)
-    dense, moe = _ffn_layer_s(dep, n_ffn)
+    dpa = layout == "DPA"
+    dense, moe = _ffn_layer_s(dep, n_ffn, n_attn if dpa else None)
     comm_attn, comm_ffn = _comm_layer_s(dep, b, layout, q)
     comm_moe = comm_ffn
-    deepep = layout == "DPA" and m.is_moe and dep.moe_dispatch == "alltoall"
+    comm_dense = np.zeros_like(comm_ffn) if dpa and dep.dp_dense else comm_ffn  # a DP dense FFN gathers nothing
+    deepep = dpa and m.is_moe and dep.moe_dispatch == "alltoall"
     if deepep:  # DeepEP: each of the rank's n_attn tokens goes to the ranks of its k experts; the dense layers
         # keep the gather
         comm_moe = deepep_layer_s(dep, n_attn, q)
-    n_lm = n_ffn if lt is None else n_ffn / q * lt
-    head = gemm_s(dep, n_lm, H, m.vocab / T, b_w=EMB_BYTES) + elementwise_s(dep, 2 * n_ffn * H * ba)
+    dp_head = dpa and dep.dp_lm_head  # replicated embedding and LM head: the rank's own tokens, whole vocabulary
+    n_head = n_attn if dp_head else n_ffn
+    n_lm = n_head if lt is None else n_head / q * lt
+    head = (gemm_s(dep, n_lm, H, m.vocab if dp_head else m.vocab / T, b_w=EMB_BYTES)
+            + elementwise_s(dep, 2 * n_head * H * ba))
     if dep.sampler != "fused":  # every rank samples the whole vocabulary of the rows it owns (DPA: its
         # sequences; otherwise the batch, after the logits all-gather)
         rows = b * (q if lt is None else lt) / (T if layout == "DPA" else 1)
         head = head + sampler_s(dep.sampler, rows, m.vocab, dep.runtime.kernel_draw)
     head_comm = (allreduce_s(n_ffn * H * ba, T, fab)  # vocab-parallel embedding
                  + allgather_s(n_lm * m.vocab * LOGIT_BYTES, T, fab))  # logits
-    if layout == "DPA":  # final hidden states gathered for the vocab-parallel LM head
+    if dpa:  # final hidden states gathered for the vocab-parallel LM head
         head_comm = head_comm + allgather_s(n_lm * H * ba, T, fab)
+    if dp_head:
+        head_comm = np.zeros_like(head_comm)
     attention = L * (norm + proj + core)
     ffn_dense = m.dense_layers * dense
     ffn_moe = m.moe_layers * moe
@@ -403,7 +418,7 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
         exposed = two_batch_overlap_s(layer_compute, comm_moe, m.moe_layers) - m.moe_layers * layer_compute
         hidden = comm_moe_total - exposed
         comm_moe_total = exposed
-    comm = L * comm_attn + m.dense_layers * comm_ffn + comm_moe_total + head_comm
+    comm = L * comm_attn + m.dense_layers * comm_dense + comm_moe_total + head_comm
     overhead = step_overhead_s(dep)
     shape = np.broadcast_shapes(b.shape, s.shape, np.shape(q), np.shape(lt) if lt is not None else ())
     total = attention + ffn + comm + head + overhead
@@ -420,7 +435,7 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
         "ffn_dense_s": np.broadcast_to(ffn_dense, shape),
         "ffn_moe_s": np.broadcast_to(ffn_moe, shape),
         "comm_attn_s": np.broadcast_to(L * comm_attn, shape),
-        "comm_ffn_dense_s": np.broadcast_to(m.dense_layers * comm_ffn, shape),
+        "comm_ffn_dense_s": np.broadcast_to(m.dense_layers * comm_dense, shape),
         "comm_ffn_moe_s": np.broadcast_to(comm_moe_total, shape),
         # MoE all-to-all hidden under the other micro-batch's compute (two_batch_overlap; not in comm_s)
         "comm_hidden_s": np.broadcast_to(hidden, shape),
@@ -444,7 +459,7 @@ def max_batch(dep: Deployment, context, layout: str, *, limit: int = 1 << 20) ->
 
     Exact: memory is non-decreasing in the batch, so a vectorised integer bisection finds the boundary.
     """
-    check_layout(layout)
+    dep.check_layout(layout)
     limit = _check.integer("limit", limit, lo=1, hi=MAX_BATCH)
     _, s = check_batch_context(1, context)
     lo = np.zeros(s.shape)  # feasible (0 means none)
@@ -464,7 +479,7 @@ def max_context(dep: Deployment, batch, layout: str, *, limit: float = 1 << 24) 
     last page that fits costs the same memory. The answer is therefore a multiple of the page size P, or
     ``limit`` itself when the page holding ``limit`` fits (``limit`` need not be a multiple of P).
     """
-    check_layout(layout)
+    dep.check_layout(layout)
     limit = _check.number("limit", limit, lo=1, hi=MAX_CONTEXT, unit="tokens")
     b, _ = check_batch_context(batch, 1)
     P = dep.runtime.page_tokens

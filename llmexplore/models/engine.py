@@ -63,6 +63,7 @@ EMB_BYTES = 2.0  # embeddings, LM head, norms and router kept in BF16 (the DeepS
 LOGIT_BYTES = 4.0  # FP32 logits
 MOE_DISPATCH = ("gather", "alltoall")
 MAX_RANKS = 1024  # largest attention group (ranks T) the model accepts
+MAX_REDUNDANT = 4096  # most extra expert slots (EPLB replicas) accepted
 MAX_BATCH = 1 << 24  # sequences per step: far beyond any GPU's memory, small enough to allocate nothing silly
 MAX_CONTEXT = 1 << 30  # tokens per sequence
 
@@ -109,20 +110,31 @@ class Deployment:
     #: not priced) or "torch_sort" (vLLM's PyTorch sort-based top-k/top-p over the whole logits tensor: vLLM
     #: 0.11.1-0.20's default when requests set top_p < 1 or top_k, or VLLM_USE_FLASHINFER_SAMPLER=0)
     sampler: str = "fused"
+    #: extra routed-expert slots placed by EPLB for DeepEP's all-to-all (SGLang --ep-num-redundant-experts):
+    #: each of the ``ranks`` holds (experts + moe_redundant) / ranks slots. Needs ``moe_dispatch == "alltoall"``
+    moe_redundant: int = 0
+    #: DPA steps: the dense FFN layers run data-parallel, each rank on its own tokens with whole weights, instead
+    #: of tensor-parallel over the gathered batch (SGLang --moe-dense-tp-size 1)
+    dp_dense: bool = False
+    #: DPA steps: the embedding and LM head are replicated, each rank computing its own tokens' logits over the
+    #: whole vocabulary, instead of vocab-parallel with gathers (SGLang --enable-dp-lm-head)
+    dp_lm_head: bool = False
 
     @classmethod
     def build(cls, model="llama-3-70b", gpu="h100-sxm", ranks: int = 8, *, runtime="default",
               weight_dtype: str | None = None, kv_dtype: str = "bf16", q_tokens: int = 1,
               context_cv: float = 0.0, scale_up_link=None, scale_out_link=None,
               moe_dispatch: str = "gather", two_batch_overlap: bool = False,
-              moe_ep: int | None = None, sampler: str = "fused") -> "Deployment":
+              moe_ep: int | None = None, sampler: str = "fused", moe_redundant: int = 0,
+              dp_dense: bool = False, dp_lm_head: bool = False) -> "Deployment":
         """Resolve presets (names or specs) and validate. Links default to the GPU's own; ``weight_dtype``
         defaults to the dtype the model's weights are released in."""
         m, hw, rt, fabric = resolve_deployment(model, gpu, runtime, scale_up_link, scale_out_link)
         return cls(model=m, hardware=hw, ranks=ranks, runtime=rt, fabric=fabric,
                    weight_dtype=m.weight_dtype if weight_dtype is None else weight_dtype,
                    kv_dtype=kv_dtype, q_tokens=q_tokens, context_cv=context_cv, moe_dispatch=moe_dispatch,
-                   two_batch_overlap=two_batch_overlap, moe_ep=moe_ep, sampler=sampler)
+                   two_batch_overlap=two_batch_overlap, moe_ep=moe_ep, sampler=sampler,
+                   moe_redundant=moe_redundant, dp_dense=dp_dense, dp_lm_head=dp_lm_head)
 
     def __post_init__(self) -> None:
         m = self.model
@@ -140,12 +152,22 @@ class Deployment:
         _check.choice("moe_dispatch", self.moe_dispatch, MOE_DISPATCH)
         _check.choice("sampler", self.sampler, SAMPLERS)
         object.__setattr__(self, "two_batch_overlap", _check.boolean("two_batch_overlap", self.two_batch_overlap))
-        rules = [("query heads", m.heads)]
-        if m.dense_layers:
+        object.__setattr__(self, "dp_dense", _check.boolean("dp_dense", self.dp_dense))
+        object.__setattr__(self, "dp_lm_head", _check.boolean("dp_lm_head", self.dp_lm_head))
+        red = _check.integer("moe_redundant", self.moe_redundant, lo=0, hi=MAX_REDUNDANT)
+        object.__setattr__(self, "moe_redundant", red)
+        a2a = self.moe_dispatch == "alltoall" and m.is_moe
+        if red and not a2a:
+            raise SpecError(f"moe_redundant (extra expert slots, EPLB) needs an MoE model with moe_dispatch "
+                            f"'alltoall' (DeepEP), got {red} with {m.name} and {self.moe_dispatch!r}")
+        # all-to-all dispatch is a DPA mode (whole heads and a whole shared expert on every rank), so only the
+        # tensor-parallel parts need to divide: the routed slots always, the dense FFN unless it is DP too
+        rules = [] if a2a else [("query heads", m.heads)]
+        if m.dense_layers and not self.dp_dense:
             rules.append(("FFN intermediate size", m.intermediate))
         if m.is_moe:
-            rules.append(("routed experts", m.routed_experts))
-            if m.shared_experts:
+            rules.append(("routed experts" + (" + moe_redundant" if red else ""), m.routed_experts + red))
+            if m.shared_experts and not a2a:
                 rules.append(("expert intermediate size", m.moe_intermediate))
         for what, n in rules:
             if n % T:
@@ -236,9 +258,19 @@ class Deployment:
                 f"KV {self.kv_dtype}" + (f", sampler {self.sampler}" if self.sampler != "fused" else ""))
 
     # ---- weights (independent of batch and context) --------------------------------------------------------
+    def check_layout(self, layout: str) -> None:
+        """SpecError unless ``layout`` is one of :data:`LAYOUTS` and this deployment can run it: a layout that
+        shards heads (TP, CP's projections, DOP) needs ``ranks`` to divide them, which an all-to-all (DPA-only)
+        deployment does not promise."""
+        check_layout(layout)
+        m, T = self.model, self.ranks
+        if layout != "DPA" and m.heads % T:
+            raise SpecError(f"layout {layout} needs ranks ({T}) to divide the query heads of {m.name} ({m.heads}); "
+                            f"only DPA keeps whole heads on every rank")
+
     def attn_params_per_rank(self, layout: str) -> float:
         """Attention parameters held per rank per layer (projections only)."""
-        check_layout(layout)
+        self.check_layout(layout)
         m, T = self.model, self.ranks
         p = m.attn_params_per_layer
         if layout in ("CP", "DPA"):
@@ -250,14 +282,20 @@ class Deployment:
         return (p["q"] + p["o"]) / T + (p["k"] + p["v"]) * kv_frac
 
     def weight_bytes(self, layout: str) -> dict[str, float]:
-        """Weights per rank [B], by part: attention, FFN/MoE, embeddings + LM head, norms + router."""
+        """Weights per rank [B], by part: attention, FFN/MoE, embeddings + LM head, norms + router. DPA with
+        all-to-all dispatch keeps a whole shared expert on every rank and (experts + moe_redundant) / ranks
+        routed slots; ``dp_dense`` / ``dp_lm_head`` keep whole dense FFNs / embedding and LM head (DPA only)."""
         m, T = self.model, self.ranks
+        dpa = layout == "DPA"
         attn = m.layers * self.attn_params_per_rank(layout) * self.b_w
-        ffn = m.dense_layers * m.ffn_params_dense_layer / T * self.b_w
+        ffn = m.dense_layers * m.ffn_params_dense_layer / (1 if dpa and self.dp_dense else T) * self.b_w
         if m.is_moe:
-            experts = (m.routed_experts + m.shared_experts) / T * m.expert_params
+            a2a = dpa and self.moe_dispatch == "alltoall"
+            experts = ((m.routed_experts + self.moe_redundant) / T
+                       + m.shared_experts / (1 if a2a else T)) * m.expert_params
             ffn += m.moe_layers * (experts * self.b_w + m.router_params * EMB_BYTES)
-        emb = m.embedding_params / T * EMB_BYTES  # vocab-parallel embedding and LM head
+        # vocab-parallel embedding and LM head, or replicated (dp_lm_head)
+        emb = m.embedding_params / (1 if dpa and self.dp_lm_head else T) * EMB_BYTES
         norms = (m.layers * m.norm_params_per_layer + m.hidden) * EMB_BYTES
         return {"attention": attn, "ffn": ffn, "embedding": emb, "norms": norms}
 

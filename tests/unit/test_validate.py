@@ -38,26 +38,32 @@ def test_every_row_is_cited_and_uses_presets(rows):
 
 def test_rows_the_model_cannot_represent_say_why(by_engine):
     bad = by_engine[by_engine.status != "ok"]
-    assert len(bad) == 2 and bad.status.str.contains("must divide the query heads").all()  # 72 and 48 ranks
+    # GB200 on 48 ranks: 256 experts do not divide, and the source does not say how many redundant slots it ran
+    assert list(bad.id) == ["lmsys-dsv3-gb200-decode-48r"]
+    assert bad.status.str.contains(r"ranks \(48\) must divide the routed experts of deepseek-v3 \(256\)").all()
     assert bad.predicted_ms.isna().all()
 
 
 def test_recorded_accuracy(by_engine):
-    """Engine-matched curve presets: median |error| 5.0% over 50 of 52 rows (16.1% for the scalar runtime, the
+    """Engine-matched curve presets: median |error| 5.6% over 51 of 52 rows (17.2% for the scalar runtime, the
     default before the curves). Over the first 43 rows (before 9 ML.ENERGY TP1/TP2 rows that are easy for
-    the model were added for the ranking check) 6.1%. Before vLLM 0.11.1's sort-based top-p sampler was priced
+    the model were added for the ranking check) 6.5%. Before the LMSYS rows carried the data-parallel dense FFN and
+    LM head and the redundant expert slots their sources ran (moe_redundant, dp_dense, dp_lm_head; the EP72 decode
+    row was not modelled until then) and SGLang's DeepEP path kept a whole shared expert per rank: 5.0% over 50
+    rows, 16.1% and 6.1%, with the EP32 prefill rows at -5 to 0% (the model then also priced a dense-FFN gather
+    they did not run). Before vLLM 0.11.1's sort-based top-p sampler was priced
     on the 28 ML.ENERGY rows (their harness sends top_p 0.95; docs/models.md §1.1b) the figures were 6.7%,
     18.2% and 8.7%. Before DeepGEMM's curve, DeepEP's per-node dispatch,
     two-batch overlap and the absorbed pricing of SGLang's MLA prefill rows (issue 9) the figures were 8.6% and
     19.7% (14.7% over the first 43 rows), with the three LMSYS EP32 prefill rows at +201 to +215%."""
     s = validate.summary(by_engine)
-    assert s["modelled"] == 50 and s["rows"] == 52
-    assert s["median_abs_error_pct"] == pytest.approx(5.0, abs=0.3)
+    assert s["modelled"] == 51 and s["rows"] == 52
+    assert s["median_abs_error_pct"] == pytest.approx(5.6, abs=0.3)
     scalar = validate.summary(validate.evaluate("scalar"))
-    assert scalar["median_abs_error_pct"] == pytest.approx(16.1, abs=0.3)
+    assert scalar["median_abs_error_pct"] == pytest.approx(17.2, abs=0.3)
     assert s["median_abs_error_pct"] < scalar["median_abs_error_pct"] - 8
     first43 = by_engine.iloc[:43]
-    assert validate.summary(first43)["median_abs_error_pct"] == pytest.approx(6.1, abs=0.3)
+    assert validate.summary(first43)["median_abs_error_pct"] == pytest.approx(6.5, abs=0.3)
 
 
 def test_loaded_decode_follows_the_nim_concurrency_sweep(by_engine):
@@ -88,8 +94,8 @@ def test_cli_validate_json(capsys):
 
     assert cli.main(["validate", "--runtime", "default", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["summary"]["modelled"] == 50 and doc["summary"]["rows"] == 52
-    assert doc["summary"]["median_abs_error_pct"] == pytest.approx(8.6, abs=0.3)
+    assert doc["summary"]["modelled"] == 51 and doc["summary"]["rows"] == 52
+    assert doc["summary"]["median_abs_error_pct"] == pytest.approx(10.0, abs=0.3)
     assert {"category", "rows", "median_abs_error_pct"} <= set(doc["categories"][0])
     assert len(doc["rows"]) == 52 and doc["inputs"]["runtime"] == "default"
     assert cli.main(["validate", "--runtime", "nonsense"]) == 2
