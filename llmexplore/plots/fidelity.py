@@ -147,6 +147,7 @@ def _color(series: str, i: int) -> str:
 
 _SUB = "<span style='font-size:10px'>{}</span>"
 SUBTITLE_CHARS = 72  # longest line of a panel's small-print subtitle (about a panel's width at 10 px)
+HEAD_CHARS = 85  # longest first line of a panel title (12 px) before its numbers move to the small print
 
 
 def _panel_title(ct: CurveTables, panel: str) -> str:
@@ -155,7 +156,18 @@ def _panel_title(ct: CurveTables, panel: str) -> str:
     rows = ct.curves[ct.curves["panel"] == panel]
     stats = [f"{r.median_abs_error_pct:.1f}%" + (f" ({r.series})" if r.series else "") for r in rows.itertuples()]
     n = int(rows["rows"].sum())
-    lines = [f"<b>{panel}</b>: median |error| {', '.join(stats)} over {n:,} rows"]
+    head = f"<b>{panel}</b>: median |error| {', '.join(stats)} over {n:,} rows"
+    if len(head) - 7 <= HEAD_CHARS:
+        lines = [head]
+    else:  # many series (e.g. one per EP size): the numbers go to small print, wrapped to the panel's width
+        lines, line = [f"<b>{panel}</b>: median |error| over {n:,} rows"], ""
+        for part in stats:
+            if line and len(line) + 2 + len(part) > SUBTITLE_CHARS:
+                lines.append(_SUB.format(line + ","))
+                line = part
+            else:
+                line = f"{line}, {part}" if line else part
+        lines.append(_SUB.format(line))
     borrowed = rows[(rows["curve_from"] == "any") & (ct.engine != "any")]
     if len(borrowed):
         lines.append(_SUB.format("engine-neutral curve: the engine's own was rejected"
