@@ -378,6 +378,9 @@ class Hardware(_Spec):
     scale_up_link: str = ""
     scale_up_size: int = field(default=8, metadata=_meta("GPUs", "GPUs in one scale-up (NVLink/xGMI) domain",
                                                          min=1, max=65536, integer=True))
+    sms: int = field(default=0, metadata=_meta("SMs", "streaming multiprocessors (compute units); 0: not known, "
+                                               "then communication kernels are not charged the SMs they take",
+                                               min=0, max=65536, integer=True, optional=True))
     scale_out_link: str = ""
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)

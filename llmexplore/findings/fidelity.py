@@ -32,9 +32,9 @@ HIGH_BATCH = 64
 CAUSES = [
     ("deepep", lambda d: (d["category"].str.startswith("mla-moe").all() and (d["layout"] == "DPA").all()
                           and (d["kind"] == "prefill").all()),
-     "SGLang's wide expert parallelism (DeepEP all-to-all, DeepGEMM, two-batch overlap) is modelled with ideal "
-     "overlap, a lower bound that does not charge the SMs DeepEP's kernels take, and uniform routing, without "
-     "the busiest rank's routing skew (docs/models.md §1.2, §3.3)"),
+     "SGLang's wide expert parallelism (DeepEP all-to-all, DeepGEMM, two-batch overlap) is modelled with an "
+     "overlap that charges the SMs DeepEP's kernels take but not the micro-batch split's own costs, and uniform "
+     "routing, without the busiest rank's routing skew: both lower bounds (docs/models.md §1.2, §3.3)"),
     ("dpa-host", lambda d: (d["category"].str.startswith("mla-moe").all() and (d["layout"] == "DPA").all()
                             and (d["kind"] == "decode").all()),
      "SGLang's data-parallel-attention decode spends host time every step, which the step model does not price "
@@ -59,7 +59,7 @@ CAUSES = [
      "requests' prefill chunks (data/validation/README.md)"),
 ]
 #: the cause of each entry of CAUSES in a few words (the recap)
-SHORT_CAUSES = {"deepep": "ideal two-batch overlap and uniform routing",
+SHORT_CAUSES = {"deepep": "two-batch overlap without its split costs, and uniform routing",
                 "dpa-host": "host time of DPA decode steps and ideal two-batch overlap",
                 "no-kernel-data": "kernel data for FP8 GEMMs only",
                 "mle-layout": "an uncertain attention layout under live traffic",

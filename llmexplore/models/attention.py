@@ -41,8 +41,8 @@ import numpy as np
 
 from .. import _check
 from ..errors import SpecError
-from .collectives import (DEEPEP_LL_OPS, allgather_s, allreduce_s, alltoall_s, deepep_ll_s, deepep_normal_s,
-                          reducescatter_s)
+from .collectives import (DEEPEP_LL_OPS, DEEPEP_NORMAL_SMS, allgather_s, allreduce_s, alltoall_s, deepep_ll_s,
+                          deepep_normal_s, reducescatter_s)
 from .sampler import sampler_s
 from .engine import (EMB_BYTES, LAYOUT_INFO, LAYOUTS, LOGIT_BYTES, MAX_BATCH, MAX_CONTEXT,  # noqa: F401
                      PREFILL_QUERY_TOKENS, Deployment, check_batch_context, check_layout, elementwise_s, gemm_s,
@@ -331,19 +331,21 @@ def deepep_layer_s(dep: Deployment, n_tok, q) -> np.ndarray:
     return np.where(qa >= PREFILL_QUERY_TOKENS, normal, low_latency)
 
 
-def two_batch_overlap_s(compute_s, comm_s, layers) -> np.ndarray:
+def two_batch_overlap_s(compute_s, comm_s, layers, sm_share=0.0) -> np.ndarray:
     """Time of ``layers`` identical layers run as two micro-batches whose communication overlaps the other's
-    compute [s]: layers x max(c, m) + min(c, m) / 2.
+    compute [s]: layers x max(m, c + f m) + min(c, m) / 2.
 
     ``compute_s`` c and ``comm_s`` m are one layer's compute and communication for the whole step (each
     micro-batch does half). Two micro-batches A and B alternate on a compute stream and a communication stream,
     each running compute then communication per layer: if c >= m compute never waits (A's communication, m/2,
     hides under B's compute, c/2) and only B's last m/2 is exposed; if m > c the communication stream is the
-    busy one and only A's first c/2 is exposed. Ideal overlap: the SMs the communication kernels occupy
-    (DeepEP normal mode: 20-24) and the micro-batches' split costs are not charged, so this is a lower bound.
-    Broadcasts."""
+    busy one and only A's first c/2 is exposed. ``sm_share`` f: the share of the GPU's SMs the communication
+    kernels hold while they run (DeepEP's normal kernels: 20 of H100's 132), so the compute overlapped with
+    them runs on the rest and takes f m longer per layer (0: ideal overlap). The micro-batches' split costs are
+    not charged, so this stays a lower bound. Broadcasts."""
     c, mm = np.asarray(compute_s, dtype=float), np.asarray(comm_s, dtype=float)
-    return layers * np.maximum(c, mm) + np.minimum(c, mm) / 2.0
+    f = np.asarray(sm_share, dtype=float)
+    return layers * np.maximum(mm, c + f * mm) + np.minimum(c, mm) / 2.0
 
 
 def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, logits_tokens=None
@@ -415,7 +417,12 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     hidden = np.zeros_like(comm_moe_total)
     if deepep and dep.two_batch_overlap:  # the MoE layers' all-to-all overlaps the other micro-batch's compute
         layer_compute = norm + proj + core + moe
-        exposed = two_batch_overlap_s(layer_compute, comm_moe, m.moe_layers) - m.moe_layers * layer_compute
+        # prefill steps' normal kernels hold DEEPEP_NORMAL_SMS SMs while the other micro-batch computes; decode
+        # steps' low-latency kernels with a receive hook hold none (GPU SM count unknown: not charged)
+        sms = dep.hardware.sms
+        share = np.where(np.asarray(q) >= PREFILL_QUERY_TOKENS, DEEPEP_NORMAL_SMS / sms, 0.0) if sms else 0.0
+        exposed = (two_batch_overlap_s(layer_compute, comm_moe, m.moe_layers, share)
+                   - m.moe_layers * layer_compute)
         hidden = comm_moe_total - exposed
         comm_moe_total = exposed
     comm = L * comm_attn + m.dense_layers * comm_dense + comm_moe_total + head_comm

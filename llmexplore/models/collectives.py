@@ -43,11 +43,16 @@ from .. import presets
 from ..specs import Link
 
 __all__ = ["Fabric", "alpha_s", "allreduce_s", "allgather_s", "reducescatter_s", "alltoall_s", "sendrecv_s",
-           "deepep_normal_GBps", "deepep_normal_s", "DEEPEP_NORMAL_CSV", "DEEPEP_LL_CSV", "DEEPEP_LL_OPS",
+           "deepep_normal_GBps", "deepep_normal_s", "DEEPEP_NORMAL_CSV", "DEEPEP_NORMAL_SMS", "DEEPEP_LL_CSV", "DEEPEP_LL_OPS",
            "deepep_ll_table", "deepep_ll_bytes_per_selection", "deepep_ll_fit", "deepep_ll_params", "deepep_ll_s"]
 
 #: DeepEP normal-kernel bandwidths (deepseek-ai/DeepEP README at 1a0c8f6, H800 + CX7 400G; data/kernels/README.md)
 DEEPEP_NORMAL_CSV = "kernels/deepep_normal_h800.csv"
+#: SMs DeepEP's normal (high-throughput) kernels occupy while they run: ``Buffer.num_sms = 20``, the default
+#: SGLang keeps without a --deepep-config (deepseek-ai/DeepEP deep_ep/buffers/legacy.py @ dd758ca). The
+#: low-latency kernels with a receive hook (two-batch overlap in decode) hold no SMs while data moves (DeepEP
+#: README: "hook-based communication-computation overlapping method that does not occupy any SM resource")
+DEEPEP_NORMAL_SMS = 20
 #: DeepEP low-latency kernel times (aiconfigurator_core 0.12.0 SGLang WideEP tables; data/kernels/README.md)
 DEEPEP_LL_CSV = "kernels/aic_deepep_ll.csv"
 DEEPEP_LL_OPS = ("dispatch", "combine")

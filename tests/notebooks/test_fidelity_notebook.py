@@ -81,7 +81,7 @@ def test_the_report_states_the_headline_numbers_in_words(run, rec):
     for choice in ("engine", "scalar", "default"):
         assert f"{num(rec['median_abs_error_pct'][choice])}%" in text
     assert f"{rec['modelled']} of {rec['rows']} published measurements" in text and f"`{WORST}`" in text
-    assert "ideal overlap" in text and "live chat traffic" in text
+    assert "host time" in text and "live chat traffic" in text
     assert f"the model tells {r['resolved']} of them apart and orders {r['agrees']} correctly" in text
 
 

@@ -366,12 +366,19 @@ def test_two_batch_overlap_hand_calculation():
     assert float(two_batch_overlap_s(2.0, 3.0, 10)) == pytest.approx(31.0)
     assert float(two_batch_overlap_s(3.0, 0.0, 10)) == pytest.approx(30.0)  # nothing to hide
     assert np.allclose(two_batch_overlap_s(np.array([1.0, 4.0]), 2.0, 5), [10.5, 21.0])
+    # the communication kernels hold a share f of the SMs while they run: the overlapped compute takes f m longer
+    # (c = 3, m = 2, f = 20/132: 10 x (3 + 0.303) + 1); comm-bound layers stay comm-bound (c = 1, m = 3, f = 0.2:
+    # 1 + 0.6 < 3, so 10 x 3 + 0.5)
+    assert float(two_batch_overlap_s(3.0, 2.0, 10, 20 / 132)) == pytest.approx(10 * (3 + 2 * 20 / 132) + 1.0)
+    assert float(two_batch_overlap_s(1.0, 3.0, 10, 0.2)) == pytest.approx(30.5)
 
 
 def test_two_batch_overlap_hides_the_moe_alltoall_in_the_step():
-    """With TBO the step loses exactly the hidden all-to-all, the parts still add up, and the overlap is off by
-    default (every engine's default) and changes nothing outside DPA + alltoall."""
+    """With TBO the step loses exactly the hidden all-to-all (the overlapped compute running on the SMs DeepEP's
+    normal kernels leave: 112 of H100's 132), the parts still add up, and the overlap is off by default (every
+    engine's default) and changes nothing outside DPA + alltoall."""
     from llmexplore.models.attention import two_batch_overlap_s
+    from llmexplore.models.collectives import DEEPEP_NORMAL_SMS
 
     kw = dict(runtime="sglang", moe_dispatch="alltoall")
     off = Deployment.build("deepseek-v3", "h100-sxm", 32, **kw)
@@ -383,7 +390,7 @@ def test_two_batch_overlap_hides_the_moe_alltoall_in_the_step():
     L, Lm = on.model.layers, on.model.moe_layers
     c = (float(r0["attention_s"]) / L) + float(r0["ffn_moe_s"]) / Lm  # one MoE layer's compute
     mm = float(r0["comm_ffn_moe_s"]) / Lm
-    exposed = float(two_batch_overlap_s(c, mm, Lm)) - Lm * c
+    exposed = float(two_batch_overlap_s(c, mm, Lm, DEEPEP_NORMAL_SMS / on.hardware.sms)) - Lm * c
     assert float(r1["comm_ffn_moe_s"]) == pytest.approx(exposed, rel=1e-9)
     assert float(r1["comm_hidden_s"]) == pytest.approx(Lm * mm - exposed, rel=1e-9)
     assert float(r1["step_s"]) == pytest.approx(float(r0["step_s"]) - float(r1["comm_hidden_s"]), rel=1e-12)

@@ -111,3 +111,24 @@ def test_validation_rows_carry_the_options_their_sources_ran(tmp_path):
         f.write_text(header + "\n" + out.getvalue())
         with pytest.raises(SpecError, match=rf"line 2: {rule}"):
             validate.load(f)
+
+
+def test_two_batch_overlap_charges_deepeps_normal_kernels_their_sms():
+    """Prefill (DeepEP normal kernels) with two-batch overlap: the compute overlapped with the all-to-all runs on
+    132 - 20 of H100's SMs (DeepEP Buffer.num_sms = 20), so the step is longer than with ideal overlap by
+    58 x 20/132 x the all-to-all per layer when compute is the longer stream. Decode steps' low-latency kernels
+    (receive hook) hold no SMs, and a GPU whose SM count is not known is not charged."""
+    import dataclasses
+
+    from llmexplore.models.collectives import DEEPEP_NORMAL_SMS
+
+    dep = wide(ranks=32, moe_redundant=32, dp_dense=True, dp_lm_head=True, two_batch_overlap=True)
+    assert dep.hardware.sms == 132 and DEEPEP_NORMAL_SMS == 20
+    ideal = dataclasses.replace(dep, hardware=dataclasses.replace(dep.hardware, sms=0))
+    kw = dict(q_tokens=4096, logits_tokens=1)
+    got = step_time(dep, 128, 2048.0, "DPA", **kw)
+    ref = step_time(ideal, 128, 2048.0, "DPA", **kw)
+    m_total = float(ref["comm_ffn_moe_s"] + ref["comm_hidden_s"])  # the MoE all-to-all of the whole step
+    assert float(got["step_s"] - ref["step_s"]) == pytest.approx(m_total * 20 / 132, rel=1e-9)
+    dec = step_time(dep, 32 * 64, 2048.0, "DPA")
+    assert float(dec["step_s"]) == pytest.approx(float(step_time(ideal, 32 * 64, 2048.0, "DPA")["step_s"]))
