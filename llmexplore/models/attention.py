@@ -392,7 +392,7 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     comm_dense = np.zeros_like(comm_ffn) if dpa and dep.dp_dense else comm_ffn  # a DP dense FFN gathers nothing
     deepep = dpa and m.is_moe and dep.moe_dispatch == "alltoall"
     if deepep:  # DeepEP: each of the rank's n_attn tokens goes to the ranks of its k experts; the dense layers
-        # keep the gather
+        # keep the gather unless they are data-parallel (dp_dense)
         comm_moe = deepep_layer_s(dep, n_attn, q)
     dp_head = dpa and dep.dp_lm_head  # replicated embedding and LM head: the rank's own tokens, whole vocabulary
     n_head = n_attn if dp_head else n_ffn

@@ -259,14 +259,23 @@ class Deployment:
 
     # ---- weights (independent of batch and context) --------------------------------------------------------
     def check_layout(self, layout: str) -> None:
-        """SpecError unless ``layout`` is one of :data:`LAYOUTS` and this deployment can run it: a layout that
-        shards heads (TP, CP's projections, DOP) needs ``ranks`` to divide them, which an all-to-all (DPA-only)
-        deployment does not promise."""
+        """SpecError unless ``layout`` is one of :data:`LAYOUTS` and this deployment can run it. Only an
+        all-to-all deployment may have ranks that do not divide the heads (its shared expert and, with
+        ``dp_dense``, its dense FFN are whole on every rank too), and it runs only as DPA: the other layouts shard
+        heads or those weights over the ranks."""
         check_layout(layout)
+        if layout == "DPA":
+            return
         m, T = self.model, self.ranks
-        if layout != "DPA" and m.heads % T:
-            raise SpecError(f"layout {layout} needs ranks ({T}) to divide the query heads of {m.name} ({m.heads}); "
-                            f"only DPA keeps whole heads on every rank")
+        rules = [("query heads", m.heads)]
+        if m.dense_layers:
+            rules.append(("FFN intermediate size", m.intermediate))
+        if m.is_moe and m.shared_experts:
+            rules.append(("expert intermediate size", m.moe_intermediate))
+        for what, n in rules:
+            if n % T:
+                raise SpecError(f"layout {layout} needs ranks ({T}) to divide the {what} of {m.name} ({n}); this "
+                                f"deployment (all-to-all dispatch or dp_dense) runs only as DPA")
 
     def attn_params_per_rank(self, layout: str) -> float:
         """Attention parameters held per rank per layer (projections only)."""

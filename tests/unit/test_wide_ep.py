@@ -30,6 +30,12 @@ def test_redundant_slots_let_72_ranks_hold_256_experts():
     for layout in ("TP", "CP", "DOP"):  # layouts that shard heads are refused, naming the rule
         with pytest.raises(SpecError, match=rf"layout {layout} needs ranks \(72\) to divide the query heads"):
             step_time(dep, 72, 2000.0, layout)
+    # dp_dense lifts the dense-FFN rule for DPA steps only (18,432 / 48 divides, 18,432 / 40 does not)
+    dense_dp = Deployment.build("deepseek-v3", "h100-sxm", 40, runtime="sglang", moe_dispatch="alltoall",
+                                moe_redundant=64, dp_dense=True)
+    assert np.isfinite(float(step_time(dense_dp, 40, 2000.0, "DPA")["step_s"]))
+    with pytest.raises(SpecError, match=r"layout DOP needs ranks \(40\) to divide the query heads"):
+        step_time(dense_dp, 40, 2000.0, "DOP")
     # without all-to-all the heads rule stands, and redundant slots need all-to-all
     with pytest.raises(SpecError, match=r"ranks \(72\) must divide the query heads"):
         Deployment.build("deepseek-v3", "h100-sxm", 72, runtime="sglang")
