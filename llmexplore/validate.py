@@ -24,7 +24,7 @@ import pandas as pd
 from . import presets
 from .errors import LlmexploreError, SpecError
 from .models.attention import step_time
-from .models.engine import Deployment
+from .models.engine import MAX_REDUNDANT, Deployment
 from .models.prefill import mixed_step_time
 
 __all__ = ["VALIDATION_CSV", "REQUIRED", "KINDS", "load", "evaluate", "summary", "ranking", "category"]
@@ -73,15 +73,19 @@ def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
     if len(dup):
         raise SpecError(f"{where} line {int(dup.index[0]) + 2}: id must be unique, got {dup.iloc[0]!r} again")
 
-    def number(i, col, *, integer=False):
+    def number(i, col, *, integer=False, zero=False, optional=False, hi=float("inf")):
         v = df.at[i, col] if col in df.columns else None
+        if optional and (v is None or (isinstance(v, float) and np.isnan(v))):
+            return
         try:
             x = float(v)
         except (TypeError, ValueError):
             x = float("nan")
-        if not np.isfinite(x) or x <= 0 or (integer and x != int(x)):
-            rule = "an integer >= 1" if integer else "a finite number > 0"
-            raise SpecError(f"{where} line {i + 2}: {col} must be {rule} for a {df.at[i, 'kind']} row, got "
+        if not np.isfinite(x) or x < 0 or x > hi or (x == 0 and not zero) or (integer and x != int(x)):
+            rule = (f"an integer >= {0 if zero else 1}" if integer else "a finite number > 0") + (
+                f" and <= {hi:,.0f}" if np.isfinite(hi) else "") + (
+                " or empty" if optional else f" for a {df.at[i, 'kind']} row")
+            raise SpecError(f"{where} line {i + 2}: {col} must be {rule}, got "
                             f"{_check.shown(v.item() if isinstance(v, np.generic) else v)}")
 
     for i in df.index:
@@ -102,15 +106,7 @@ def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
             if not (v is None or v is True or v is False or (isinstance(v, float) and np.isnan(v))
                     or str(v).strip().lower() in ("", "true", "false")):
                 raise SpecError(f"{where} line {i + 2}: {col} must be true, false or empty, got {_check.shown(v)}")
-        v = df.at[i, "moe_redundant"] if "moe_redundant" in df.columns else None
-        if v is not None and not (isinstance(v, float) and np.isnan(v)):
-            try:
-                x = float(v)
-            except (TypeError, ValueError):
-                x = float("nan")
-            if not (np.isfinite(x) and x >= 0 and x == int(x)):
-                raise SpecError(f"{where} line {i + 2}: moe_redundant must be an integer >= 0 or empty, got "
-                                f"{_check.shown(v.item() if isinstance(v, np.generic) else v)}")
+        number(i, "moe_redundant", integer=True, zero=True, optional=True, hi=MAX_REDUNDANT)
     return df
 
 
@@ -127,12 +123,8 @@ def _flag(row, col: str) -> bool:
 
 
 def _count(row, col: str) -> int:
-    v = row.get(col)
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return 0
-    return int(x) if np.isfinite(x) else 0
+    v = row.get(col)  # load() checked it: an integer >= 0, or empty
+    return 0 if v is None or pd.isna(v) else int(v)
 
 
 def _predict_ms(row, runtime: str) -> float:

@@ -161,14 +161,13 @@ class Deployment:
             raise SpecError(f"moe_redundant (extra expert slots, EPLB) needs an MoE model with moe_dispatch "
                             f"'alltoall' (DeepEP), got {red} with {m.name} and {self.moe_dispatch!r}")
         # all-to-all dispatch is a DPA mode (whole heads and a whole shared expert on every rank), so only the
-        # tensor-parallel parts need to divide: the routed slots always, the dense FFN unless it is DP too
-        rules = [] if a2a else [("query heads", m.heads)]
-        if m.dense_layers and not self.dp_dense:
-            rules.append(("FFN intermediate size", m.intermediate))
+        # tensor-parallel parts need to divide: the routed slots always, the dense FFN unless it is DP too;
+        # the other layouts check the rest (check_layout)
+        skip = ({"query heads", "expert intermediate size"} if a2a else set()) | (
+            {"FFN intermediate size"} if self.dp_dense else set())
+        rules = [r for r in _sharded_sizes(m) if r[0] not in skip]
         if m.is_moe:
             rules.append(("routed experts" + (" + moe_redundant" if red else ""), m.routed_experts + red))
-            if m.shared_experts and not a2a:
-                rules.append(("expert intermediate size", m.moe_intermediate))
         for what, n in rules:
             if n % T:
                 raise SpecError(f"ranks ({T}) must divide the {what} of {m.name} ({n})")
@@ -267,12 +266,7 @@ class Deployment:
         if layout == "DPA":
             return
         m, T = self.model, self.ranks
-        rules = [("query heads", m.heads)]
-        if m.dense_layers:
-            rules.append(("FFN intermediate size", m.intermediate))
-        if m.is_moe and m.shared_experts:
-            rules.append(("expert intermediate size", m.moe_intermediate))
-        for what, n in rules:
+        for what, n in _sharded_sizes(m):
             if n % T:
                 raise SpecError(f"layout {layout} needs ranks ({T}) to divide the {what} of {m.name} ({n}); this "
                                 f"deployment (all-to-all dispatch or dp_dense) runs only as DPA")
@@ -307,6 +301,17 @@ class Deployment:
         emb = m.embedding_params / (1 if dpa and self.dp_lm_head else T) * EMB_BYTES
         norms = (m.layers * m.norm_params_per_layer + m.hidden) * EMB_BYTES
         return {"attention": attn, "ffn": ffn, "embedding": emb, "norms": norms}
+
+
+def _sharded_sizes(m) -> list[tuple[str, int]]:
+    """(what, size) of the parts a tensor-parallel layout splits over the ranks, which the ranks must divide:
+    the query heads, the dense FFN's intermediate size and the shared expert's."""
+    rules = [("query heads", m.heads)]
+    if m.dense_layers:
+        rules.append(("FFN intermediate size", m.intermediate))
+    if m.is_moe and m.shared_experts:
+        rules.append(("expert intermediate size", m.moe_intermediate))
+    return rules
 
 
 def resolve_deployment(model, gpu, runtime="default", scale_up_link=None, scale_out_link=None):

@@ -490,10 +490,9 @@ def deepep_ll_curves(gpu: str = "h100-sxm") -> CurveTables:
     tb = pd.DataFrame(deepep_ll_table())
     tb = tb[tb["experts"] >= DEEPEP_LL_MIN_EXPERTS]
     own = tb[(tb["gpu"] == gpu) & (tb["nodes"] == 1)]
-    kind = "deepep_ll"
+    kind, kd = "deepep_ll", KernelData(gpu, "sglang", pd.DataFrame(), {}, {}, {})  # SGLang's DeepEP; no yaml curves
     if not len(own):
-        empty = KernelData(gpu, "sglang", pd.DataFrame(), {}, {}, {})
-        return _empty(kind, empty)
+        return _empty(kind, kd)
     multi = tb[(tb["gpu"] == "h100-sxm") & (tb["nodes"] > 1)]
     pts, lines, curves = [], [], []
     for op in DEEPEP_LL_OPS:
@@ -518,7 +517,7 @@ def deepep_ll_curves(gpu: str = "h100-sxm") -> CurveTables:
                            "median_abs_error_pct": f["median_err_pct"], "p90_abs_error_pct": f["p90_err_pct"],
                            "curve_from": "", "rejected": ""})
     panels = [{"panel": op, "ref_y": np.nan, "shapes": []} for op in DEEPEP_LL_OPS]
-    return _tables(kind, KernelData(gpu, "sglang", pd.DataFrame(), {}, {}, {}), pts, lines, panels, curves)
+    return _tables(kind, kd, pts, lines, panels, curves)
 
 
 def curve_errors(*tables: CurveTables) -> dict[str, float]:

@@ -105,7 +105,9 @@ def test_validation_rows_carry_the_options_their_sources_ran(tmp_path):
     good = (validate.VALIDATION_CSV.read_text().splitlines())
     header, first = good[0], good[1]
     cols = header.split(",")
-    for col, value, rule in (("moe_redundant", "-3", "moe_redundant must be an integer >= 0 or empty"),
+    for col, value, rule in (("moe_redundant", "-3", "moe_redundant must be an integer >= 0 and <= 4,096 or empty"),
+                             ("moe_redundant", "1e300", "moe_redundant must be an integer >= 0 and <= 4,096 or empty"),
+                             ("moe_redundant", "abc", "moe_redundant must be an integer >= 0 and <= 4,096 or empty"),
                              ("dp_dense", "maybe", "dp_dense must be true, false or empty")):
         import csv
         import io
