@@ -42,7 +42,7 @@ import numpy as np
 from .. import _check
 from ..errors import SpecError
 from .collectives import (DEEPEP_LL_OPS, DEEPEP_NORMAL_SMS, allgather_s, allreduce_s, alltoall_s, deepep_ll_s,
-                          deepep_normal_s, reducescatter_s)
+                          deepep_normal_s, fp8_dispatch_bytes, reducescatter_s)
 from .sampler import sampler_s
 from .engine import (EMB_BYTES, LAYOUT_INFO, LAYOUTS, LOGIT_BYTES, MAX_BATCH, MAX_CONTEXT,  # noqa: F401
                      PREFILL_QUERY_TOKENS, Deployment, check_batch_context, check_layout, elementwise_s, gemm_s,
@@ -325,7 +325,7 @@ def deepep_layer_s(dep: Deployment, n_tok, q) -> np.ndarray:
         return low_latency
     G, N = fab.split(T)
     copies = float(distinct_ranks_uniform(E, k, N if N > 1 else G))
-    dispatch_B = H + 4.0 * math.ceil(H / 128) if dep.b_w < 2.0 else H * ba
+    dispatch_B = float(fp8_dispatch_bytes(H)) if dep.b_w < 2.0 else H * ba
     normal = (deepep_normal_s(n_tok, dispatch_B, copies, T, fab, "dispatch")
               + deepep_normal_s(n_tok, H * ba, copies, T, fab, "combine"))
     return np.where(qa >= PREFILL_QUERY_TOKENS, normal, low_latency)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,7 @@ from ..specs import Link
 
 __all__ = ["Fabric", "alpha_s", "allreduce_s", "allgather_s", "reducescatter_s", "alltoall_s", "sendrecv_s",
            "deepep_normal_GBps", "deepep_normal_s", "DEEPEP_NORMAL_CSV", "DEEPEP_NORMAL_SMS", "DEEPEP_LL_CSV", "DEEPEP_LL_OPS",
-           "deepep_ll_table", "deepep_ll_bytes_per_selection", "deepep_ll_fit", "deepep_ll_params", "deepep_ll_s"]
+           "deepep_ll_table", "fp8_dispatch_bytes", "deepep_ll_bytes_per_selection", "deepep_ll_fit", "deepep_ll_params", "deepep_ll_s"]
 
 #: DeepEP normal-kernel bandwidths (deepseek-ai/DeepEP README at 1a0c8f6, H800 + CX7 400G; data/kernels/README.md)
 DEEPEP_NORMAL_CSV = "kernels/deepep_normal_h800.csv"
@@ -225,13 +226,19 @@ def _ll_read(path: str, stamp: float) -> dict:
     return out
 
 
+def fp8_dispatch_bytes(hidden: int, *, scale_block: int = 128) -> int:
+    """FP8 dispatch payload of one token copy [B]: H bytes + one FP32 scale per 1x128 block, H + 4 ceil(H/128)
+    (DeepSeek-V3, H = 7168: 7,392 B; DeepEP's FP8 dispatch)."""
+    return int(hidden) + 4 * math.ceil(int(hidden) / scale_block)
+
+
 def deepep_ll_bytes_per_selection(hidden: int, op: str, *, fp8: bool = True) -> float:
     """Bytes one routed copy of a token carries in DeepEP's low-latency kernels, as its benchmark counts them:
     FP8 dispatch H + 4 H/128 (1x128 scales) + 16 (tests/test_low_latency.py ``num_fp8_bytes``), BF16 dispatch
     or combine 2H."""
     H = int(hidden)
     if op == "dispatch" and fp8:
-        return float(H + 4 * (H // 128) + 16)
+        return float(fp8_dispatch_bytes(H) + 16)
     return 2.0 * H
 
 

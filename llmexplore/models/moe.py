@@ -64,7 +64,8 @@ from ..specs import Hardware, ModelSpec, Runtime
 from ..units import dtype_bytes
 from . import attention as att
 from . import eplb, routing, stats
-from .collectives import DEEPEP_LL_OPS, Fabric, allreduce_s, alpha_s, deepep_ll_bytes_per_selection, deepep_ll_params
+from .collectives import (DEEPEP_LL_OPS, Fabric, allreduce_s, alpha_s, deepep_ll_bytes_per_selection, deepep_ll_params,
+                          fp8_dispatch_bytes)
 from .engine import EMB_BYTES, Deployment, check_batch_context, elementwise_s, gemm_s, kernel_rates, resolve_deployment
 
 __all__ = ["MoEDeployment", "step_time", "expected_rank_shares", "memory_per_gpu", "dispatch_bytes_per_token",
@@ -106,7 +107,7 @@ def dispatch_bytes_per_token(hidden: int, *, scale_block: int = 128) -> int:
 
     H + 4 ceil(H/128): DeepSeek-V3 (H = 7168): 7,392 B (DeepEP FP8 dispatch, docs/models.md §4.8).
     """
-    return int(hidden) + 4 * math.ceil(int(hidden) / scale_block)
+    return fp8_dispatch_bytes(hidden, scale_block=scale_block)
 
 
 def combine_bytes_per_token(hidden: int) -> int:
