@@ -1,4 +1,4 @@
-"""Benchmark the FCFS queue simulator (:func:`llmexplore.models.queueing.simulate_fcfs`) on 1M requests.
+"""Benchmark the FCFS queue simulator (:func:`llmexplore.models.queueing.fcfs_sim.simulate_fcfs`) on 1M requests.
 
 Imported by ``benchmarks/bench_pd_moe.py`` (it can also run alone). Target: 1M requests with one server in < 2 s on 2 cores. Timings are medians
 of 3 runs of the simulator alone (arrivals and service times are generated once, outside the timer):
@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_s  # noqa: E402
 
-from llmexplore.models import mg1  # noqa: E402
-from llmexplore.models import simulate as sim  # noqa: E402
+from llmexplore.models.queueing import mg1  # noqa: E402
+from llmexplore.models.queueing import fcfs_sim as sim  # noqa: E402
 
 N = 1_000_000
 REPEATS = 3

@@ -27,10 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import median_s, print_table, reference_s  # noqa: E402
 
-from llmexplore.models import moe, routing  # noqa: E402
-from llmexplore.models.attention import step_time  # noqa: E402
-from llmexplore.models.engine import Deployment  # noqa: E402
-from llmexplore.models.prefill import prefill_time  # noqa: E402
+from llmexplore.models.moe import decode as moe  # noqa: E402
+from llmexplore.models.moe import routing  # noqa: E402
+from llmexplore.models.step.decode import step_time  # noqa: E402
+from llmexplore.models.step.engine import Deployment  # noqa: E402
+from llmexplore.models.step.prefill import prefill_time  # noqa: E402
 
 
 def _prefill_loop(dep: Deployment, prompts: np.ndarray) -> np.ndarray:

@@ -21,8 +21,9 @@ from _timing import redraw_ms as _redraw_ms  # noqa: E402
 from _timing import print_table, reference_s  # noqa: E402
 
 from llmexplore import widgets  # noqa: E402
-from llmexplore.models import attention as att  # noqa: E402
-from llmexplore.models.uncertainty import band_of  # noqa: E402
+from llmexplore.models.step import decode as att  # noqa: E402
+from llmexplore.models.step.engine import Deployment  # noqa: E402
+from llmexplore.models.step.uncertainty import band_of  # noqa: E402
 
 N_GRID = 1000  # batch values x context values
 N_LINE = 100  # points of the banded line
@@ -34,14 +35,14 @@ def main() -> int:
     context = np.geomspace(128, 1 << 20, N_GRID)[None, :]
     times = {}
     for rt in ("scalar", "default"):
-        dep = att.Deployment.build("deepseek-v3", "h200", 8, runtime=rt)
+        dep = Deployment.build("deepseek-v3", "h200", 8, runtime=rt)
         times[rt] = _median_s(lambda: att.evaluate_all(dep, batch, context))
     grid_s = times["default"]
 
     line = np.geomspace(128, 1 << 20, N_LINE)
 
     def line_ms(rt):
-        d = att.Deployment.build("llama-3-70b", "h100-sxm", 8, runtime=rt)
+        d = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime=rt)
         return att.step_time(d, 64, line, "TP")["step_s"] * 1e3
 
     band_s = _median_s(lambda: band_of(line_ms, "default"), repeats=3)

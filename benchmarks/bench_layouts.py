@@ -21,7 +21,8 @@ from _timing import reference_s  # noqa: E402
 from _timing import print_table  # noqa: E402
 
 from llmexplore import sweeps, widgets  # noqa: E402
-from llmexplore.models import attention as att  # noqa: E402
+from llmexplore.models.step import decode as att  # noqa: E402
+from llmexplore.models.step.engine import LAYOUTS, Deployment  # noqa: E402
 
 N_GRID = 1000  # batch values x context values
 N_LOOP = 400  # sampled points evaluated one at a time (x 4 layouts)
@@ -29,7 +30,7 @@ REPEATS = 5
 
 
 def main() -> int:
-    dep = att.Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8")
+    dep = Deployment.build("deepseek-v3", "h200", 8, weight_dtype="fp8")
     batch = np.arange(1, N_GRID + 1, dtype=float)[:, None]
     context = np.geomspace(128, 1 << 20, N_GRID)[None, :]
     ref = reference_s()
@@ -44,7 +45,7 @@ def main() -> int:
 
     def loop():
         for b, s in pts:
-            for lay in att.LAYOUTS:
+            for lay in LAYOUTS:
                 att.evaluate(dep, b, s, lay)
 
     loop_s = _median_s(loop, repeats=3)

@@ -11,9 +11,9 @@ here are noisy, so fio and the reader take turns on the same file and the ratio 
   refused). The fio command is printed. Without fio (Debian package ``fio``) the benchmark says so and goes on.
   Two more rows (128 KiB at QD 16, 4 MiB at QD 4) for the record.
 * **break-even grid** (target < 0.2 s): the winner of load vs recompute over 1,000 prefix lengths x 1,000
-  read bandwidths for Llama-3-70B on 8x H100 from an NVMe Gen4 tier, from :mod:`llmexplore.models.offload`'s
+  read bandwidths for Llama-3-70B on 8x H100 from an NVMe Gen4 tier, from :mod:`llmexplore.models.offload.cost`'s
   recompute curve and hop times (:func:`llmexplore.sweeps.offload.regime_grid`); checked against the exact
-  gate (:func:`llmexplore.models.offload.break_even`) at three bandwidths. The closed-form break-even map over
+  gate (:func:`llmexplore.models.offload.cost.break_even`) at three bandwidths. The closed-form break-even map over
   1,000 bandwidths x 1,000 latencies is timed too.
 
 The last line is machine-readable: ``reader_vs_fio=… grid_s=…`` (``reader_vs_fio=n/a`` without fio).
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from _timing import median_s, print_table, reference_s  # noqa: E402
 
-from llmexplore.models import offload as of  # noqa: E402
+from llmexplore.models.offload import cost as of  # noqa: E402
 from llmexplore.storage import calibrate as cal  # noqa: E402
 from llmexplore.storage.reader import StagingReader  # noqa: E402
 from llmexplore.sweeps import offload as so  # noqa: E402

@@ -25,7 +25,7 @@ from _timing import print_table  # noqa: E402
 
 from llmexplore import presets, sweeps  # noqa: E402
 from llmexplore import calibrate  # noqa: E402
-from llmexplore.models import disagg  # noqa: E402
+from llmexplore.models.serving import disagg  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "calibration" / "aic-llama31-70b-tp8-h100.csv"
 

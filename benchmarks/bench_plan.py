@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import median_s, print_table, reference_s  # noqa: E402
 from bench_plan_scaling import measure_scaling  # noqa: E402
 
-from llmexplore.models import serving as sv  # noqa: E402
-from llmexplore.models.engine import Deployment  # noqa: E402
-from llmexplore.models.workload import LengthDist, Traffic  # noqa: E402
+from llmexplore.models.serving import simulator as sv  # noqa: E402
+from llmexplore.models.step.engine import Deployment  # noqa: E402
+from llmexplore.models.serving.workload import LengthDist, Traffic  # noqa: E402
 from llmexplore.sweeps import plan as sp  # noqa: E402
 
 Q = sp.Question(model="qwen3-32b", gpu="h200", gpus=32, isl=4000, osl=500, ttft_ms=300, tpot_ms=10, stat="p90",

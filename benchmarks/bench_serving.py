@@ -1,4 +1,4 @@
-"""Benchmark the iteration-level serving simulator (:mod:`llmexplore.models.serving`).
+"""Benchmark the iteration-level serving simulator (:mod:`llmexplore.models.serving.simulator`).
 
 Run: ``.venv/bin/python benchmarks/bench_serving.py`` (or ``make bench``). Medians of repeats, each printed
 relative to a fixed numpy reference workload timed in the same process (the machines here are noisy).
@@ -7,7 +7,7 @@ relative to a fixed numpy reference workload timed in the same process (the mach
   trtllm), Poisson arrivals at 4 req/s, lognormal prompts (median 1,000 tokens, sigma 0.8, at most 8,192) and
   outputs (median 200, sigma 0.8, at most 2,048), vLLM's defaults (256 sequences, 8,192-token budget):
   about 68,000 iterations with a mean decode batch of ~42. Includes building the step-time tables.
-* the tables alone (:func:`llmexplore.models.serving.step_tables`);
+* the tables alone (:func:`llmexplore.models.serving.simulator.step_tables`);
 * **disaggregated**, 10,000 requests of 4,096 + 256 tokens at 6 req/s on 2 prefill and 1 decode instance of
   Llama-3-70B on 8x H100 over RoCE 400G with one NIC per instance.
 
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import median_s, print_table, reference_s  # noqa: E402
 
 from llmexplore import presets  # noqa: E402
-from llmexplore.models import serving as sv  # noqa: E402
-from llmexplore.models.engine import Deployment  # noqa: E402
-from llmexplore.models.workload import LengthDist, Traffic  # noqa: E402
+from llmexplore.models.serving import simulator as sv  # noqa: E402
+from llmexplore.models.step.engine import Deployment  # noqa: E402
+from llmexplore.models.serving.workload import LengthDist, Traffic  # noqa: E402
 
 N = 10_000
 REPEATS = 3

@@ -27,11 +27,11 @@ import numpy as np
 
 from . import _check, presets
 from .errors import SpecError, UnknownPresetError
-from .models.attention import memory_per_rank, step_time
-from .models.disagg import MAX_WORKLOAD_TOKENS
-from .models.lsq import levenberg_marquardt
-from .models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment
-from .models.prefill import prefill_time
+from .models.step.decode import memory_per_rank, step_time
+from .models.serving.disagg import MAX_WORKLOAD_TOKENS
+from .lsq import levenberg_marquardt
+from .models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment
+from .models.step.prefill import prefill_time
 from .specs import Runtime
 from .units import GiB
 

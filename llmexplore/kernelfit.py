@@ -1,4 +1,4 @@
-"""Fit the kernel-efficiency curves (:mod:`llmexplore.models.kernels`) to kernel-level measurements.
+"""Fit the kernel-efficiency curves (:mod:`llmexplore.models.step.kernels`) to kernel-level measurements.
 
 Reads the CSVs in ``data/kernels/`` (aiconfigurator 0.12.0's per-kernel database, and kernel tables published in
 the kernels' own repositories: DeepGEMM on H800, aiter's tuned A8W8 GEMMs on MI300X; see its README), turns every
@@ -7,7 +7,7 @@ engine uses, and fits one soft roofline per (engine, GPU, class, variant, dtype)
 
     minimise  sum_rows ln(t_pred / t_meas)^2          (relative error, every row weighted alike)
 
-by Levenberg-Marquardt in the unbounded coordinates of :func:`~llmexplore.models.kernels.to_u`. Grouped
+by Levenberg-Marquardt in the unbounded coordinates of :func:`~llmexplore.models.step.kernels.to_u`. Grouped
 (MoE) curves also pick the M tile (1, 16, 32, 64, 128 rows) that fits best. Engine ``any`` pools the three
 engines' rows: the engine-neutral curves of the ``default`` runtime.
 
@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 
 from . import presets
-from .models.kernels import (PARAM_BOUNDS, PARAMS, Curve, attention_work, curve_key, from_u, gemm_work,
+from .models.step.kernels import (PARAM_BOUNDS, PARAMS, Curve, attention_work, curve_key, from_u, gemm_work,
                              moe_block_work, soft_roofline_s, to_u)
-from .models.lsq import levenberg_marquardt
+from .lsq import levenberg_marquardt
 
 __all__ = ["KERNEL_DIR", "ENGINES", "GPUS", "ROCM_GPUS", "DTYPES", "BOOTSTRAP", "load_rows", "fit_curve", "fit_all", "to_yaml",
            "predict_rows"]
@@ -476,7 +476,7 @@ def to_yaml(sets: dict) -> str:
                     **({"from_engine": c.source.split("'")[0]} if engine == "any" else {}),
                     "cov_u": [[float(f"{x:.4g}") for x in row] for row in c.cov_u]}
             doc.setdefault(engine, {})[gpu] = block
-    head = ("# Kernel-efficiency curves (llmexplore/models/kernels.py, docs/models.md §1.2): one soft roofline\n"
+    head = ("# Kernel-efficiency curves (llmexplore/models/step/kernels.py, docs/models.md §1.2): one soft roofline\n"
             "#   t = overhead + ((F / (eta_compute P))^knee + (M / (eta_mem BW))^knee)^(1/knee)\n"
             "# per engine, GPU and <class>.<variant>.<dtype>, fitted by `python -m llmexplore.kernelfit` to the kernel rows\n"
             "# in data/kernels/ (aiconfigurator 0.12.0 per-kernel database, Apache-2.0, and kernel tables from the kernels'\n"

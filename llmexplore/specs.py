@@ -491,7 +491,7 @@ class Runtime(_Spec):
     #: or any = pooled); "" = the scalar efficiencies above price every kernel
     kernel_set: str = ""
     #: 0 = the fitted curves; i >= 1 = the i-th deterministic draw of their parameters from the fit's bootstrap
-    #: covariance (llmexplore.models.uncertainty: error bands are the spread over draws)
+    #: covariance (llmexplore.models.step.uncertainty: error bands are the spread over draws)
     kernel_draw: int = field(default=0, metadata=_meta("", "draw of the kernel-curve parameters (0: the fit)",
                                                         min=0, max=1_000_000, integer=True, optional=True))
     display_name: str = ""

@@ -2,7 +2,7 @@
 
 Each row of ``data/validation/e2e.csv`` is a decode step (TPOT / ITL at ``batch`` sequences of mean KV
 ``context``), a loaded decode step (mean ITL of closed-loop serving at concurrency ``batch`` with ``isl`` /
-``osl``: the other requests' prefills share the steps, :func:`llmexplore.models.prefill.mixed_step_time`) or a
+``osl``: the other requests' prefills share the steps, :func:`llmexplore.models.step.prefill.mixed_step_time`) or a
 prefill (TTFT of ``batch`` prompts of ``prompt_tokens``) of one deployment (model, GPU,
 ranks, attention layout, dtypes, engine). :func:`evaluate` predicts every row with the step engine and returns
 the error table; :func:`summary` gives the error per category (model family x GPU x dtype x parallelism x
@@ -23,9 +23,9 @@ import pandas as pd
 
 from . import presets
 from .errors import LlmexploreError, SpecError
-from .models.attention import step_time
-from .models.engine import MAX_REDUNDANT, Deployment
-from .models.prefill import mixed_step_time
+from .models.step.decode import step_time
+from .models.step.engine import MAX_REDUNDANT, Deployment
+from .models.step.prefill import mixed_step_time
 
 __all__ = ["VALIDATION_CSV", "REQUIRED", "KINDS", "load", "evaluate", "summary", "ranking", "category"]
 
@@ -51,7 +51,7 @@ def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
     from io import StringIO
 
     from . import _check
-    from .models.engine import LAYOUTS
+    from .models.step.engine import LAYOUTS
 
     where = str(path)
     kind_of_path = _check.path_kind(path)

@@ -320,7 +320,7 @@ def band_option(p, *, default: bool) -> None:
 
 def sampler_option(p) -> None:
     """``--sampler``: how each step samples its tokens (``Deployment.sampler``, docs/models.md §1.1b)."""
-    from ..models.sampler import SAMPLER_INFO, SAMPLERS
+    from ..models.step.sampler import SAMPLER_INFO, SAMPLERS
 
     rule = one_of(SAMPLERS)
     what = "; ".join(f"{k}: {SAMPLER_INFO[k]}" for k in SAMPLERS)

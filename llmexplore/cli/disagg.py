@@ -26,8 +26,8 @@ FLAGS = {**COMMON_FLAGS, "prompt_tokens": "--prompt", "output_tokens": "--output
 
 
 def add(sub) -> None:
-    from ..models.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
-    from ..models.engine import MAX_BATCH, MAX_RANKS
+    from ..models.serving.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
+    from ..models.step.engine import MAX_BATCH, MAX_RANKS
 
     p = sub.add_parser("pd", help="prefill/decode disaggregation vs colocated serving",
                        description="Time of one prefill and one decode step, the KV transfer per request, and "
@@ -76,7 +76,7 @@ BAND_KEYS = ("prefill_ms", "decode_step_ms", "transfer_exposed_ms", "disaggregat
 def run(args) -> int:
     from .. import presets
     from ..sweeps import disagg as disagg_sweeps
-    from ..models.uncertainty import DRAWS
+    from ..models.step.uncertainty import DRAWS
     from ..sweeps.bands import with_band
 
     presets.link(args.link)  # unknown link: one-line error before any work

@@ -32,7 +32,7 @@ FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "batch": "--batch", "context": "--c
 
 
 def add(sub) -> None:
-    from ..models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
+    from ..models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
 
     p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
                        description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of "
@@ -106,10 +106,10 @@ def _best_line(records: Sequence[Mapping[str, Any]], best: str | None, would_fit
 
 def run(args) -> int:
     from .. import presets
-    from ..models import crossover
-    from ..models.engine import Deployment
+    from ..models.layouts import crossover
+    from ..models.step.engine import Deployment
     from ..sweeps import layouts as layout_sweeps
-    from ..models.uncertainty import DRAWS
+    from ..models.step.uncertainty import DRAWS
     from ..sweeps.bands import boundary_bands, layout_bands
 
     for flag, name in (("--scale-up-link", args.scale_up_link), ("--scale-out-link", args.scale_out_link)):

@@ -25,8 +25,8 @@ FLAGS = {**COMMON_FLAGS, "storage": "--storage", "prefix_tokens": "--prefix", "q
 
 
 def add(sub) -> None:
-    from ..models.engine import MAX_RANKS
-    from ..models.offload import MAX_PREFIX, MIN_SEARCH_BLOCK_TOKENS
+    from ..models.step.engine import MAX_RANKS
+    from ..models.offload.cost import MAX_PREFIX, MIN_SEARCH_BLOCK_TOKENS
 
     p = sub.add_parser("offload", help="load a cached KV prefix from host memory / SSD / NFS, or recompute it: "
                                        "costs, decision, break-even, preload",
@@ -72,7 +72,7 @@ BAND_KEYS = ("recompute_ms", "load_ms", "break_even_tokens", "closed_form_tokens
 def run(args) -> int:
     from ..sweeps import offload as so
 
-    from ..models.uncertainty import DRAWS
+    from ..models.step.uncertainty import DRAWS
     from ..sweeps.bands import with_band
 
     def setup(rt):

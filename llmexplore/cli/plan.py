@@ -55,8 +55,8 @@ def _dtype_list(text: str) -> tuple:
 
 
 def add(sub) -> None:
-    from ..models.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
-    from ..models.plan import STATS
+    from ..models.serving.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
+    from ..models.queueing.at_stat import STATS
     from ..sweeps.plan import MAX_GPUS
     from ..units import DTYPE_BYTES
     from ._framework import Rule

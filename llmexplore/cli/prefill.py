@@ -26,7 +26,7 @@ FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "prompt_tokens": "--prompt", "prefi
 
 
 def add(sub) -> None:
-    from ..models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
+    from ..models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
 
     p = sub.add_parser("prefill", help="batched prefill: time by part, tokens/s, FLOPs, MFU, memory fit",
                        description="B prompts of P tokens each (X of them a cached prefix) prefilled together in "
@@ -59,7 +59,7 @@ def add(sub) -> None:
 def run(args) -> int:
     from ..sweeps import prefill as sp
 
-    from ..models.uncertainty import DRAWS
+    from ..models.step.uncertainty import DRAWS
     from ..sweeps.bands import with_band
 
     dep = sp.setup(args.model, args.gpu, ranks=args.ranks, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,

@@ -17,7 +17,7 @@ STAT_COLS = [Col("metric", "metric"), Col("mean", "mean ms", ".4g"), Col("p50", 
 
 
 def add(sub) -> None:
-    from ..models.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
+    from ..models.serving.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
 
     p = sub.add_parser("simulate", help="latency distributions of one configuration (serving simulator)",
                        description="Run the iteration-level serving simulator (continuous batching, chunked "
@@ -134,3 +134,4 @@ def run(args) -> int:
     print(f"throughput {s['output_tokens_per_s']:,.0f} output tokens/s, {s['requests_per_s']:.3g} req/s; mean decode "
           f"batch {s['mean_decode_batch']:.1f}; {s['preemptions']} preemptions; {s['iterations']:,} iterations")
     return EXIT_OK
+

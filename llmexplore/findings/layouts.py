@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..models.engine import LAYOUTS, Deployment
+from ..models.step.engine import LAYOUTS, Deployment
 from ..sweeps.layouts import best_layout, layout_table
 from ..units import from_si
 from . import in_ms, in_tokens, join, num

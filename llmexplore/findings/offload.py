@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..models.offload import MAX_PREFIX
+from ..models.offload.cost import MAX_PREFIX
 from ..sweeps.offload import OffloadSetup
 from . import join, num
 

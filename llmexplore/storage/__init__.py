@@ -7,7 +7,7 @@
 * :mod:`.calibrate`: measure a directory's read bandwidth and latency with the reader and save them as a
   storage preset (``llmexplore calibrate-disk``).
 * :mod:`.replay`: a trace of requests with shared prefixes against a real store: the gate of
-  :mod:`llmexplore.models.offload` decides load or recompute, the reader really loads, measured next to modelled.
+  :mod:`llmexplore.models.offload.cost` decides load or recompute, the reader really loads, measured next to modelled.
 
 Layer 1: numpy and the standard library (no pandas); the sweeps layer tabulates.
 """

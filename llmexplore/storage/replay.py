@@ -1,6 +1,6 @@
 """Replay a trace of requests with shared prefixes against a real block store: load or recompute, measured.
 
-Which question it answers: when the gate of :mod:`llmexplore.models.offload` says "load", how long does the
+Which question it answers: when the gate of :mod:`llmexplore.models.offload.cost` says "load", how long does the
 load really take from this machine's disk, next to what the model says, and what does that do to the time to
 first token (TTFT) with and without offload, and with preloading during the queue wait?
 
@@ -21,7 +21,7 @@ queueing arithmetic below, not sleeps):
 
 Per request, next to each other: ``measured_read_s`` (the reader's wall time for the blocks, hop 1: disk to
 host memory) and ``modelled_read_s`` (the tier's hop 1 for the same bytes, the formula of
-:func:`llmexplore.models.offload.hop_times`: ``latency + n (block_overhead + bytes / effective bandwidth)``);
+:func:`llmexplore.models.offload.cost.hop_times`: ``latency + n (block_overhead + bytes / effective bandwidth)``);
 ``modelled_load_s`` (the model's whole load, host to GPU included) and ``measured_load_s`` (the measured hop 1
 with the modelled host-to-GPU hop added the way the model adds it: pipelined ``max(R + t2, R/n + n t2)``, else
 ``R + n t2``). With ``block_bytes`` smaller than the real block (to keep a replay small), the measured read is
@@ -50,8 +50,8 @@ import numpy as np
 
 from .. import _check
 from ..errors import SpecError
-from ..models import offload as of
-from ..models.prefill import prefill_time
+from ..models.offload import cost as of
+from ..models.step.prefill import prefill_time
 from .blocks import BlockStore, file_bytes
 from .reader import StagingReader
 
@@ -125,9 +125,9 @@ def replay(dep, tier, trace: Trace, workdir: str | os.PathLike, *, block_tokens:
     """Replay ``trace`` against a block store under ``workdir`` (module docstring); returns ``{"requests": {name:
     array}, "summary": {...}}``.
 
-    ``dep``: a :class:`~llmexplore.models.engine.Deployment` (recompute); ``tier``: a
+    ``dep``: a :class:`~llmexplore.models.step.engine.Deployment` (recompute); ``tier``: a
     :class:`~llmexplore.specs.StorageTier` (the gate and the modelled load); ``suffix_tokens``: the new tokens
-    the gate assumes are prefilled anyway (:func:`~llmexplore.models.offload.recompute_s`); ``block_bytes``:
+    the gate assumes are prefilled anyway (:func:`~llmexplore.models.offload.cost.recompute_s`); ``block_bytes``:
     payload of each written block [B] (default: the model's real block, ``offload.block_bytes``);
     ``max_inflight`` / ``budget_bytes``: the reader's (default: the tier's queue depth, at most 16; four block
     files or 64 MiB, whichever is more); ``warm``: write every shared prefix before the first request;

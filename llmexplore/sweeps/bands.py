@@ -1,4 +1,4 @@
-"""Error bands on records: recompute a record under the kernel curves' parameter draws (models/uncertainty.py)
+"""Error bands on records: recompute a record under the kernel curves' parameter draws (models/step/uncertainty.py)
 and add ``<key>_lo`` / ``<key>_hi`` next to each headline number.
 
 A record builder is any function ``runtime -> dict``; its numeric leaves named in ``keys`` (dotted paths reach
@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from .. import presets
-from ..models.uncertainty import BAND_PERCENTILES, DRAWS, band, runtime_draws
+from ..models.step.uncertainty import BAND_PERCENTILES, DRAWS, band, runtime_draws
 
 __all__ = ["with_band", "band_info", "get_path", "resolved", "layout_bands", "boundary_bands", "curves_with_band"]
 
@@ -128,8 +128,8 @@ def boundary_bands(dep, batch: int, s_lo: float, s_hi: float, n: int = DRAWS):
     reported as "not resolved by the model", not as a number."""
     import dataclasses
 
-    from ..models import attention as att
-    from ..models import crossover
+    from ..models.step import decode as att
+    from ..models.layouts import crossover
     from . import layouts as lay
 
     out = lay.boundaries_at(dep, batch, s_lo, s_hi).copy()

@@ -1,4 +1,4 @@
-"""Prefill/decode disaggregation sweeps: tidy tables built from :mod:`llmexplore.models.disagg`.
+"""Prefill/decode disaggregation sweeps: tidy tables built from :mod:`llmexplore.models.serving.disagg`.
 
 Every function takes a :class:`PDSetup` and returns a DataFrame (one row per point) or a record, with units in
 the column names. Infeasible points keep ``gpus = inf`` / ``goodput_per_gpu = 0`` and a ``reason``. The rows
@@ -16,11 +16,11 @@ import pandas as pd
 
 from .. import _check, presets
 from ..errors import SpecError
-from ..models import disagg as dg
-from ..models import simulate
-from ..models.attention import step_time
-from ..models.engine import MAX_RANKS, Deployment, resolve_deployment
-from ..models.kv_transfer import pipelined_exposed_s, transfer_time
+from ..models.serving import disagg as dg
+from ..models.queueing import fcfs_sim as simulate
+from ..models.step.decode import step_time
+from ..models.step.engine import MAX_RANKS, Deployment, resolve_deployment
+from ..models.step.kv_transfer import pipelined_exposed_s, transfer_time
 from ..specs import Link
 from ..units import dtype_bytes, from_si
 from . import built, int_param, preset_param, tidy
@@ -186,7 +186,7 @@ def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_de
 def exposed_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
     """Exposed KV-transfer time of one request vs achievable link bandwidth per GPU, serial vs pipelined.
 
-    Only the bandwidth term of :func:`~llmexplore.models.kv_transfer.transfer_time` depends on the link's
+    Only the bandwidth term of :func:`~llmexplore.models.step.kv_transfer.transfer_time` depends on the link's
     bandwidth (it scales as 1/bandwidth), so one evaluation at 1 GB/s serves every bandwidth."""
     pre, _ = s.sides()
     m = s.prefill.model

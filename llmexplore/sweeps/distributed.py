@@ -393,7 +393,7 @@ def layout_question(task: Mapping[str, Any]) -> list[Row]:
 
     An example of the task shape :func:`run_sweep` expects (a deployment planner's per-configuration evaluation
     plugs in the same way: the question in the task, one row per configuration)."""
-    from ..models.engine import Deployment
+    from ..models.step.engine import Deployment
     from .layouts import layout_table
 
     dep = Deployment.build(task["model"], task["gpu"], int(task["gpus"]), runtime=task.get("runtime", "default"))

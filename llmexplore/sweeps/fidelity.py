@@ -28,7 +28,7 @@ import pandas as pd
 
 from .. import _check, calibrate, kernelfit, presets, validate
 from ..errors import SpecError
-from ..models.kernels import Curve, gemm_work, moe_block_work
+from ..models.step.kernels import Curve, gemm_work, moe_block_work
 from . import preset_param
 
 __all__ = ["RUNTIMES", "CALIBRATION_CSV", "CALIBRATION_ENGINE", "ENGINES", "ENGINE_LABELS", "KIND_LABELS",
@@ -217,7 +217,7 @@ def _kernel_doc() -> dict:
 
 
 def _curve(fields: dict) -> Curve:
-    """The :class:`~llmexplore.models.kernels.Curve` of a YAML entry: every field the class defines (a second
+    """The :class:`~llmexplore.models.step.kernels.Curve` of a YAML entry: every field the class defines (a second
     regime of a collective's curve included), the covariance left out."""
     known = {f.name for f in dataclasses.fields(Curve)} - {"cov_u", "source"}
     return Curve(**{k: (int(v) if k in ("tile_m", "points") else float(v)) for k, v in fields.items() if k in known})
@@ -481,10 +481,10 @@ def deepep_ll_curves(gpu: str = "h100-sxm") -> CurveTables:
     """DeepEP's low-latency dispatch and combine (the decode all-to-all of DPA + EP): measured kernel time [us]
     against the bytes a rank sends [MB] (tokens per rank x top-k x bytes per copy, as DeepEP's benchmark counts
     them), a panel per op and a series per EP size, with the fitted t = a + bytes / B as lines
-    (:func:`llmexplore.models.collectives.deepep_ll_fit`; the fine-grained MoE rows it was fitted to). ``gpu``'s
+    (:func:`llmexplore.measured.deepep_ll_fit`; the fine-grained MoE rows it was fitted to). ``gpu``'s
     own single-node rows, and the H100 multi-node rows every GPU's cross-node curves come from; an empty table
     for a GPU without measurements (MI300X)."""
-    from ..models.collectives import DEEPEP_LL_MIN_EXPERTS, DEEPEP_LL_OPS, deepep_ll_fit, deepep_ll_table
+    from ..measured import DEEPEP_LL_MIN_EXPERTS, DEEPEP_LL_OPS, deepep_ll_fit, deepep_ll_table
 
     gpu = _check.choice("gpu", gpu, presets.names("hardware"))
     tb = pd.DataFrame(deepep_ll_table())

@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..models import attention as att
-from ..models import crossover, transitions
-from ..models.engine import LAYOUTS, Deployment, check_batch_context
+from ..models.step import decode as att
+from ..models.layouts import crossover
+from ..models.layouts import transitions
+from ..models.step.engine import LAYOUTS, MAX_BATCH, Deployment, check_batch_context
 from ..units import from_si
 from . import built, int_param, preset_param, tidy
 
@@ -149,7 +150,7 @@ def transition_table(dep: Deployment, batch: int, context: float, *, weights_res
 
 
 def policy_summary(results: dict[str, dict]) -> pd.DataFrame:
-    """One row per policy of :func:`llmexplore.models.scheduler.compare_policies`, fastest first."""
+    """One row per policy of :func:`llmexplore.models.layouts.policy.compare_policies`, fastest first."""
     rows = [{"policy": p, "total_s": r["total_s"], "compute_s": r["total_s"] - r["handoff_total_s"],
              "handoff_s": r["handoff_total_s"], "switches": r["switches"],
              "capped_segments": r["capped_segments"], "infeasible_segments": r["infeasible_segments"]}
@@ -163,7 +164,7 @@ def boundaries_at(dep: Deployment, batch: int, s_lo: float, s_hi: float, layouts
     SpecError unless ``batch`` is one integer in [1, 2**24] and 1 <= s_lo < s_hi <= 2**30."""
     from .. import _check  # (imported here: this function's own check)
 
-    batch = _check.integer("batch", batch, lo=1, hi=att.MAX_BATCH)
+    batch = _check.integer("batch", batch, lo=1, hi=MAX_BATCH)
     bounds, intervals = crossover.context_boundaries(dep, [batch], s_lo=s_lo, s_hi=s_hi, layouts=layouts)
     rows = [{"batch": b.batch, "context": b.context, "before": b.before, "after": b.after, "kind": b.kind}
             for b in bounds]
@@ -204,7 +205,7 @@ def check_notebook_parameters(p) -> dict[str, str]:
     """
     from .. import _check
     from ..errors import SpecError
-    from ..models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
+    from ..models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
 
     for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("GQA_MODEL", "models"), ("GQA_GPU", "hardware"),
                        ("RUNTIME", "runtime")):

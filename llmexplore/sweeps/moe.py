@@ -1,4 +1,4 @@
-"""MoE expert-parallelism sweeps: tidy tables built from :mod:`llmexplore.models.moe`.
+"""MoE expert-parallelism sweeps: tidy tables built from :mod:`llmexplore.models.moe.decode`.
 
 ``layers`` is how many independent hot-expert placements each step averages over: 8 keep step times within
 1% of all 58 DeepSeek-V3 MoE layers and make sweeps several times faster (see ``MoEDeployment``). One record
@@ -13,9 +13,10 @@ import pandas as pd
 
 from .. import _check, presets
 from ..errors import SpecError
-from ..models import moe as moe_model
-from ..models import eplb, routing
-from ..models.moe import MoEDeployment
+from ..models.moe import decode as moe_model
+from ..models.moe import eplb
+from ..models.moe import routing
+from ..models.moe.decode import MoEDeployment
 from . import built, int_param, preset_param, tidy
 
 __all__ = ["LAYERS", "layout_options", "scenario_splits", "config", "moe_records", "scenario_table",
@@ -59,7 +60,7 @@ def scenario_splits(gpus: int, model="deepseek-v3", gpu: str | None = None) -> l
 
 def config(model="deepseek-v3", gpu="h200", gpus: int = 16, *, tp: int, ep: int, redundant: int = 0,
            balance: str | None = None, weight_dtype=None, layers: int | None = LAYERS, **kw) -> MoEDeployment:
-    """A validated :class:`~llmexplore.models.moe.MoEDeployment` (a thin wrapper with the sweep defaults:
+    """A validated :class:`~llmexplore.models.moe.decode.MoEDeployment` (a thin wrapper with the sweep defaults:
     the model's released weight dtype, 8 sampled placements)."""
     return MoEDeployment.build(model, gpu, gpus, tp=tp, ep=ep, redundant=redundant, balance=balance,
                                weight_dtype=weight_dtype, layers=layers, **kw)

@@ -1,4 +1,4 @@
-"""KV offload sweeps: tidy tables built from :mod:`llmexplore.models.offload` and :mod:`llmexplore.models.preload`.
+"""KV offload sweeps: tidy tables built from :mod:`llmexplore.models.offload.cost` and :mod:`llmexplore.models.offload.preload`.
 
 One :class:`OffloadSetup` fixes the deployment (model, GPU, TP, dtypes), the storage tier and the block size;
 the functions return the tables the notebook, the explorer and the command line all read: the one-point
@@ -18,10 +18,11 @@ import pandas as pd
 
 from .. import _check, presets
 from ..errors import LlmexploreError, SpecError
-from ..models import offload as of
-from ..models import preload as pre
-from ..models.engine import MAX_RANKS, Deployment
-from ..models.prefill import prefill_time
+from ..models.offload import cost as of
+from ..models.offload import preload as pre
+from ..models.queueing import at_stat
+from ..models.step.engine import MAX_RANKS, Deployment
+from ..models.step.prefill import prefill_time
 from ..specs import StorageTier
 from ..units import dtype_bytes
 from . import built, int_param, preset_param, tidy
@@ -176,7 +177,7 @@ def regime_grid(s: OffloadSetup, prefixes, bandwidths_GBps) -> dict[str, np.ndar
 def break_even_map(s: OffloadSetup, bandwidths_GBps, latencies_us) -> dict[str, np.ndarray]:
     """Closed-form break-even prefix over the tier's read bandwidth x latency [tokens, rounded up to a block]:
     arrays ``bandwidth_GBps`` [m], ``latency_us`` [k], ``tokens`` [k, m] and ``set_by`` [k, m] ("latency" or
-    "bandwidth"). The recompute curve is fitted once (a, b, t_f0 of :func:`~llmexplore.models.offload.break_even`)."""
+    "bandwidth"). The recompute curve is fitted once (a, b, t_f0 of :func:`~llmexplore.models.offload.cost.break_even`)."""
     bw = _check.real_array("bandwidths_GBps", np.atleast_1d(bandwidths_GBps), lo=0, lo_open=True, hi=1e5,
                            unit="GB/s")
     lat = _check.real_array("latencies_us", np.atleast_1d(latencies_us), lo=0, hi=1e7, unit="us")
@@ -259,7 +260,7 @@ def gpus_vs_hit_ratio(s: OffloadSetup, hit_ratios, *, rate_per_s: float = 10.0, 
         if float(D) not in found:
             c = max(1, int(np.ceil(rate * D * 1.0001)))
             while c < 100_000:
-                w = pre.queue_wait_s(rate / c, D, statistic)
+                w = at_stat.queue_wait(statistic, rate / c, D)
                 if float(w) + D <= slo:
                     break
                 c += 1
@@ -317,7 +318,7 @@ def pool_queue(s: OffloadSetup, rate_per_s: float, *, prompt_tokens: int = 8192,
     lam = float(rate_per_s) / n if np.isfinite(n) else np.inf
     waits = {}
     for stat in ("mean", "p90"):
-        waits[f"{stat}_wait_ms"] = float(pre.queue_wait_s(lam, D, stat)) * 1e3 if np.isfinite(lam) else np.inf
+        waits[f"{stat}_wait_ms"] = float(at_stat.queue_wait(stat, lam, D)) * 1e3 if np.isfinite(lam) else np.inf
     return {"hit_ratio": h, "prompt_tokens": int(prompt_tokens), "cached_tokens": float(row["cached_tokens"]),
             "loaded": bool(row["loaded"]), "instances": n, "gpus": float(row["gpus"]),
             "instance_rate_per_s": lam, "service_ms": D * 1e3, "utilisation": lam * D if np.isfinite(lam) else np.inf,

@@ -32,10 +32,11 @@ import pandas as pd
 
 from .. import _check, presets
 from ..errors import SpecError
-from ..models import disagg as dg
-from ..models import plan as pm
-from ..models.engine import Deployment
-from ..models.prefill import prefill_time
+from ..models.serving import disagg as dg
+from ..models.serving import capacity as pm
+from ..models.queueing import at_stat
+from ..models.step.engine import Deployment
+from ..models.step.prefill import prefill_time
 
 __all__ = ["Question", "plan", "configurations", "frontiers", "best", "config_of", "question_tasks", "run_task",
            "order_table", "simulate_row", "simulate_top",
@@ -86,7 +87,7 @@ class Question:
         put("osl", _check.integer("osl", self.osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens"))
         for f in ("ttft_ms", "tpot_ms"):
             put(f, _check.number(f, getattr(self, f), lo=0, lo_open=True, hi=dg.MAX_RATE_OR_MS, unit="ms"))
-        pm.check_stat(self.stat)
+        at_stat.check_stat(self.stat)
         if self.rate_per_s is not None:
             put("rate_per_s", _check.number("rate_per_s", self.rate_per_s, lo=0, lo_open=True,
                                             hi=dg.MAX_RATE_OR_MS, unit="1/s"))
@@ -117,7 +118,7 @@ class Question:
     def workload(self) -> dg.Workload:
         return dg.Workload(prompt_tokens=self.isl, output_tokens=self.osl, rate_per_s=self.rate_per_s or 1.0,
                            ttft_slo_ms=self.ttft_ms, tpot_slo_ms=self.tpot_ms,
-                           percentile=pm.percentile_of(self.stat))
+                           percentile=at_stat.percentile_of(self.stat))
 
     def dtype_options(self) -> list[tuple[str, str]]:
         m, hw = presets.model(self.model), presets.hardware(self.gpu)
@@ -303,7 +304,7 @@ def _colocated_reason(dec, t_mix, r, ttft, tpot, T_ttft, T_tpot) -> str:
 def _seqs_cap(mean_batch: float, cap: float) -> int:
     """max_num_seqs for a mean decode batch: its p99 Poisson concurrency, rounded up to a multiple of 8,
     within the memory cap."""
-    z = dg.Z_SCORES[0.99]
+    z = at_stat.Z_SCORES[0.99]
     b = mean_batch + z * math.sqrt(max(mean_batch, 0.0))
     return int(max(1, min(cap, 8 * math.ceil(b / 8))))
 
@@ -357,7 +358,7 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
         per_inst_p = float(np.max(rate_p[j] / np.arange(1, n_max + 1)))
         if per_inst_p > 0:
             m = d.batches
-            bstat = m + pm.z_of(q.stat) * np.sqrt(m)
+            bstat = m + at_stat.z_of(q.stat) * np.sqrt(m)
             fits = bstat <= d.batches[-1]
             t_m = np.interp(m, d.batches, np.maximum.accumulate(d.step_s))
             t_stat = np.interp(bstat, d.batches, np.maximum.accumulate(d.step_s))
@@ -384,12 +385,12 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
             a, b = np.unravel_index(int(np.argmin(key)), r.shape)
         n_p, n_d = int(grid["n_p"][a]), int(grid["n_d"][b])
         lam = float(r[a, b]) if q.rate_per_s is None else q.rate_per_s
-        ttft = (pm.pool_wait(q.stat, lam, S[j], n_p) + S[j]
-                + np.maximum(pm.link_wait(q.stat, lam / n_p, busy_p[j]), pm.link_wait(q.stat, lam / n_d, busy_d[j]))
+        ttft = (at_stat.pool_wait(q.stat, lam, S[j], n_p) + S[j]
+                + np.maximum(at_stat.link_wait(q.stat, lam / n_p, busy_p[j]), at_stat.link_wait(q.stat, lam / n_d, busy_d[j]))
                 + exposed[j])
         mb = dg.first_fixed_point(d.batches, d.step_s, lam / n_d, q.osl)
         mb = float(mb) if np.isfinite(mb) else dr["mean_batch"]
-        bstat = mb + pm.z_of(q.stat) * math.sqrt(mb)
+        bstat = mb + at_stat.z_of(q.stat) * math.sqrt(mb)
         tpot = float(np.interp(max(bstat, 1.0), d.batches, np.maximum.accumulate(d.step_s)))
         rows.append(dict(base, feasible=True, reason="", n_prefill=n_p, n_decode=n_d, gpus=int(g[a, b]),
                          rate_per_s=lam, ttft_ms=float(ttft) * 1e3, tpot_ms=tpot * 1e3,
@@ -653,7 +654,7 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
                     prefix_ratio: float = 0.0, sampler: str = "fused") -> dict:
     """Simulate one configuration (:func:`config_of` form) under Poisson arrivals at ``rate_per_s``, a
     closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
-    :func:`..models.workload.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
+    :func:`llmexplore.traces.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
     size the step tables' context); lengths fixed or lognormal (median ``isl``/``osl`` and log-sd); a share
     ``prefix_ratio`` of each prompt is a cached shared prefix; ``sampler`` is ``Deployment.sampler`` of every
     side (docs/models.md §1.1b).
@@ -661,8 +662,8 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
     Returns ``summary`` (the simulator's: mean/p50/p90/p99 of TTFT, TPOT, ITL and E2E [s], throughput,
     preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
     and KV occupancy over time, at most 2,000 points per instance) and ``config``."""
-    from ..models import serving as sv
-    from ..models.workload import LengthDist, Traffic
+    from ..models.serving import simulator as sv
+    from ..models.serving.workload import LengthDist, Traffic
 
     cfg = check_config(cfg)
     isl = _check.integer("isl", isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
@@ -673,7 +674,7 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
         return LengthDist.fixed(med) if not sig else LengthDist.lognormal(med, sig)
 
     if trace is not None:
-        from ..models.workload import load_trace
+        from ..traces import load_trace
 
         if rate_per_s is not None or concurrency is not None:
             raise SpecError("trace replays its own arrivals: give no rate_per_s or concurrency with it")

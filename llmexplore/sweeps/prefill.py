@@ -1,9 +1,9 @@
 """Batched prefill at one point: the record behind ``llmexplore prefill``.
 
 B prompts of S tokens each, P of them a cached prefix, prefilled together in one tensor-parallel forward pass
-on T ranks (:func:`llmexplore.models.prefill.prefill_time` with ``batch = B``): the pass's time by part, its
+on T ranks (:func:`llmexplore.models.step.prefill.prefill_time` with ``batch = B``): the pass's time by part, its
 throughput in new prompt tokens per second, FLOPs and MFU, and whether the deployment holds the batch's KV cache
-in memory (:func:`llmexplore.models.attention.memory_per_rank` at B sequences of S tokens, TP layout: weights,
+in memory (:func:`llmexplore.models.step.decode.memory_per_rank` at B sequences of S tokens, TP layout: weights,
 paged KV, a decode step's activations, reserve, against the usable HBM). The transient activations of the
 prefill itself are not counted: serving engines bound them by chunking long prompts.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from .. import _check
 from ..errors import SpecError
-from ..models import attention as att
-from ..models.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment
-from ..models.prefill import prefill_time
+from ..models.step import decode as att
+from ..models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment
+from ..models.step.prefill import prefill_time
 from . import tidy
 from .layouts import _reason
 

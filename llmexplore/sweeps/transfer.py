@@ -18,8 +18,8 @@ import pandas as pd
 
 from .. import _check, presets
 from ..errors import LlmexploreError, SpecError
-from ..models.engine import Deployment, kernel_rates, resolve_deployment
-from ..models.prefill import prefill_time
+from ..models.step.engine import Deployment, kernel_rates, resolve_deployment
+from ..models.step.prefill import prefill_time
 from ..specs import Link, ModelSpec
 from ..transfer.buffers import MAX_PAGE_TOKENS, ModelTransfer, model_transfer
 from ..transfer.cost import PlanTraffic, plan_traffic, transfer_time

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .. import _check
 from ..errors import SpecError, UnsupportedPDLayoutError
-from ..models import kv_transfer
+from ..models.step import kv_transfer
 from ..specs import ModelSpec
 from ..units import dtype_bytes
 from .layout import MAX_WORLD, BufferKind, BufferLayout, ParallelLayout
@@ -40,7 +40,7 @@ MAX_PAGE_TOKENS = 4096
 
 def _side_check(model: ModelSpec, name: str, tp: int) -> int:
     """``tp`` if it is an integer in [1, 1024] that divides or is a multiple of the KV heads (the rule of the
-    link model, :func:`llmexplore.models.kv_transfer.kv_request_bytes`), said as a planner error."""
+    link model, :func:`llmexplore.models.step.kv_transfer.kv_request_bytes`), said as a planner error."""
     tp = _check.integer(name, tp, lo=1, hi=1024)
     try:
         return kv_transfer._check_tp(name, tp, model)

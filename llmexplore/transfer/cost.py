@@ -12,12 +12,12 @@ pair has the same plan up to a rank offset, so the cost of one request is read o
 
 Time of a request of S tokens (pages = ceil(S / page_size)) over ``link`` with one NIC per GPU
 (rail-optimised nodes): the busiest NIC carries max(max_p sent_p, max_r received_r) * pages bytes, and the
-rank posting the most writes pays their per-operation overhead (:func:`~llmexplore.models.kv_transfer.link_time_s`):
+rank posting the most writes pays their per-operation overhead (:func:`~llmexplore.models.step.kv_transfer.link_time_s`):
 
     t_serial = alpha + n_ops * o_op + busiest_B / (eta B_link)
 
 Layer-pipelined, each layer's KV leaves as soon as the prefill computed it
-(:func:`~llmexplore.models.kv_transfer.pipelined_exposed_s`, closed form of the per-layer recurrence).
+(:func:`~llmexplore.models.step.kv_transfer.pipelined_exposed_s`, closed form of the per-layer recurrence).
 
 Staged (``staged_s``): each prefill rank gathers what it sends a decode rank into one contiguous staging buffer,
 sends it as one bulk write per (prefill rank, decode rank) pair, and the decode rank scatters it into its pages
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _check
-from ..models.kv_transfer import link_time_s, pipelined_exposed_s
+from ..models.step.kv_transfer import link_time_s, pipelined_exposed_s
 from ..specs import Link
 from .buffers import ModelTransfer
 

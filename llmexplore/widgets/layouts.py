@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _check, presets
-from ..models.engine import Deployment
+from ..models.step.engine import Deployment
 from ..plots import fmt
 from ..plots import layouts as layout_plots
 from ..sweeps import layouts as layout_sweeps

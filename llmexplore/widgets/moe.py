@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _check, presets
 from ..errors import SpecError
-from ..models import moe as moe_model
+from ..models.moe import decode as moe_model
 from ..plots import fmt
 from ..plots import moe as moe_plots
 from ..sweeps import moe as moe_sweeps

@@ -20,8 +20,8 @@ import numpy as np
 from .. import _check, presets
 from ..findings import offload as offload_findings
 from ..findings import num
-from ..models.engine import MAX_RANKS
-from ..models.offload import MAX_PREFIX
+from ..models.step.engine import MAX_RANKS
+from ..models.offload.cost import MAX_PREFIX
 from ..plots import offload as offload_plots
 from ..sweeps import log_grid
 from ..sweeps import offload as offload_sweeps

@@ -125,7 +125,7 @@ def plan_explorer(model: str = "qwen3-32b", gpu: str = "h200", *, gpus: int = 32
     Unknown names raise :class:`~llmexplore.errors.SpecError`; values outside the sliders' usual range are
     added to them; a question the planner rejects (a dtype the GPU lacks) is reported in the status line.
     """
-    from ..models.plan import check_stat
+    from ..models.queueing.at_stat import check_stat
 
     model = preset_name("models", "model", model)
     gpu = preset_name("hardware", "gpu", gpu)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from llmexplore import sweeps
-from llmexplore.models import attention as att
-from llmexplore.models.engine import Deployment
+from llmexplore.models.step import decode as att
+from llmexplore.models.step.engine import LAYOUTS, Deployment
 
 SMALL = dict(N_CONTEXT=24, N_BATCH=10, TRACE_SEGMENT=2048, FLUCT_SEGMENTS=24)
 
@@ -66,7 +66,7 @@ def test_switch_into_tp_is_the_expensive_direction(executed):
 
 def test_transition_aware_schedule_beats_every_static_layout_on_the_reasoning_trace(executed):
     totals = executed["policy_total_s"]
-    static = min(totals[lay] for lay in att.LAYOUTS)
+    static = min(totals[lay] for lay in LAYOUTS)
     assert totals["aware"] <= static
     assert totals["aware"] <= totals["myopic"] * (1 + 1e-12)
     # 256 requests of up to ~100k tokens fit on 8 H200 in some layout at every segment: nothing is capped
@@ -83,4 +83,4 @@ def test_aware_switches_less_than_myopic_near_a_crossover(executed):
 
 
 def test_gqa_contrast_runs(executed):
-    assert executed["gqa_best_at_default"] in att.LAYOUTS
+    assert executed["gqa_best_at_default"] in LAYOUTS

@@ -89,7 +89,7 @@ def test_deepep_low_latency_curves_recorded_and_said(run, rec):
     """Section 3's DeepEP low-latency figure (H100: its own single-node rows and the 2/4/8-node rows): the recorded
     median |error| of each curve is the fit's own (tests/unit/test_deepep_ll.py pins the fits to their rows)."""
     from llmexplore import findings, sweeps
-    from llmexplore.models.collectives import deepep_ll_fit
+    from llmexplore.measured import deepep_ll_fit
 
     got = rec["deepep_ll_median_abs_error_pct"]
     assert len(got) == 8

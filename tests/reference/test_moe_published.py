@@ -1,4 +1,4 @@
-"""MoE model (models.moe, models.eplb) against published DeepSeek-V3, DeepEP and DeepSeek production numbers.
+"""MoE model (models.moe.decode, models.moe.eplb) against published DeepSeek-V3, DeepEP and DeepSeek production numbers.
 
 Each check names its source next to the numbers. Context only (not asserted, not reproducible here): SGLang's
 large-scale EP blog (lmsys.org/blog/2025-05-05-large-scale-ep) measured EPLB speedups of 1.49x (prefill) and
@@ -13,7 +13,9 @@ import pytest
 
 from llmexplore import presets
 from llmexplore.errors import SpecError
-from llmexplore.models import eplb, moe, routing
+from llmexplore.models.moe import eplb
+from llmexplore.models.moe import decode as moe
+from llmexplore.models.moe import routing
 from llmexplore.specs import Link
 
 pytestmark = pytest.mark.reference

@@ -10,8 +10,8 @@ import math
 import pytest
 
 from llmexplore import presets
-from llmexplore.models import attention as att
-from llmexplore.models.engine import Deployment
+from llmexplore.models.step import decode as att
+from llmexplore.models.step.engine import Deployment
 
 pytestmark = pytest.mark.reference
 

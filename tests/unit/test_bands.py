@@ -1,4 +1,4 @@
-"""Error bands from the kernel curves' parameter uncertainty (models/uncertainty.py, sweeps/bands.py; issue 9 §3)."""
+"""Error bands from the kernel curves' parameter uncertainty (models/step/uncertainty.py, sweeps/bands.py; issue 9 §3)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from llmexplore import cli, presets
-from llmexplore.models import engine, uncertainty
-from llmexplore.models.attention import step_time
-from llmexplore.models.engine import Deployment
+from llmexplore.models.step import engine
+from llmexplore.models.step import uncertainty
+from llmexplore.models.step.decode import step_time
+from llmexplore.models.step.engine import Deployment
 from llmexplore.sweeps import bands
 
 

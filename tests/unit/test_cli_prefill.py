@@ -11,9 +11,9 @@ import pytest
 
 from llmexplore import cli, sweeps
 from llmexplore.errors import SpecError
-from llmexplore.models import attention as att
-from llmexplore.models import prefill as pf
-from llmexplore.models.engine import Deployment
+from llmexplore.models.step import decode as att
+from llmexplore.models.step import prefill as pf
+from llmexplore.models.step.engine import Deployment
 
 BASE = ["prefill", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--ranks", "8", "--prompt", "4096"]
 

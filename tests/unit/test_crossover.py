@@ -1,4 +1,4 @@
-"""Exact crossovers (models/crossover.py) against a dense numeric sweep and against the MLA closed form of
+"""Exact crossovers (models/layouts/crossover.py) against a dense numeric sweep and against the MLA closed form of
 docs/models.md §3.5."""
 
 import dataclasses
@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from llmexplore import presets, sweeps
 from llmexplore.errors import SpecError
-from llmexplore.models import attention as att
-from llmexplore.models import crossover as cx
-from llmexplore.models.engine import LAYOUTS, Deployment
-from llmexplore.models.collectives import Fabric
+from llmexplore.models.step import decode as att
+from llmexplore.models.layouts import crossover as cx
+from llmexplore.models.step.engine import LAYOUTS, Deployment
+from llmexplore.models.step.collectives import Fabric
 from llmexplore.specs import Link
 
 BATCHES = [1, 8, 32, 64, 128, 256]

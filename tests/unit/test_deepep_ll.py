@@ -9,18 +9,11 @@ import pandas as pd
 import pytest
 
 from llmexplore import presets
-from llmexplore.models import moe
-from llmexplore.models.attention import deepep_layer_s
-from llmexplore.models.collectives import (
-    DEEPEP_LL_CSV,
-    DEEPEP_LL_MIN_EXPERTS,
-    DEEPEP_LL_OPS,
-    deepep_ll_bytes_per_selection,
-    deepep_ll_fit,
-    deepep_ll_params,
-    deepep_ll_s,
-)
-from llmexplore.models.engine import Deployment
+from llmexplore.models.moe import decode as moe
+from llmexplore.models.step.decode import deepep_layer_s
+from llmexplore.measured import DEEPEP_LL_CSV, DEEPEP_LL_MIN_EXPERTS, DEEPEP_LL_OPS, deepep_ll_fit
+from llmexplore.models.step.collectives import deepep_ll_bytes_per_selection, deepep_ll_params, deepep_ll_s
+from llmexplore.models.step.engine import Deployment
 
 ROWS = pd.read_csv(presets.DATA_DIR / DEEPEP_LL_CSV, comment="#")
 FITTED = [(g, int(e)) for g, e in ROWS[["gpu", "ep"]].drop_duplicates().itertuples(index=False)]

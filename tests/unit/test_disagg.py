@@ -9,12 +9,13 @@ from hypothesis import strategies as st
 
 from llmexplore import cli, presets, sweeps
 from llmexplore.errors import SpecError, UnknownPresetError
-from llmexplore.models import disagg as dg
-from llmexplore.models import mg1
-from llmexplore.models import queueing as qz
-from llmexplore.models import simulate as sim
-from llmexplore.models.attention import step_time
-from llmexplore.models.prefill import prefill_time
+from llmexplore.models.serving import disagg as dg
+from llmexplore.models.queueing import at_stat
+from llmexplore.models.queueing import mg1
+from llmexplore.models.queueing import core as qz
+from llmexplore.models.queueing import fcfs_sim as sim
+from llmexplore.models.step.decode import step_time
+from llmexplore.models.step.prefill import prefill_time
 
 
 @pytest.fixture(scope="module")
@@ -104,16 +105,16 @@ def test_setup_names_the_side_whose_ranks_do_not_fit():
 
 def test_poisson_quantile_mean_inverts():
     for cap in (1, 10, 100, 1000):
-        m = float(dg.poisson_quantile_mean(2.3263, cap))
+        m = float(at_stat.poisson_quantile_mean(2.3263, cap))
         assert m + 2.3263 * np.sqrt(m) == pytest.approx(cap)
 
 
 def test_fast_md1_quantile_matches_exact():
     rho = np.random.default_rng(1).uniform(0, 0.9999, 500)
-    fast = dg.md1_quantile_fast(0.99, rho / 0.2, 0.2)
+    fast = at_stat.md1_quantile_fast(0.99, rho / 0.2, 0.2)
     exact = qz.md1_wait_quantile(0.99, rho / 0.2, 0.2)
     np.testing.assert_allclose(fast, exact, rtol=2e-3, atol=1e-9)
-    assert np.isinf(dg.md1_quantile_fast(0.99, 10.0, 0.2))
+    assert np.isinf(at_stat.md1_quantile_fast(0.99, 10.0, 0.2))
 
 
 def test_idle_system_latency_is_the_service_times(s70, sides):
@@ -132,7 +133,7 @@ def test_ttft_matches_a_simulation_of_the_same_queue(sides):
     D, lam = pre.prefill_s, 0.7 / pre.prefill_s
     arr = sim.poisson_arrivals(lam, 4_000_000, seed=3)
     res = sim.sim_percentiles(arr, D, servers=1, quantiles=(0.99,))
-    model = float(dg.pool_wait_quantile(0.99, lam, D, 1)) + D
+    model = float(at_stat.pool_wait_quantile(0.99, lam, D, 1)) + D
     assert model == pytest.approx(res["sojourn_p99_s"], rel=0.02)  # sampling sd ~0.3% at 4M requests
 
 

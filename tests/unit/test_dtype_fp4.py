@@ -9,9 +9,9 @@ import pytest
 
 from llmexplore import cli, presets, sweeps, units
 from llmexplore.errors import SpecError
-from llmexplore.models import crossover
-from llmexplore.models.attention import memory_per_rank, step_time
-from llmexplore.models.engine import Deployment
+from llmexplore.models.layouts import crossover
+from llmexplore.models.step.decode import memory_per_rank, step_time
+from llmexplore.models.step.engine import Deployment
 from llmexplore.specs import Hardware
 from llmexplore.transfer.buffers import model_buffers
 

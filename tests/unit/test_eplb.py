@@ -1,4 +1,4 @@
-"""EPLB port (llmexplore.models.eplb) against upstream deepseek-ai/EPLB.
+"""EPLB port (llmexplore.models.moe.eplb) against upstream deepseek-ai/EPLB.
 
 * the README example of deepseek-ai/EPLB (README.md at commit d52c72d5, "Output:" block) reproduced exactly;
 * the vectorised port equals a literal per-layer transcription of upstream's loops (differential test);
@@ -15,9 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmexplore.errors import SpecError
-from llmexplore.models import eplb
-
-# deepseek-ai/EPLB README.md: 2 layers x 12 experts, 16 replicas, 4 groups, 2 nodes, 8 GPUs
+from llmexplore.models.moe import eplb  # deepseek-ai/EPLB README.md: 2 layers x 12 experts, 16 replicas, 4 groups, 2 nodes, 8 GPUs
 README_WEIGHT = np.array([[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
                           [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]])
 README_PHY2LOG = [[5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1],

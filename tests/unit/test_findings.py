@@ -8,7 +8,7 @@ from llmexplore import findings
 from llmexplore.findings import disagg as fd
 from llmexplore.findings import layouts as fl
 from llmexplore.findings import moe as fm
-from llmexplore.models.engine import Deployment
+from llmexplore.models.step.engine import Deployment
 from llmexplore.sweeps import disagg as sd
 from llmexplore.sweeps import layouts as sl
 from llmexplore.sweeps import moe as sm

@@ -285,7 +285,7 @@ def test_cli_regressions(argv, code, text, capsys, monkeypatch):
 def test_offload_break_even_names_block_tokens_its_value_and_rule():
     # the API behind the CLI: the message names block_tokens (the flag --block-tokens), the value and the rule
     from llmexplore.errors import SpecError
-    from llmexplore.models import offload as of
+    from llmexplore.models.offload import cost as of
     from llmexplore.sweeps import offload as so
 
     s = so.setup("llama-3.2-3b", "h100-sxm", storage="nvme-gen4", block_tokens=7)

@@ -1,4 +1,4 @@
-"""The kernel-efficiency model (llmexplore/models/kernels.py), its fit (llmexplore/kernelfit.py) and its use by
+"""The kernel-efficiency model (llmexplore/models/step/kernels.py), its fit (llmexplore/kernelfit.py) and its use by
 the step engine (docs/models.md §1.2)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmexplore import kernelfit, presets
-from llmexplore.models import kernels as K
-from llmexplore.models.attention import step_time
-from llmexplore.models.engine import Deployment, kernel_curve, kernel_rates, kernel_s
+from llmexplore.models.step import kernels as K
+from llmexplore.models.step.decode import step_time
+from llmexplore.models.step.engine import Deployment, kernel_curve, kernel_rates, kernel_s
 
 CURVES = yaml.safe_load((presets.DATA_DIR / "kernel_efficiency.yaml").read_text())
 
@@ -201,7 +201,7 @@ def test_fitted_allreduce_replaces_the_link_assumption():
     """TensorRT-LLM's custom all-reduce on 8 H100s takes 3.6 us for 16 KB, 26 us for 1 MB and 1.09 ms for 256 MB
     (aiconfigurator rows); the link preset's assumed alpha of 8 + 0.5 x 7 us would have charged 11.5 us for
     16 KB, 160 times per Llama-3-70B decode step. The two-path curve follows all three."""
-    from llmexplore.models.collectives import allreduce_s
+    from llmexplore.models.step.collectives import allreduce_s
 
     dep = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm")
     assert dict(dep.fabric.fitted)[("all_reduce", 8)]
@@ -216,7 +216,7 @@ def test_fitted_allreduce_replaces_the_link_assumption():
 
 def test_fitted_collectives_scale_with_another_link():
     """On another scale-up link the measured curve is scaled by the links' latency and bandwidth ratios."""
-    from llmexplore.models.collectives import allreduce_s
+    from llmexplore.models.step.collectives import allreduce_s
 
     own = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm")
     pcie = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="trtllm", scale_up_link="pcie5-x16")
@@ -329,8 +329,8 @@ def test_deepep_normal_kernels_send_one_copy_per_node():
     kernels, decode steps) would carry 8 / 3.61 = 2.2x the bytes."""
     import math as m_
 
-    from llmexplore.models.attention import deepep_layer_s
-    from llmexplore.models.collectives import alltoall_s, alpha_s, deepep_ll_params, deepep_normal_GBps
+    from llmexplore.models.step.decode import deepep_layer_s
+    from llmexplore.models.step.collectives import alltoall_s, alpha_s, deepep_ll_params, deepep_normal_GBps
 
     dep = Deployment.build("deepseek-v3", "h100-sxm", 32, runtime="sglang", moe_dispatch="alltoall")
     fab = dep.fabric
@@ -360,7 +360,7 @@ def test_deepep_normal_kernels_send_one_copy_per_node():
 def test_two_batch_overlap_hand_calculation():
     """Two micro-batches over L layers of compute c and communication m (whole step per layer):
     L max(c, m) + min(c, m) / 2. c = 3, m = 2, L = 10: the compute stream runs 30, B's last m/2 = 1 sticks out."""
-    from llmexplore.models.attention import two_batch_overlap_s
+    from llmexplore.models.step.decode import two_batch_overlap_s
 
     assert float(two_batch_overlap_s(3.0, 2.0, 10)) == pytest.approx(31.0)
     assert float(two_batch_overlap_s(2.0, 3.0, 10)) == pytest.approx(31.0)
@@ -377,8 +377,8 @@ def test_two_batch_overlap_hides_the_moe_alltoall_in_the_step():
     """With TBO the step loses exactly the hidden all-to-all (the overlapped compute running on the SMs DeepEP's
     normal kernels leave: 112 of H100's 132), the parts still add up, and the overlap is off by default (every
     engine's default) and changes nothing outside DPA + alltoall."""
-    from llmexplore.models.attention import two_batch_overlap_s
-    from llmexplore.models.collectives import DEEPEP_NORMAL_SMS
+    from llmexplore.models.step.decode import two_batch_overlap_s
+    from llmexplore.models.step.collectives import DEEPEP_NORMAL_SMS
 
     kw = dict(runtime="sglang", moe_dispatch="alltoall")
     off = Deployment.build("deepseek-v3", "h100-sxm", 32, **kw)

@@ -5,9 +5,7 @@ import pytest
 
 from llmexplore import presets
 from llmexplore.errors import SpecError
-from llmexplore.models import kv_transfer as kt
-
-
+from llmexplore.models.step import kv_transfer as kt
 def test_bytes_gqa_llama70():
     m = presets.model("llama-3-70b")
     # 4096 tokens x 327,680 B/token (80 layers x 8 KV heads x 128 x 2 x 2 B; PEERS.md §3.1) = 1.342 GB

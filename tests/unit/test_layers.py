@@ -2,6 +2,11 @@
 
 A module may import from its own layer and the layers below it, never above; models and sweeps never import
 plotting or widget libraries. Imports inside functions count too (they are how the CLI stays fast to start).
+
+Inside ``models/`` (the second house, issue 18): ``step`` and ``queueing`` are the ground floor, ``layouts``,
+``moe``, ``serving`` and ``offload`` the wings. ``queueing`` imports nothing else from ``models/``; ``step``
+imports only ``step``; a wing imports the ground and itself, never another wing. Nothing in ``models/`` reads a
+file, and only ``models/step/engine.py`` (the one door) resolves preset names.
 """
 
 from __future__ import annotations
@@ -16,11 +21,11 @@ PKG = Path(__file__).resolve().parents[2] / "llmexplore"
 #: layer of each top-level part of the package (a sub-package or a module), lowest first
 LAYERS = {
     "errors": 0, "units": 0, "_check": 0, "specs": 0, "presets": 0, "catalog": 0,
-    "models": 1,
+    "models": 1, "measured": 0, "lsq": 0,
     "transfer": 1,
     "launch": 1,
     "storage": 1,
-    "calibrate": 2, "kernelfit": 2, "validate": 2, "sweeps": 2, "findings": 2,
+    "calibrate": 2, "kernelfit": 2, "traces": 2, "validate": 2, "sweeps": 2, "findings": 2,
     "plots": 3,
     "widgets": 4, "nbtools": 4,
     "report": 5,
@@ -100,3 +105,58 @@ def test_the_rule_catches_an_upward_import():
     assert [b.split(" (")[0] for b in bad] == ["line 1: llmexplore.sweeps.layouts", "line 2: plotly.graph_objects",
                                                "line 4: llmexplore.widgets"]
     assert _violations("from . import engine\nfrom .. import _check\n", Path("models") / "probe.py") == []
+
+
+#: what each part of models/ may import from models/ (itself included)
+GROUND = {"step": {"step"}, "queueing": {"queueing"}}
+WINGS = ("layouts", "moe", "serving", "offload")
+MODELS_MAY_IMPORT = {**GROUND, **{w: {"step", "queueing", w} for w in WINGS}}
+#: modules that read files or resolve presets: not in models/ (engine.py, the door, may use presets)
+FILE_READERS = ("csv", "io", "pathlib", "os", "glob", "shutil", "yaml", "json", "llmexplore.presets")
+DOOR = Path("models") / "step" / "engine.py"
+
+
+def _models_violations(source: str, rel: Path) -> list[str]:
+    """Imports of a module under models/ that break the ground/wing rule or read files."""
+    if rel.parts[0] != "models" or len(rel.parts) < 3:
+        return []
+    own = rel.parts[1]
+    bad = []
+    for line, name in _imports(source, rel):
+        parts = name.split(".")
+        if parts[:2] == ["llmexplore", "models"] and len(parts) > 2 and parts[2] not in MODELS_MAY_IMPORT[own]:
+            bad.append(f"line {line}: {name} ({own} may import only {sorted(MODELS_MAY_IMPORT[own])})")
+        reads = name in FILE_READERS or parts[0] in FILE_READERS or name.startswith("llmexplore.presets")
+        if reads and not (rel == DOOR and name.startswith("llmexplore.presets")):
+            bad.append(f"line {line}: {name} (models/ reads no files and resolves no presets outside {DOOR})")
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+            bad.append(f"line {node.lineno}: open() (models/ reads no files)")
+    return bad
+
+
+def test_models_parts_are_ground_or_wing():
+    parts = sorted(p.name for p in (PKG / "models").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert parts == sorted(MODELS_MAY_IMPORT), parts
+    loose = sorted(p.name for p in (PKG / "models").glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"every model module lives in the ground or a wing: {loose}"
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "models").rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_models_ground_and_wings(path):
+    bad = _models_violations(path.read_text(encoding="utf-8"), path.relative_to(PKG))
+    assert not bad, f"{path.relative_to(PKG)}: {bad}"
+
+
+def test_the_models_rule_catches_a_wing_importing_a_wing():
+    rel = Path("models") / "serving" / "probe.py"
+    src = ("from ..moe import routing\nfrom ..step import engine\nfrom ...presets import resolve\n"
+           "import csv\nfrom . import disagg\ndef f():\n    return open('x')\n")
+    bad = [b.split(" (")[0] for b in _models_violations(src, rel)]
+    assert bad == ["line 1: llmexplore.models.moe.routing", "line 3: llmexplore.presets.resolve", "line 4: csv",
+                   "line 7: open()"]
+    ground = Path("models") / "step" / "probe.py"
+    assert [b.split(" (")[0] for b in _models_violations("from ..queueing import core\n", ground)] == [
+        "line 1: llmexplore.models.queueing.core"]
+    assert _models_violations("from ...presets import resolve\n", DOOR) == []

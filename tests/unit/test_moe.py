@@ -1,4 +1,4 @@
-"""MoE routing skew, per-rank load, dispatch/combine and decode step time (models.moe, docs/models.md §4.8).
+"""MoE routing skew, per-rank load, dispatch/combine and decode step time (models.moe.decode, docs/models.md §4.8).
 
 Formulas are recomputed by hand here; the analytic expected maximum is checked against Monte Carlo with the
 tolerances measured while building the model (see each test); monotonicity is tested where it holds and the
@@ -16,12 +16,14 @@ from scipy import special, stats
 
 from llmexplore import presets, sweeps
 from llmexplore.errors import SpecError
-from llmexplore.models import attention as att
-from llmexplore.models import engine
-from llmexplore.models import eplb, moe, routing
-from llmexplore.models import stats as lstats
-from llmexplore.models.collectives import allreduce_s, alltoall_s
-from llmexplore.models.stats import expected_max_std_normal
+from llmexplore.models.step import decode as att
+from llmexplore.models.step import engine
+from llmexplore.models.moe import eplb
+from llmexplore.models.moe import decode as moe
+from llmexplore.models.moe import routing
+from llmexplore.models.step import stats as lstats
+from llmexplore.models.step.collectives import allreduce_s, alltoall_s
+from llmexplore.models.step.stats import expected_max_std_normal
 
 E, K = 256, 8  # DeepSeek-V3 routed experts and top-k
 DSV3 = presets.model("deepseek-v3")
@@ -123,7 +125,7 @@ def test_bytes_per_token_dsv3():
 @pytest.mark.parametrize("R", [1, 2, 8, 16, 32, 256])
 def test_distinct_ranks_uniform_formula(R):
     expected = R * (1 - special.comb(E - E // R, K, exact=True) / special.comb(E, K, exact=True))
-    assert routing.distinct_ranks_uniform(E, K, R) == pytest.approx(expected, rel=1e-12)
+    assert lstats.distinct_ranks_uniform(E, K, R) == pytest.approx(expected, rel=1e-12)
     # the CPS machinery gives exactly the hypergeometric result for uniform routing
     r = routing.rank_load(np.full(E, 1 / E), K, 100, ranks=R)
     assert float(r["distinct_ranks"]) == pytest.approx(expected, rel=1e-10)
@@ -131,9 +133,9 @@ def test_distinct_ranks_uniform_formula(R):
 
 
 def test_distinct_ranks_limits():
-    assert routing.distinct_ranks_uniform(E, K, 1) == pytest.approx(1.0)
-    assert routing.distinct_ranks_uniform(E, K, E) == pytest.approx(K)
-    assert routing.distinct_ranks_uniform(E, K, 8) == pytest.approx(5.2947, abs=1e-4)
+    assert lstats.distinct_ranks_uniform(E, K, 1) == pytest.approx(1.0)
+    assert lstats.distinct_ranks_uniform(E, K, E) == pytest.approx(K)
+    assert lstats.distinct_ranks_uniform(E, K, 8) == pytest.approx(5.2947, abs=1e-4)
 
 
 # ---- per-rank load: hand formulas --------------------------------------------------------------------------
@@ -321,7 +323,7 @@ def test_dpa_ep16_uniform_dispatch_is_the_hierarchical_alltoall():
     md = build(1, 16)
     B = 16 * 128  # 128 tokens per GPU
     r = moe.step_time(md, B, 2048, skew=1.0)
-    u = routing.distinct_ranks_uniform(E, K, 16) / 16  # P(token hits a given rank)
+    u = lstats.distinct_ranks_uniform(E, K, 16) / 16  # P(token hits a given rank)
     send = 128 * 16 * u  # per-rank send buffer in tokens, all chunks incl. self (uniform)
     a2a = lambda n: float(alltoall_s(n, 16, md.fabric))  # noqa: E731
     assert float(r["dispatch_layer_s"]) == pytest.approx(a2a(send * 7392), rel=1e-12)
@@ -337,7 +339,7 @@ def test_tp2_ep8_uniform_dispatch_by_hand():
     md = build(2, 8)
     B = 8 * 64
     r = moe.step_time(md, B, 2048, skew=1.0)
-    u = routing.distinct_ranks_uniform(E, K, 8) / 8
+    u = lstats.distinct_ranks_uniform(E, K, 8) / 8
     nvl, ib = presets.link("nvlink4"), presets.link("ib-ndr400")
     alpha = (nvl.latency_us + 3 * nvl.latency_per_rank_us + ib.latency_us + ib.latency_per_rank_us) * 1e-6
     bw = max(3 * u / (nvl.achievable_GBps * 1e9), 4 * u / (ib.achievable_GBps * 1e9))
@@ -354,7 +356,7 @@ def test_per_expert_dispatch_sends_every_pick():
     on H100/H200/B200/GB200, tests/unit/test_deepep_ll.py) a + N_loc k bytes / B; without them (MI300X) an
     all-to-all of k/R messages per token per rank at the links' latency and bandwidth. Either sends more than the
     per-rank dispatch of the normal kernels."""
-    from llmexplore.models.collectives import deepep_ll_params
+    from llmexplore.models.step.collectives import deepep_ll_params
 
     md = build(1, 16, dispatch="expert")
     r = moe.step_time(md, 16 * 128, 2048, skew=1.0)

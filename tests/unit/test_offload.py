@@ -1,4 +1,4 @@
-"""KV offload models (models/offload.py, models/preload.py), their tables (sweeps/offload.py) and
+"""KV offload models (models/offload/cost.py, models/offload/preload.py), their tables (sweeps/offload.py) and
 ``llmexplore offload``: closed forms against sweeps, published reference values, planner properties."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from llmexplore import cli, presets
 from llmexplore.errors import SpecError
-from llmexplore.models import offload as of
-from llmexplore.models import preload as pr
-from llmexplore.models.engine import Deployment
-from llmexplore.models.prefill import body_params_active
+from llmexplore.models.offload import cost as of
+from llmexplore.models.offload import preload as pr
+from llmexplore.models.queueing import at_stat
+from llmexplore.models.step.engine import Deployment
+from llmexplore.models.step.prefill import body_params_active
 from llmexplore.specs import StorageTier
 from llmexplore.sweeps import offload as so
 
@@ -186,9 +187,9 @@ def test_preload_break_even_falls_with_the_wait_and_starts_at_the_plain_one(dep7
 
 def test_queue_wait_is_md1():
     # M/D/1 mean wait = rho D / (2 (1 - rho)); at 4 req/s and 0.2 s: rho 0.8 -> 0.4 s
-    assert pr.queue_wait_s(4.0, 0.2) == pytest.approx(0.8 * 0.2 / (2 * 0.2))
-    assert pr.queue_wait_s(4.0, 0.2, "p99") > pr.queue_wait_s(4.0, 0.2, "p50")
-    assert pr.queue_wait_s(5.0, 0.2) == np.inf
+    assert at_stat.queue_wait("mean", 4.0, 0.2) == pytest.approx(0.8 * 0.2 / (2 * 0.2))
+    assert at_stat.queue_wait("p99", 4.0, 0.2) > at_stat.queue_wait("p50", 4.0, 0.2)
+    assert at_stat.queue_wait("mean", 5.0, 0.2) == np.inf
 
 
 # ---- planner -----------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The deployment planner (llmexplore.models.plan, llmexplore.sweeps.plan, findings.plan): closed forms of the
+"""The deployment planner (llmexplore.models.serving.capacity, llmexplore.sweeps.plan, findings.plan): closed forms of the
 rate solvers, Pareto frontiers, the issue's reference question, determinism across process pools, and the
 simulator re-check."""
 
@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from llmexplore import launch
 from llmexplore.errors import SpecError
 from llmexplore.findings import plan as fp
-from llmexplore.models import plan as pm
-from llmexplore.models import queueing as qz
+from llmexplore.models.serving import capacity as pm
+from llmexplore.models.queueing import at_stat
+from llmexplore.models.queueing import core as qz
 from llmexplore.sweeps import plan as sp
 
 #: issue 10 §2: "Qwen3-32B FP8 on 32 H200, ISL 4000 / OSL 500, TTFT <= 300 ms, TPOT <= 10 ms"
@@ -45,7 +46,7 @@ def test_prefill_rate_meets_the_target_and_a_little_more_misses():
     n = np.arange(1, 5)[None, :]
 
     def ttft(lam):
-        return pm.pool_wait("p99", lam, S[:, None], n) + S[:, None] + pm.link_wait("p99", lam / n, busy[:, None]) \
+        return at_stat.pool_wait("p99", lam, S[:, None], n) + S[:, None] + at_stat.link_wait("p99", lam / n, busy[:, None]) \
             + exp[:, None]
 
     assert np.all(ttft(r) <= T + 1e-9)
@@ -58,9 +59,9 @@ def test_prefill_rate_is_zero_when_an_idle_pool_misses():
 
 
 def test_pool_wait_mean_is_md1_for_one_server_and_allen_cunneen_beyond():
-    assert pm.pool_wait("mean", 5.0, 0.1, 1) == pytest.approx(float(qz.md1_mean_wait(5.0, 0.1)))
-    assert pm.pool_wait("mean", 15.0, 0.1, 2) == pytest.approx(float(qz.mgc_mean_wait(15.0, 0.1, 2, cs2=0.0)))
-    assert math.isinf(pm.pool_wait("mean", 25.0, 0.1, 2))
+    assert at_stat.pool_wait("mean", 5.0, 0.1, 1) == pytest.approx(float(qz.md1_mean_wait(5.0, 0.1)))
+    assert at_stat.pool_wait("mean", 15.0, 0.1, 2) == pytest.approx(float(qz.mgc_mean_wait(15.0, 0.1, 2, cs2=0.0)))
+    assert math.isinf(at_stat.pool_wait("mean", 25.0, 0.1, 2))
 
 
 def test_decode_instance_rate_is_littles_law_at_the_largest_batch_within_target():
@@ -280,8 +281,8 @@ def test_cli_simulate_reads_a_plan_and_gives_distributions(capsys, tmp_path):
 
 # ---- the expert-parallel axis -----------------------------------------------------------------------------------
 def test_moe_ep_of_all_ranks_is_the_default_and_moe_tp_slices_experts():
-    from llmexplore.models.attention import step_time
-    from llmexplore.models.engine import Deployment
+    from llmexplore.models.step.decode import step_time
+    from llmexplore.models.step.engine import Deployment
 
     base = Deployment.build("qwen3-30b-a3b", "h200", 8, weight_dtype="fp8")
     same = Deployment.build("qwen3-30b-a3b", "h200", 8, weight_dtype="fp8", moe_ep=8)

@@ -6,8 +6,8 @@ import pytest
 
 from llmexplore import plots, sweeps
 from llmexplore.errors import SpecError
-from llmexplore.models import scheduler
-from llmexplore.models.engine import Deployment
+from llmexplore.models.layouts import policy
+from llmexplore.models.step.engine import Deployment
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,8 @@ def test_memory_and_transition_figures(dep):
 
 
 def test_scheduler_and_policy_figures(dep):
-    trace = scheduler.reasoning_trace(batch=64, mean_output_tokens=4096, segment_steps=1024)
-    res = scheduler.compare_policies(dep, trace)
+    trace = policy.reasoning_trace(batch=64, mean_output_tokens=4096, segment_steps=1024)
+    res = policy.compare_policies(dep, trace)
     fig = plots.layouts.scheduler_figure(trace, res["aware"])
     assert any(t.name == "active sequences" for t in fig.data)
     pol = plots.layouts.policy_figure(sweeps.layouts.policy_summary(res))

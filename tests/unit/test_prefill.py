@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from llmexplore.errors import SpecError
-from llmexplore.models import prefill as pf
-from llmexplore.models.attention import step_time
-from llmexplore.models.engine import Deployment
+from llmexplore.models.step import prefill as pf
+from llmexplore.models.step.decode import step_time
+from llmexplore.models.step.engine import Deployment
 
 
 @pytest.fixture(scope="module")

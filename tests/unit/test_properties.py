@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from llmexplore import presets, sweeps
 from llmexplore.errors import SpecError
-from llmexplore.models import attention as att
-from llmexplore.models.engine import LAYOUTS, Deployment
-from llmexplore.models.collectives import Fabric
+from llmexplore.models.step import decode as att
+from llmexplore.models.step.engine import LAYOUTS, Deployment
+from llmexplore.models.step.collectives import Fabric
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REL = 1e-12  # floating-point slack for "non-decreasing"

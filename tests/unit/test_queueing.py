@@ -19,10 +19,9 @@ from hypothesis import strategies as st
 from scipy import optimize, special, stats
 
 from llmexplore.errors import SpecError
-from llmexplore.models import mg1
-from llmexplore.models import queueing as q
-from llmexplore.models import simulate as sim
-
+from llmexplore.models.queueing import mg1
+from llmexplore.models.queueing import core as q
+from llmexplore.models.queueing import fcfs_sim as sim
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 RHOS = (0.05, 0.3, 0.6, 0.85, 0.95, 0.99)
 

@@ -5,8 +5,8 @@
 
 import pytest
 
-from llmexplore.models import attention as att
-from llmexplore.models.engine import Deployment
+from llmexplore.models.step import decode as att
+from llmexplore.models.step.engine import Deployment
 
 HQ_DS, RKV, DR = 128, 512, 64
 

@@ -1,4 +1,4 @@
-"""The sampling-kernel term (llmexplore/models/sampler.py): vLLM's PyTorch sort-based top-k/top-p, fitted to vLLM's
+"""The sampling-kernel term (llmexplore/models/step/sampler.py): vLLM's PyTorch sort-based top-k/top-p, fitted to vLLM's
 own micro-benchmarks of that function (data/kernels/vllm_topk_topp_torch.csv, vLLM PRs #33538, #42191, #51507),
 and where it enters the step and the validation set."""
 
@@ -8,9 +8,10 @@ import pytest
 
 from llmexplore import presets, validate
 from llmexplore.errors import SpecError
-from llmexplore.models.attention import step_time
-from llmexplore.models.engine import Deployment
-from llmexplore.models.sampler import SAMPLERS, TORCH_SORT_CSV, _fit, sampler_s, torch_sort_params, torch_sort_table
+from llmexplore.models.step.decode import step_time
+from llmexplore.models.step.engine import Deployment
+from llmexplore.measured import TORCH_SORT_CSV, torch_sort_fit, torch_sort_params, torch_sort_table
+from llmexplore.models.step.sampler import SAMPLERS, sampler_s
 
 
 def _rel_objective(t0_s, c_s, b, v, ms):
@@ -21,7 +22,7 @@ def test_the_fit_is_the_least_squares_optimum_of_its_rows():
     b, v, ms = torch_sort_table()
     assert len(ms) == len(pd.read_csv(presets.DATA_DIR / TORCH_SORT_CSV, comment="#")) == 23
     t0, c = torch_sort_params(0)
-    assert (t0, c) == _fit(b, v, ms)
+    assert (t0, c) == torch_sort_fit(b, v, ms)
     best = _rel_objective(t0, c, b, v, ms)
     for dt0, dc in ((1.05, 1), (0.95, 1), (1, 1.05), (1, 0.95)):
         assert _rel_objective(t0 * dt0, c * dc, b, v, ms) > best
@@ -150,13 +151,11 @@ def test_an_edited_table_is_read_again(tmp_path, monkeypatch):
     import os
     import shutil
 
-    from llmexplore.models import sampler
-
     data = tmp_path / "data"
     shutil.copytree(presets.DATA_DIR / "kernels", data / "kernels")
     monkeypatch.setattr(presets, "DATA_DIR", data)
     before = torch_sort_params(0)
-    assert before == pytest.approx(sampler._fit(*torch_sort_table()))
+    assert before == pytest.approx(torch_sort_fit(*torch_sort_table()))
     csv_path = data / TORCH_SORT_CSV
     text = csv_path.read_text().replace("33538,topp_whole,1024,32768,4.236", "33538,topp_whole,1024,32768,8.472")
     csv_path.write_text(text)

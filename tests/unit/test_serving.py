@@ -1,4 +1,4 @@
-"""Iteration-level serving simulator (llmexplore.models.serving): tables against the engine, an exact queueing
+"""Iteration-level serving simulator (llmexplore.models.serving.simulator): tables against the engine, an exact queueing
 result, Little's law and conservation, preemption, invariants (hypothesis), disaggregation, and one published
 online-serving measurement.
 
@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 from llmexplore import presets
 from llmexplore.errors import SpecError
-from llmexplore.models import queueing as qz
-from llmexplore.models import serving as sv
-from llmexplore.models.attention import step_time
-from llmexplore.models.engine import Deployment
-from llmexplore.models.prefill import mixed_step_time
-from llmexplore.models.workload import LengthDist, Traffic
+from llmexplore.models.queueing import core as qz
+from llmexplore.models.serving import simulator as sv
+from llmexplore.models.step.decode import step_time
+from llmexplore.models.step.engine import Deployment
+from llmexplore.models.step.prefill import mixed_step_time
+from llmexplore.models.serving.workload import LengthDist, Traffic
 
 
 @functools.cache

@@ -227,9 +227,10 @@ def test_runtime_preset_is_a_runtime():
 # ---- one integer rule everywhere: 4 and np.int64(4) yes; 4.5, True and '4' no ----------------------------------
 def _integer_sites():
     from llmexplore import sweeps
-    from llmexplore.models import attention as att
-    from llmexplore.models import disagg, moe
-    from llmexplore.models.engine import Deployment
+    from llmexplore.models.step import decode as att
+    from llmexplore.models.serving import disagg
+    from llmexplore.models.moe import decode as moe
+    from llmexplore.models.step.engine import Deployment
 
     dep = Deployment.build("llama-3-8b", "h100-sxm", 2)
     return {

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from llmexplore import cli, presets
 from llmexplore.errors import SpecError
-from llmexplore.models import offload as of
+from llmexplore.models.offload import cost as of
 from llmexplore.storage import blocks as blocks_mod
 from llmexplore.storage import calibrate as cal
 from llmexplore.storage import replay as rp

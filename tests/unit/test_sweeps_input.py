@@ -6,7 +6,7 @@ import pytest
 
 from llmexplore import sweeps
 from llmexplore.errors import SpecError
-from llmexplore.models.engine import Deployment
+from llmexplore.models.step.engine import Deployment
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@
   a corrupted plan;
 * the wire frames: identity, every rejection with its reason, and fuzzing where only UnsupportedPDLayoutError
   may come out;
-* plans from model presets, their cost against the link model (models/kv_transfer.py), and the sweep tables.
+* plans from model presets, their cost against the link model (models/step/kv_transfer.py), and the sweep tables.
 
 The differential tests against the runtime's own planner are in tests/reference/test_transfer_tokenspeed.py.
 """
@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from llmexplore import presets
 from llmexplore.errors import SpecError
-from llmexplore.models.kv_transfer import kv_request_bytes
+from llmexplore.models.step.kv_transfer import kv_request_bytes
 from llmexplore.sweeps import transfer as sw
 from llmexplore.transfer import (
     BufferKind,

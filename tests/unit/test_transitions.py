@@ -1,4 +1,4 @@
-"""Layout transitions (models/transitions.py) against the 4x4 oracle tables of docs/models.md §3.4, the per-rank
+"""Layout transitions (models/layouts/transitions.py) against the 4x4 oracle tables of docs/models.md §3.4, the per-rank
 volumes stated there, the DeepSeek-V3 handoff example, and a brute-force set computation on small cases."""
 
 import itertools
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from llmexplore.errors import SpecError
-from llmexplore.models import transitions as tr
-from llmexplore.models.engine import LAYOUTS, Deployment
-from llmexplore.models.collectives import alpha_s
+from llmexplore.models.layouts import transitions as tr
+from llmexplore.models.step.engine import LAYOUTS, Deployment
+from llmexplore.models.step.collectives import alpha_s
 
 PAGE = 16
 NONE, DISC, AG, A2A = "none", "discard", "all-gather", "all-to-all"

@@ -8,8 +8,8 @@ import pytest
 
 from llmexplore import validate
 from llmexplore.errors import SpecError
-from llmexplore.models.attention import memory_per_rank, step_time
-from llmexplore.models.engine import Deployment, gemm_s
+from llmexplore.models.step.decode import memory_per_rank, step_time
+from llmexplore.models.step.engine import Deployment, gemm_s
 
 
 def wide(ranks=72, gpu="h100-sxm", **kw):
@@ -128,7 +128,7 @@ def test_two_batch_overlap_charges_deepeps_normal_kernels_their_sms():
     (receive hook) hold no SMs, and a GPU whose SM count is not known is not charged."""
     import dataclasses
 
-    from llmexplore.models.collectives import DEEPEP_NORMAL_SMS
+    from llmexplore.models.step.collectives import DEEPEP_NORMAL_SMS
 
     dep = wide(ranks=32, moe_redundant=32, dp_dense=True, dp_lm_head=True, two_batch_overlap=True)
     assert dep.hardware.sms == 132 and DEEPEP_NORMAL_SMS == 20

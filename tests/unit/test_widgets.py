@@ -9,7 +9,7 @@ import pytest
 
 from llmexplore import findings, plots, presets, sweeps, widgets
 from llmexplore.errors import LlmexploreError, SpecError, UnknownPresetError
-from llmexplore.models.engine import Deployment
+from llmexplore.models.step.engine import Deployment
 from llmexplore.plots import trace
 from llmexplore.widgets.layouts import CONTEXT_GRID
 

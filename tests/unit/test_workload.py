@@ -1,11 +1,12 @@
-"""Workload of a serving question (llmexplore.models.workload): length distributions, traffic, requests, traces."""
+"""Workload of a serving question (llmexplore.models.serving.workload): length distributions, traffic, requests, traces."""
 
 import numpy as np
 import pytest
 
 from llmexplore.errors import SpecError
-from llmexplore.models import mg1
-from llmexplore.models.workload import LengthDist, Trace, Traffic, load_trace, requests
+from llmexplore.models.queueing import mg1
+from llmexplore.models.serving.workload import LengthDist, Trace, Traffic, requests
+from llmexplore.traces import length_dist_from_csv, load_trace
 
 
 def test_fixed_and_empirical_sample_and_mean():
@@ -53,12 +54,12 @@ def test_length_dist_rejects_bad_input(kwargs, match):
 def test_length_from_csv(tmp_path):
     f = tmp_path / "lens.csv"
     f.write_text("a,isl\n1,100\n2,300\n\n3,200\n")
-    assert LengthDist.from_csv(f, "isl").mean() == 200.0
+    assert length_dist_from_csv(f, "isl").mean() == 200.0
     with pytest.raises(SpecError, match=r"column 'osl' not found; the header has \['a', 'isl'\]"):
-        LengthDist.from_csv(f, "osl")
+        length_dist_from_csv(f, "osl")
     f.write_text("isl\n100\nabc\n")
     with pytest.raises(SpecError, match=r"line 3: isl must be an integer in \[1, 4,194,304\], got 'abc'"):
-        LengthDist.from_csv(f, "isl")
+        length_dist_from_csv(f, "isl")
 
 
 def test_traffic_validation():

@@ -1,0 +1,533 @@
+"""MoE decode on G GPUs: pure TP, TP x EP or DPA + EP, with skewed routing and EPLB (docs/models.md §4.8).
+
+Question answered: how long does a decode step of an MoE model take on G GPUs under pure tensor parallelism,
+TP x EP, or data-parallel attention + EP, when some experts are much hotter than others, and how much do
+redundant experts placed by EPLB help? Routing laws, placements and per-rank loads come from
+:mod:`.routing`; kernels are priced by the step engine (:mod:`..step.engine`).
+
+Glossary: E routed experts, k experts per token, H hidden, I_e expert intermediate, R = ep EP ranks, N tokens
+in the step (all attention groups), N_loc tokens of one attention group, P physical expert slots.
+
+Dispatch / combine
+    Each token is sent to every *distinct* remote EP rank among its picks (``dispatch="rank"``; DeepEP
+    normal kernels) or once per remote pick (``dispatch="expert"``; DeepEP low-latency kernels, whose
+    published bandwidths equal tokens x k x bytes / latency). Dispatch sends FP8 with 1x128 scales
+    (H + 4H/128 B per token), combine BF16 (2H). Per GPU the intra-node leg uses the scale-up link, the
+    inter-node leg the GPU's own NIC, the two legs overlap (DeepEP forwarding) and the busiest rank (send or
+    receive, expected bytes) sets the time; alpha as :func:`..step.collectives.alltoall_s`. Low-latency dispatch of a
+    DPA + EP deployment (tp = 1) on a GPU with measured kernel curves (:func:`..step.collectives.deepep_ll_params`:
+    H100, H200, B200, GB200) is instead a + N_loc k bytes x rho / B, rho the busiest rank's all-to-all time
+    per byte over that of uniform routing (1 without skew), a and B the kernels' fitted latency and bandwidth.
+Layouts (G = tp x ep GPUs, ``MoEDeployment``)
+    * ep = 1, tp = G: pure TP. Attention, dense FFN and every expert are split over all G GPUs (an expert's
+      intermediate I_e/G per GPU); every GPU processes every token; per layer one AllReduce after attention
+      and one after the MoE block (hierarchical across nodes).
+    * tp > 1, ep > 1 ("TP2 x EP8" on 16 GPUs): the G GPUs form ep attention groups of tp GPUs (tp consecutive
+      GPUs inside one node). Each group serves ceil(B/ep) sequences with attention, dense FFN, shared experts
+      and LM head tensor-parallel over its tp GPUs (data-parallel across groups). For the MoE the group is one
+      EP rank: it holds P/ep expert slots, each expert's intermediate split over the tp GPUs. GPU i of a
+      group exchanges tokens with GPU i of the other groups; the partial expert outputs are summed by the
+      group's AllReduce (shared with the shared expert).
+    * tp = 1, ep = G: data-parallel attention + EP (DeepEP style): every GPU is an attention group and an
+      EP rank; shared expert and dense layers replicated (DeepSeek: "MLA and shared experts DP").
+    The non-MoE part of a step is exactly :func:`..step.decode.step_time` of a TP-``tp`` deployment serving one
+    group's ceil(B/ep) sequences; its uniform-routing MoE parts are replaced by the ones here.
+MoE layer time
+    norm + router + shared expert + E[max over EP ranks of the routed grouped GEMMs] (two kernels, gate-up
+    and down, the engine's grouped-GEMM roofline) + dispatch + combine (+ TP AllReduce); averaged over the
+    MoE layers (each its own placement). Compute and communication do not overlap (no two-micro-batch
+    overlap), as in :mod:`..step.decode`.
+
+Speed: everything broadcasts over batch, context and skew. Placements (EPLB) and their per-rank statistics
+depend only on the routing shares and the placement, so they are memoised (:func:`clear_memo`); a skew sweep
+is redrawn from the memo after a batch, context or hardware change (``benchmarks/bench_pd_moe.py`` measures
+it). ``layers=8`` placements keep the step time within 1 % of all 58 and make a cold sweep several times
+faster.
+
+Infeasible points are not flagged here except by :func:`memory_per_gpu` (``feasible``); bad inputs raise
+:class:`~llmexplore.errors.SpecError` naming the field, the value and the rule.
+
+References: docs/models.md §1.1, §1.2, §4.4, §4.8; deepseek-ai/EPLB; deepseek-ai/DeepEP docs/legacy.md;
+DeepSeek-V3 technical report arXiv 2412.19437.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import _check
+from ...errors import SpecError
+from ...specs import Hardware, ModelSpec, Runtime
+from ...units import dtype_bytes
+from ..step import decode as att
+from . import eplb
+from . import routing
+from ..step import stats
+from ...measured import DEEPEP_LL_OPS
+from ..step.collectives import (Fabric, allreduce_s, alpha_s, deepep_ll_bytes_per_selection, deepep_ll_params,
+                          fp8_dispatch_bytes)
+from ..step.engine import EMB_BYTES, Deployment, check_batch_context, elementwise_s, gemm_s, kernel_rates, resolve_deployment
+
+__all__ = ["MoEDeployment", "step_time", "expected_rank_shares", "memory_per_gpu", "dispatch_bytes_per_token",
+           "combine_bytes_per_token", "clear_memo", "BALANCE", "DISPATCH"]
+
+BALANCE = ("none", "eplb")
+DISPATCH = ("rank", "expert")
+_MEMO: dict = {}  # results of pure functions of (routing shares, placement), filled lazily; see _memo
+_MEMO_SIZE = 32
+
+
+def _memo(key, compute):
+    """Memoise a pure result by a hashable key of all its inputs (FIFO, at most _MEMO_SIZE entries).
+
+    Placements and their per-rank statistics depend only on the routing shares and the placement parameters,
+    not on batch, context, hardware or links, so slider redraws that change those reuse them. Cached arrays
+    are made read-only.
+    """
+    if key not in _MEMO:
+        value = compute()
+        for v in (value.values() if isinstance(value, dict) else (value,)):
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+        while len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = value
+    return _MEMO[key]
+
+
+def clear_memo() -> None:
+    """Forget memoised placements (for timing cold starts)."""
+    _MEMO.clear()
+
+
+
+# ---- dispatch / combine bytes ---------------------------------------------------------------------------
+def dispatch_bytes_per_token(hidden: int, *, scale_block: int = 128) -> int:
+    """FP8 dispatch payload per token and destination [B]: H bytes + one FP32 scale per 1x128 block.
+
+    H + 4 ceil(H/128): DeepSeek-V3 (H = 7168): 7,392 B (DeepEP FP8 dispatch, docs/models.md §4.8).
+    """
+    return fp8_dispatch_bytes(hidden, scale_block=scale_block)
+
+
+def combine_bytes_per_token(hidden: int) -> int:
+    """BF16 combine payload per token and source [B]: 2H (DeepSeek-V3: 14,336 B)."""
+    return 2 * int(hidden)
+
+
+
+# ---- deployments ---------------------------------------------------------------------------------------
+MAX_GPUS = 4096  # largest deployment accepted
+MAX_REDUNDANT = 4096  # largest number of redundant expert slots accepted
+MAX_MOE_POINTS = 1 << 24  # grid points x sampled layers x expert slots of one step_time call (its largest arrays)
+
+
+@dataclass(frozen=True)
+class MoEDeployment:
+    """An MoE model on ``gpus`` = tp x ep GPUs (layouts in the module docstring).
+
+    Build with :meth:`build`. ``ep = 1`` is pure TP over all GPUs; ``tp = 1`` is data-parallel attention + EP.
+    ``balance="eplb"`` places ``redundant`` extra slots by EPLB on the expected loads; ``"none"`` is the
+    contiguous static placement. ``layers`` (default: the model's MoE layers) is how many independent
+    hot-expert placements are averaged; 8 change the step time by < 1 % and make a cold sweep ~7x faster.
+    """
+
+    model: ModelSpec
+    hardware: Hardware
+    runtime: Runtime
+    fabric: Fabric
+    gpus: int
+    tp: int
+    ep: int
+    redundant: int = 0
+    balance: str = "none"
+    weight_dtype: str | None = None
+    kv_dtype: str = "bf16"
+    act_dtype: str = "bf16"
+    q_tokens: int = 1
+    dispatch: str = "rank"
+    layers: int | None = None
+    seed: int = 0
+
+    @classmethod
+    def build(cls, model="deepseek-v3", gpu="h200", gpus: int = 16, *, tp: int, ep: int, redundant: int = 0,
+              balance: str | None = None, runtime="default", weight_dtype: str | None = None,
+              kv_dtype: str = "bf16", q_tokens: int = 1, dispatch: str = "rank", layers: int | None = None,
+              seed: int = 0, scale_up_link=None, scale_out_link=None) -> "MoEDeployment":
+        """Resolve presets (names or specs) and validate. ``balance`` defaults to "eplb" if ``redundant``;
+        ``weight_dtype`` to the dtype the model's weights are released in."""
+        m, hw, rt, fabric = resolve_deployment(model, gpu, runtime, scale_up_link, scale_out_link)
+        if balance is None:
+            balance = "eplb" if redundant else "none"
+        return cls(model=m, hardware=hw, runtime=rt, fabric=fabric, gpus=gpus, tp=tp, ep=ep,
+                   redundant=redundant, balance=balance, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                   q_tokens=q_tokens, dispatch=dispatch, layers=m.moe_layers if layers is None else layers,
+                   seed=seed)
+
+    def __post_init__(self) -> None:
+        m = self.model
+        if not m.is_moe:
+            raise SpecError(f"model {m.name!r} has no MoE layers (moe_layers = 0)")
+        G = _check.integer("gpus", self.gpus, lo=1, hi=MAX_GPUS)
+        tp = _check.integer("tp", self.tp, lo=1, hi=MAX_GPUS)
+        ep = _check.integer("ep", self.ep, lo=1, hi=MAX_GPUS)
+        if tp * ep != G:
+            raise SpecError(f"tp * ep must equal gpus: tp={tp}, ep={ep}, gpus={G}")
+        redundant = _check.integer("redundant (extra expert slots)", self.redundant, lo=0, hi=MAX_REDUNDANT)
+        _check.choice("balance", self.balance, BALANCE)
+        _check.choice("dispatch", self.dispatch, DISPATCH)
+        layers = _check.integer("layers", m.moe_layers if self.layers is None else self.layers, lo=1,
+                                hi=m.moe_layers)
+        seed = _check.integer("seed", self.seed, lo=0, hi=2**63 - 1)
+        for name, v in (("gpus", G), ("tp", tp), ("ep", ep), ("redundant", redundant), ("layers", layers),
+                        ("seed", seed), ("weight_dtype", m.weight_dtype if self.weight_dtype is None
+                                         else self.weight_dtype)):
+            object.__setattr__(self, name, v)
+        E = m.routed_experts
+        if ep == 1 and self.redundant:
+            raise SpecError(f"redundant must be 0 without expert parallelism (ep = 1: every GPU already holds a "
+                            f"slice of every expert), got {self.redundant}")
+        if self.redundant and self.balance != "eplb":
+            raise SpecError(f"balance must be 'eplb' with redundant > 0 (the replicas are placed by EPLB), got "
+                            f"{self.balance!r} with redundant = {self.redundant}")
+        if (E + self.redundant) % ep:
+            raise SpecError(f"ep ({ep}) must divide routed experts + redundant ({E} + {self.redundant} = "
+                            f"{E + self.redundant})")
+        if m.moe_intermediate % tp:
+            raise SpecError(f"tp ({tp}) must divide the expert intermediate size of {m.name} "
+                            f"({m.moe_intermediate})")
+        Gn = self.fabric.gpus_per_node
+        if ep > 1 and (tp > Gn or Gn % tp):
+            raise SpecError(f"tp ({tp}) must divide the GPUs per node ({Gn}) when ep > 1: a TP group lives "
+                            f"inside one node")
+        if G > Gn and G % Gn:
+            raise SpecError(f"gpus ({G}) spanning nodes must be a multiple of the GPUs per node ({Gn})")
+        _ = self.attn_dep  # validates heads, dtypes, q_tokens against the attention model
+
+    # ---- derived ----------------------------------------------------------------------------------------
+    @property
+    def attn_dep(self) -> Deployment:
+        """The TP-``tp`` attention deployment of one attention group (non-MoE parts of the step)."""
+        return Deployment(model=self.model, hardware=self.hardware, ranks=self.tp, runtime=self.runtime,
+                          fabric=self.fabric, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
+                          act_dtype=self.act_dtype, q_tokens=self.q_tokens)
+
+    @property
+    def slots(self) -> int:
+        """Physical expert slots P = E + redundant."""
+        return self.model.routed_experts + self.redundant
+
+    @property
+    def slots_per_rank(self) -> int:
+        return self.slots // self.ep
+
+    @property
+    def ranks_per_node(self) -> int:
+        """EP ranks per node (GPUs per node / tp), at most ep; all of them without a scale-out link."""
+        if self.fabric.scale_out is None:
+            return self.ep
+        return min(self.ep, max(1, self.fabric.gpus_per_node // self.tp))
+
+    def label(self) -> str:
+        if self.ep == 1:
+            name = f"TP{self.tp}"
+        elif self.tp == 1:
+            name = f"DPA+EP{self.ep}"
+        else:
+            name = f"TP{self.tp}xEP{self.ep}"
+        if self.ep > 1:
+            name += f" +{self.redundant} EPLB" if self.balance == "eplb" else " static"
+        return name
+
+    def placement(self, layer_p: np.ndarray):
+        """phy2log for the expected loads ``layer_p`` [..., L, E] (None = contiguous identity)."""
+        if self.ep == 1 or self.balance == "none":
+            return None
+        groups = self.model.expert_groups
+        nodes = math.ceil(self.ep / self.ranks_per_node)
+        return eplb.eplb_placement(layer_p, ranks=self.ep, redundant=self.redundant, groups=groups,
+                                      nodes=nodes)
+
+
+def _check_routing(md: MoEDeployment, skew, probs, *shapes) -> tuple:
+    """(skew, probs) validated: skew an array of real numbers >= 1 (unless a histogram ``probs`` is given),
+    probs one of real numbers >= 0; the grid with ``shapes`` small enough (SpecError before allocating)."""
+    if probs is None:
+        skew = _check.real_array("skew (max/mean expert load)", skew, lo=1.0)
+        shapes = (*shapes, skew.shape)
+    else:
+        probs = _check.real_array("probs", probs, lo=0.0)
+        E = md.model.routed_experts
+        if probs.ndim not in (1, 2) or probs.shape[-1] != E:
+            raise SpecError(f"probs must have shape [E] or [layers, E] with E = {E} for {md.model.name}, got "
+                            f"shape {probs.shape}")
+    _check.grid_size("batch, context and skew" if probs is None else "batch and context", *shapes,
+                     limit=MAX_MOE_POINTS, factor=md.layers * md.slots)
+    return skew, probs
+
+
+def _layer_probs_for(md: MoEDeployment, skew, probs) -> tuple[np.ndarray, np.ndarray]:
+    """(layer shares [..., L, E], skew array) from a skew axis or a measured histogram."""
+    m = md.model
+    E, k = m.routed_experts, m.experts_per_token
+    if probs is not None:
+        p = routing.histogram_probs(probs, k)
+        if p.shape[-1] != E:
+            raise SpecError(f"probs must have E = {E} columns for {m.name}, got {p.shape[-1]}")
+        if p.ndim == 1:
+            p = np.broadcast_to(p, (md.layers, E))
+        elif p.ndim != 2:
+            raise SpecError(f"probs must have shape [E] or [layers, E], got {p.shape}")
+        return p, np.asarray(routing.expert_skew(p).max())
+    sk = routing.check_skew(skew, E, k)
+    key = ("layer_probs", E, k, md.layers, md.seed, sk.shape, sk.tobytes())
+    return _memo(key, lambda: routing.layer_probs(routing.skew_probs(sk, E, k), md.layers, md.seed)), sk
+
+
+def _stats_for(md: MoEDeployment, lp: np.ndarray, skew, probs, *, balanced: bool = True) -> dict:
+    """Per-rank statistics of the deployment's placement (or of the static one if not ``balanced``).
+
+    Memoised when the shares come from a skew (the key holds every input); histograms are recomputed.
+    """
+    k = md.model.experts_per_token
+
+    def compute():
+        return routing.placement_stats(lp, k, md.placement(lp) if balanced else None, md.ep)
+
+    if probs is not None:
+        return compute()
+    sk = routing.check_skew(skew, md.model.routed_experts, k)
+    placement = (md.ep, md.redundant, md.balance if balanced else "none", md.model.expert_groups,
+                 md.ranks_per_node)
+    return _memo(("stats", md.model.routed_experts, k, md.layers, md.seed, sk.shape, sk.tobytes(), lp.shape,
+                  placement), compute)
+
+
+def _routed_coeffs(md: MoEDeployment):
+    """Per-GPU roofline coefficients of the routed grouped GEMMs: t = max(a_f X, m0_per_slot A + a_m X).
+
+    X is the pairs a rank computes and A its active slots; the rates are the engine's grouped-GEMM rates, so
+    this is the engine's roofline written in the affine form the expected maximum over ranks needs."""
+    m, tp = md.model, md.tp
+    r = kernel_rates(md.attn_dep, "grouped_gemm")
+    H, Ie = m.hidden, m.moe_intermediate / tp
+    b_w, b_a = dtype_bytes(md.weight_dtype), dtype_bytes(md.act_dtype)
+    a_f = 2.0 * 3 * H * Ie / r.flops_per_s  # s per pair: gate-up (2 H Ie) + down (H Ie) MACs
+    w_slot = 3 * H * Ie * b_w / r.bytes_per_s  # s per active slot: its weights streamed once
+    a_m = (2 * H + 3 * Ie) * b_a / r.bytes_per_s  # s per pair: input H, gate-up out 2 Ie, down in Ie, output H
+    return a_f, w_slot, a_m, 2 * r.overhead_s  # two kernels (gate-up, down)
+
+
+def _a2a_unit_s(md: MoEDeployment, u: np.ndarray) -> np.ndarray:
+    """Bandwidth time of an all-to-all per token per byte, busiest rank; u [..., R] messages per token to r.
+
+    Rank r (node r // ranks_per_node) sends N_loc u_s to every other rank s and receives N_loc u_r from every
+    other rank; the intra-node leg uses the scale-up link, the inter-node leg the GPU's NIC; legs overlap.
+    """
+    R, Rn = md.ep, md.ranks_per_node
+    nodes = R // Rn
+    up = md.fabric.scale_up.achievable_GBps * 1e9
+    node_sum = u.reshape(u.shape[:-1] + (nodes, Rn)).sum(-1)
+    own = np.repeat(node_sum, Rn, axis=-1)
+    intra = np.maximum(own - u, (Rn - 1) * u) / up
+    if nodes > 1:
+        out = md.fabric.scale_out.achievable_GBps * 1e9
+        inter = np.maximum(u.sum(-1, keepdims=True) - own, (R - Rn) * u) / out
+        intra = np.maximum(intra, inter)
+    return intra.max(-1)
+
+
+def _a2a_alpha_s(md: MoEDeployment) -> float:
+    Rn = md.ranks_per_node
+    nodes = md.ep // Rn
+    a = alpha_s(Rn, md.fabric.scale_up)
+    if nodes > 1:
+        a += alpha_s(nodes, md.fabric.scale_out)
+    return a
+
+
+def _low_latency_curves(md: MoEDeployment):
+    """((a, B) dispatch, (a, B) combine) of DeepEP's low-latency kernels for a DPA + EP deployment (tp = 1, one
+    GPU per EP rank, as the kernels were measured), or None: TP x EP groups, or a GPU without measured curves,
+    keep the link-based all-to-all."""
+    if md.tp != 1:
+        return None
+    draw = md.runtime.kernel_draw
+    ab = [deepep_ll_params(md.hardware.name, op, md.ep, md.fabric, draw) for op in DEEPEP_LL_OPS]
+    return None if any(x is None for x in ab) else tuple(ab)
+
+
+def step_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None) -> dict[str, np.ndarray]:
+    """Decode step time of an MoE model on the worst GPU [s], by part, with skewed routing.
+
+    Parameters
+    ----------
+    md : MoEDeployment
+    batch : array_like
+        Sequences B in the step (all attention groups together).
+    context : array_like
+        Context length s of every sequence [tokens].
+    skew : array_like
+        Hot-expert skew (max/mean expert load, >= 1) of Zipf routing; broadcasts with batch and context.
+    probs : array_like, shape [E] or [layers, E], optional
+        Measured routing histogram used instead of ``skew`` (expert ids kept; 1-D: same for every layer).
+
+    Returns
+    -------
+    dict of ndarray (broadcast shape of batch, context, skew)
+        ``step_s`` = ``attention_s`` + ``ffn_dense_s`` + ``ffn_moe_s`` + ``head_s`` + ``comm_s`` +
+        ``overhead_s``; ``comm_s`` = ``comm_attn_s`` + ``comm_ffn_dense_s`` + ``comm_moe_s`` +
+        ``comm_head_s``;
+        ``comm_moe_s`` = ``dispatch_s`` + ``combine_s`` + ``allreduce_moe_s`` (all summed over MoE layers).
+        Per MoE layer: ``moe_layer_s`` (compute + communication), ``routed_layer_s`` (E[max over ranks] of the
+        routed GEMMs), ``routed_mean_layer_s`` (mean rank), ``dispatch_layer_s``, ``combine_layer_s``.
+        Load: ``time_straggler`` = routed_layer / routed_mean_layer; ``load_straggler`` = E[max_r X_r] / mean
+        (pairs); ``expected_imbalance`` = max/mean of expected pairs (no sampling noise); ``max_pairs``,
+        ``mean_pairs`` per rank; ``active_slots_max`` (busiest rank); ``distinct_ranks`` E[d];
+        ``tokens_per_s``; ``skew``. Layer-dependent quantities are averaged over the ``md.layers`` placements.
+    """
+    b, s = check_batch_context(batch, context)
+    m = md.model
+    E, k, H = m.routed_experts, m.experts_per_token, m.hidden
+    q, tp, ep = md.q_tokens, md.tp, md.ep
+    skew, probs = _check_routing(md, skew, probs, b.shape, s.shape)
+    lp, sk = _layer_probs_for(md, skew, probs)
+    out_shape = np.broadcast_shapes(b.shape, s.shape, sk.shape)
+    nd = len(out_shape)
+    def expand(a):  # left-pad with unit axes to the output rank
+        return np.asarray(a, dtype=float).reshape((1,) * (nd - np.ndim(a)) + np.shape(a))
+    b_e = expand(b)
+    lp_e = lp.reshape((1,) * (nd - (lp.ndim - 2)) + lp.shape) if probs is None else \
+        lp.reshape((1,) * nd + lp.shape)
+    b_loc = np.ceil(b / ep)
+    base = att.step_time(md.attn_dep, b_loc, s, "TP")
+    n_tot = b_e * q  # tokens routed in the step (all groups)
+    n_loc = expand(b_loc) * q  # tokens of the worst attention group
+    dep = md.attn_dep
+    ba = dtype_bytes(md.act_dtype)
+    a_f, w_slot, a_m, ovh = _routed_coeffs(md)
+    # ---- per-layer non-routed MoE kernels (per group, TP over tp): norm, router, shared expert
+    norm = elementwise_s(dep, 2 * n_loc * H * ba)
+    router = gemm_s(dep, n_loc, H, E, b_w=EMB_BYTES)
+    shared = np.zeros_like(n_loc)
+    if m.shared_experts:
+        Is = m.shared_experts * m.moe_intermediate / tp
+        shared = gemm_s(dep, n_loc, H, 2 * Is) + gemm_s(dep, n_loc, Is, H)
+    fixed = norm + router + shared
+    if ep == 1:  # pure TP: every GPU runs every pair on its I_e/tp slice of every active expert
+        pi = k * lp_e
+        log_idle = np.log1p(-np.minimum(pi, 1 - 1e-15))  # log P(a token does not pick e)
+        active = (-np.expm1(n_tot[..., None, None] * log_idle)).sum(-1)  # E[distinct experts], [..., L]
+        pairs = n_tot[..., None] * k
+        routed_l = np.maximum(a_f * pairs, w_slot * active + a_m * pairs) + ovh
+        routed = routed_l.mean(-1)
+        routed_mean = routed
+        max_pairs = mean_pairs = n_tot * k
+        load_strag = time_strag = np.ones(out_shape)
+        imb = np.ones(out_shape)
+        active_max = active.mean(-1)
+        dist = np.ones(out_shape)
+        dispatch = combine = np.zeros(out_shape)
+        allreduce = allreduce_s(n_loc * H * ba, tp, md.fabric)
+    else:
+        st = _stats_for(md, lp_e, skew, probs)  # [..., L, R]
+        n3 = n_tot[..., None, None]
+        mu = n3 * st["share"]
+        sd = np.sqrt(n3 * st["var"])
+        act = routing.active_slots(st["x"], n_tot[..., None])  # [..., L, R]
+        m0 = w_slot * act
+        emax_t = stats.expected_max_piecewise(mu, sd, a_f, m0, a_m)  # [..., L]
+        routed = emax_t.mean(-1) + ovh
+        routed_mean = np.maximum(a_f * mu, m0 + a_m * mu).mean(-1).mean(-1) + ovh
+        emax_x = stats.expected_max_normal(mu, sd)  # [..., L]
+        avg = n_tot * k / ep
+        max_pairs = emax_x.mean(-1)
+        mean_pairs = np.broadcast_to(avg, out_shape)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            load_strag = max_pairs / avg
+            time_strag = routed / routed_mean
+        share = st["share"]
+        imb = (share.max(-1) / share.mean(-1)).mean(-1)
+        active_max = act.max(-1).mean(-1)
+        dist = st["hit"].sum(-1).mean(-1)
+        u = st["hit"] if md.dispatch == "rank" else st["share"]
+        unit = _a2a_unit_s(md, u).mean(-1)  # [...], per token per byte
+        ll = _low_latency_curves(md) if md.dispatch == "expert" else None
+        if ll is not None:  # DeepEP's measured low-latency curves; routing skew scales the busiest rank's bytes
+            ratio = unit / _a2a_unit_s(md, np.full(ep, k / ep))
+            fp8 = dtype_bytes(md.weight_dtype) < 2.0
+            (a_d, B_d), (a_c, B_c) = ll
+            dispatch = a_d + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "dispatch", fp8=fp8) / B_d
+            combine = a_c + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "combine") / B_c
+        else:
+            alpha = _a2a_alpha_s(md)
+            dispatch = alpha + n_loc * dispatch_bytes_per_token(H) * unit
+            combine = alpha + n_loc * combine_bytes_per_token(H) * unit
+        allreduce = allreduce_s(n_loc * H * ba, tp, md.fabric)
+    L_moe = m.moe_layers
+    bc = lambda a: np.broadcast_to(np.asarray(a, dtype=float), out_shape)  # noqa: E731
+    ffn_moe = L_moe * (fixed + routed)
+    comm_moe = L_moe * (dispatch + combine + allreduce)
+    comm = base["comm_attn_s"] + base["comm_ffn_dense_s"] + base["comm_head_s"] + comm_moe
+    total = (base["attention_s"] + base["ffn_dense_s"] + base["head_s"] + base["overhead_s"]) + ffn_moe + comm
+    return {
+        "step_s": bc(total), "attention_s": bc(base["attention_s"]), "ffn_dense_s": bc(base["ffn_dense_s"]),
+        "ffn_moe_s": bc(ffn_moe), "head_s": bc(base["head_s"]), "comm_s": bc(comm),
+        "overhead_s": bc(base["overhead_s"]), "comm_attn_s": bc(base["comm_attn_s"]),
+        "comm_ffn_dense_s": bc(base["comm_ffn_dense_s"]), "comm_head_s": bc(base["comm_head_s"]),
+        "comm_moe_s": bc(comm_moe), "dispatch_s": bc(L_moe * dispatch), "combine_s": bc(L_moe * combine),
+        "allreduce_moe_s": bc(L_moe * allreduce),
+        "moe_layer_s": bc(fixed + routed + dispatch + combine + allreduce), "routed_layer_s": bc(routed),
+        "routed_mean_layer_s": bc(routed_mean), "dispatch_layer_s": bc(dispatch),
+        "combine_layer_s": bc(combine),
+        "time_straggler": bc(time_strag), "load_straggler": bc(load_strag), "expected_imbalance": bc(imb),
+        "max_pairs": bc(max_pairs), "mean_pairs": bc(mean_pairs), "active_slots_max": bc(active_max),
+        "distinct_ranks": bc(dist), "tokens_per_s": bc(b_e * q / total), "skew": bc(sk),
+    }
+
+
+def expected_rank_shares(md: MoEDeployment, *, skew=1.0, probs=None) -> dict[str, np.ndarray]:
+    """Expected share of the routed pairs on each EP rank, before (static) and after (this placement).
+
+    Returns ``before`` and ``after``, shape skew.shape + (L, ep) (each row sums to 1; 1/ep = balanced), and
+    their max/mean ``imbalance_before`` / ``imbalance_after``, shape skew.shape + (L,). Noise-free: the
+    sampling fluctuation of a finite batch is in :func:`rank_load` / :func:`step_time`.
+    """
+    if md.ep == 1:
+        raise SpecError("expected_rank_shares needs expert parallelism (ep > 1)")
+    skew, probs = _check_routing(md, skew, probs)
+    lp, _ = _layer_probs_for(md, skew, probs)
+    k = md.model.experts_per_token
+    before = _stats_for(md, lp, skew, probs, balanced=False)["share"] / k
+    after = _stats_for(md, lp, skew, probs)["share"] / k
+    return {"before": before, "after": after, "imbalance_before": before.max(-1) * md.ep,
+            "imbalance_after": after.max(-1) * md.ep}
+
+
+def memory_per_gpu(md: MoEDeployment, batch, context) -> dict[str, np.ndarray]:
+    """Memory of the worst GPU [B]: weights (with the redundant slots), KV of its group, activations.
+
+    Attention, dense FFN, shared experts, embeddings and LM head as in :func:`..step.decode.memory_per_rank` of a
+    TP-``tp`` deployment serving ceil(B/ep) sequences; routed experts: P/ep slots with I_e/tp each.
+    Returns ``weights_B``, ``kv_B``, ``activations_B``, ``reserve_B``, ``total_B``, ``usable_B`` and
+    ``feasible``.
+    """
+    b, s = check_batch_context(batch, context)
+    dep = md.attn_dep
+    base = att.memory_per_rank(dep, np.ceil(b / md.ep), s, "TP")
+    m = md.model
+    b_w = dtype_bytes(md.weight_dtype)
+    wb = dep.weight_bytes("TP")
+    routed_tp = m.moe_layers * m.routed_experts / md.tp * m.expert_params * b_w  # what weight_bytes counts
+    routed_here = m.moe_layers * md.slots_per_rank / md.tp * m.expert_params * b_w
+    weights = sum(wb.values()) - routed_tp + routed_here
+    total = base["total_B"] - base["weights_B"] + weights
+    shape = total.shape
+    return {
+        "weights_B": np.broadcast_to(np.float64(weights), shape), "kv_B": base["kv_B"],
+        "activations_B": base["activations_B"], "reserve_B": base["reserve_B"], "total_B": total,
+        "usable_B": base["usable_B"], "feasible": total <= base["usable_B"],
+    }

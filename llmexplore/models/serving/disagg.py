@@ -1,0 +1,514 @@
+"""Prefill/decode disaggregation vs colocated serving: TTFT, TPOT, pool sizes and goodput (docs/models.md §4.5-4.7).
+
+Disaggregated. ``n_p`` prefill instances (each ``tp_p`` GPUs) serve prompts one at a time from one FCFS queue
+(Poisson arrivals at rate lam): the prefill wait is M/D/c (exact M/D/1 for one instance; Allen-Cunneen with
+cs^2 = 0 beyond, see :mod:`..queueing.core`). The KV cache then crosses the link (:mod:`..step.kv_transfer`): serially
+or layer-wise pipelined behind the prefill, and through each instance's NICs, which are themselves an M/D/1
+server (a busy link queues transfers). ``n_d`` decode instances (each ``tp_d`` GPUs) run continuous batching:
+the mean batch per instance follows Little's law B = lam_d * OSL * TPOT(B) (a fixed point), the p-th
+percentile of concurrency (Poisson) must fit in memory, and TPOT is the decode step time at that batch.
+
+    TTFT_p = W_prefill,p + D_prefill + W_link,p + exposed transfer          (quantiles added: conservative)
+
+Colocated. ``n_c`` instances of ``tp_c`` GPUs each run decodes and chunked prefill (vLLM/Sarathi): every
+iteration holds the B decodes and, while a prompt is pending, a chunk of C - B prompt tokens; such a mixed
+iteration takes t_mix, a decode-only one t_dec. A prompt needs n_ch = ceil(S / (C - B)) chunk iterations, so
+the fraction of mixed iterations is f = lam_c n_ch t_avg and the mean step t_avg = t_dec / (1 - lam_c n_ch
+(t_mix - t_dec)). TTFT = W + n_ch t_mix with an M/D/1 wait on service n_ch t_mix; TPOT (mean) = t_avg, its
+tail t_mix whenever f exceeds 1 - p.
+
+Goodput. For a target rate, the smallest pools meeting both SLOs (at the percentile) give GPUs and
+goodput per GPU = rate / GPUs; :func:`max_rate_grid` evaluates the highest sustainable rate of every
+(n_p, n_d) pair up to 64 x 64 in one vectorised pass (rate matching with queueing and transfer, which
+AIConfigurator's rate match leaves out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ... import _check
+from ...errors import SpecError
+from ...specs import Link
+from ..queueing import mg1
+from ..queueing.at_stat import Z_SCORES as _Z, md1_quantile_fast, poisson_quantile_mean, pool_wait_quantile
+from ..queueing import core as qz
+from ..step.decode import max_batch, step_time
+from ..step.engine import Deployment
+from ..step.kv_transfer import pipelined_exposed_s, transfer_time
+from ..step.prefill import mixed_step_time, prefill_time
+
+__all__ = ["Workload", "PrefillSide", "DecodeSide", "prefill_side", "decode_side", "transfer_side",
+           "disagg_latency", "colocated_latency", "colocated_tables", "colocated_from_tables", "max_rate_grid",
+           "size_pools", "size_colocated", "first_fixed_point", "CHUNK_OPTIONS"]
+
+MAX_WORKLOAD_TOKENS = 1 << 20  # longest prompt or output of a workload [tokens] (1,048,576)
+MAX_RATE_OR_MS = 1e9  # largest arrival rate [1/s] and SLO [ms] of a workload
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests: prompt and output lengths [tokens], arrival rate [1/s], SLOs [ms] at a percentile.
+
+    The defaults are an illustrative workload (4096 + 256 tokens at 36 req/s, with SLOs chosen by
+    us, not taken from a source); every notebook and CLI call sets its own."""
+
+    prompt_tokens: int = 4096
+    output_tokens: int = 256
+    rate_per_s: float = 36.0
+    ttft_slo_ms: float = 2000.0
+    tpot_slo_ms: float = 50.0
+    percentile: float = 0.99
+    prefix_tokens: int = 0
+    prompt_sigma: float = 0.0  # log-sd of lognormal prompt lengths (prompt_tokens is then the median)
+    max_prompt_tokens: int | None = None  # truncation of the lognormal (default 32 x median, <= 131072)
+
+    def __post_init__(self) -> None:
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
+        for f in ("prompt_tokens", "output_tokens"):
+            put(f, _check.integer(f, getattr(self, f), lo=1, hi=MAX_WORKLOAD_TOKENS, unit="tokens"))
+        prefix = _check.integer("prefix_tokens", self.prefix_tokens, lo=0, hi=MAX_WORKLOAD_TOKENS, unit="tokens")
+        if prefix >= self.prompt_tokens:
+            raise SpecError(f"prefix_tokens must be < prompt_tokens ({self.prompt_tokens}) [tokens]: at least one "
+                            f"new token to prefill, got {prefix}")
+        put("prefix_tokens", prefix)
+        for f, unit in (("rate_per_s", "1/s"), ("ttft_slo_ms", "ms"), ("tpot_slo_ms", "ms")):
+            put(f, _check.number(f, getattr(self, f), lo=0, lo_open=True, hi=MAX_RATE_OR_MS, unit=unit))
+        put("percentile", float(_check.choice("percentile", self.percentile, sorted(_Z))))
+        put("prompt_sigma", _check.number("prompt_sigma", self.prompt_sigma, lo=0, hi=3))
+        if self.max_prompt_tokens is not None:
+            cap = _check.integer("max_prompt_tokens", self.max_prompt_tokens, lo=1, hi=mg1.MAX_PMF_TOKENS,
+                                 unit="tokens")
+            if cap < self.prompt_tokens:
+                raise SpecError(f"max_prompt_tokens must be >= prompt_tokens ({self.prompt_tokens}) [tokens], "
+                                f"got {cap}")
+            put("max_prompt_tokens", cap)
+
+    @property
+    def prompt_cap(self) -> int:
+        return int(self.max_prompt_tokens or min(32 * self.prompt_tokens, max(131072, self.prompt_tokens)))
+
+    def prompt_distribution(self, bins: int = 192) -> tuple[np.ndarray, np.ndarray]:
+        """(prompt lengths, probabilities): one point if ``prompt_sigma`` is 0, else the truncated lognormal
+        aggregated into ``bins`` log-spaced bins (probability-weighted mean length per bin)."""
+        if self.prompt_sigma == 0:
+            return np.array([float(self.prompt_tokens)]), np.array([1.0])
+        k, p = mg1.lognormal_prompt_pmf(median_tokens=self.prompt_tokens, sigma=self.prompt_sigma,
+                                       max_tokens=self.prompt_cap, min_tokens=max(1, self.prefix_tokens + 1))
+        edges = np.unique(np.round(np.geomspace(k[0], k[-1] + 1, bins + 1)))
+        idx = np.clip(np.searchsorted(edges, k, side="right") - 1, 0, len(edges) - 2)
+        w = np.bincount(idx, weights=p, minlength=len(edges) - 1)
+        m = np.bincount(idx, weights=p * k, minlength=len(edges) - 1)
+        keep = w > 0
+        return m[keep] / w[keep], w[keep] / w[keep].sum()
+
+    @property
+    def mean_prompt_tokens(self) -> float:
+        k, p = self.prompt_distribution()
+        return float(k @ p)
+
+    @property
+    def z(self) -> float:
+        return _Z[self.percentile]
+
+    @property
+    def decode_context(self) -> float:
+        """Mean context of a decode step: prompt + half the output [tokens]."""
+        return self.prompt_tokens + self.output_tokens / 2.0
+
+    @property
+    def peak_context(self) -> float:
+        """Context a sequence reaches at its last token (memory must hold it) [tokens]."""
+        return float(self.prompt_tokens + self.output_tokens)
+
+
+# ---- the two sides ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PrefillSide:
+    """Prefill service: ``prefill_s`` is the mean time of one prompt on one instance [s]; with variable
+    prompts ``service_s`` / ``service_p`` is its distribution (one point when prompts are all equal)."""
+
+    dep: Deployment
+    prefill_s: float
+    service_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    service_p: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def deterministic(self) -> bool:
+        return self.service_s.size <= 1
+
+    @property
+    def cs2(self) -> float:
+        """Squared coefficient of variation of the service time (0 for equal prompts)."""
+        if self.deterministic:
+            return 0.0
+        m1 = float(self.service_p @ self.service_s)
+        return float(self.service_p @ (self.service_s - m1) ** 2) / (m1 * m1)
+
+
+@dataclass(frozen=True)
+class DecodeSide:
+    dep: Deployment
+    batch_cap: int  # largest batch that fits at the peak context
+    batches: np.ndarray  # grid of batch sizes 1..batch_cap
+    step_s: np.ndarray  # decode step time at each batch (mean context)
+
+    def tpot_s(self, batch) -> np.ndarray:
+        """Decode step time at a (fractional) batch, interpolated on the exact integer grid [s]."""
+        b = np.clip(np.asarray(batch, dtype=float), 1.0, max(1.0, float(self.batch_cap)))
+        return np.interp(b, self.batches, self.step_s)
+
+
+def prefill_side(dep: Deployment, wl: Workload) -> PrefillSide:
+    """Prefill service time(s) of the workload's prompts on one instance (interpolated on a log grid in the
+    prompt length when prompts vary: prefill time is smooth in S)."""
+    k, p = wl.prompt_distribution()
+    if k.size == 1:
+        t = float(prefill_time(dep, wl.prompt_tokens, wl.prefix_tokens)["prefill_s"])
+        return PrefillSide(dep, t, np.array([t]), np.array([1.0]))
+    grid = np.unique(np.round(np.geomspace(k.min(), k.max(), 48)))
+    tg = prefill_time(dep, grid, wl.prefix_tokens)["prefill_s"]
+    t = np.interp(k, grid, tg)
+    return PrefillSide(dep, float(p @ t), t, p)
+
+
+def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_limit: int = 4096,
+                points: int | None = None) -> DecodeSide:
+    """Decode step time on a batch grid up to the memory cap at the workload's peak context: every integer
+    (``points`` None) or ``points`` log-spaced integers (the planner's coarse grid: step time is smooth in
+    the batch, and :meth:`DecodeSide.tpot_s` interpolates linearly between grid points)."""
+    cap = int(max_batch(dep, wl.peak_context, layout, limit=max_batch_limit))
+    if points is None:
+        b = np.arange(1, max(cap, 1) + 1, dtype=float)
+    else:
+        b = np.unique(np.round(np.geomspace(1.0, max(cap, 1), int(points))))
+    t = step_time(dep, b, wl.decode_context, layout)["step_s"]
+    return DecodeSide(dep, cap, b, np.asarray(t, dtype=float))
+
+
+def transfer_side(pre: PrefillSide, dec: DecodeSide, link: Link, wl: Workload, *, pipelined: bool = True,
+                  nics: int | None = None, batched_ops: bool = True, op_overhead_us: float = 1.0) -> dict:
+    """KV transfer of one request: ``link_busy_s`` (time the busiest NIC is occupied), ``exposed_s``
+    (added to TTFT at an idle link: serial, or pipelined behind the prefill) and the bytes."""
+    m = pre.dep.model
+    tr = transfer_time(m, link, wl.prompt_tokens, kv_dtype=dec.dep.kv_dtype,
+                       page_tokens=dec.dep.runtime.page_tokens, prefill_tp=pre.dep.ranks, decode_tp=dec.dep.ranks,
+                       op_overhead_us=op_overhead_us, batched_ops=batched_ops, nics=nics)
+    serial = float(tr["transfer_s"])
+    exposed = (float(pipelined_exposed_s(serial, pre.prefill_s, m.layers, latency_s=float(tr["latency_s"])))
+               if pipelined else serial)
+    return {"serial_s": serial, "exposed_s": exposed, "link_busy_s": float(tr["bandwidth_s"] + tr["ops_s"]),
+            "physical_B": float(tr["physical_B"]), "logical_B": float(tr["logical_B"])}
+
+
+# ---- latency at a given configuration ----------------------------------------------------------------------
+def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarray:
+    """p-quantile of prefill queueing + service (TTFT without the transfer) [s], vectorised over lam/servers.
+
+    Equal prompts: the exact M/D/1 quantile (one instance) or Allen-Cunneen M/D/c, plus D. Variable prompts,
+    one instance: the exact M/G/1 sojourn quantile (:func:`..queueing.mg1.mg1_sojourn_quantile_fft`). Several
+    instances: T = W + S with W independent of the request's own S (FCFS), P(T > t) = sum_s p_s P(W > t - s)
+    with the Allen-Cunneen exponential wait tail, solved by bisection (within a few % of a simulation, see
+    tests/unit/test_disagg.py). inf where the pool is unstable.
+    """
+    lam = np.asarray(lam, dtype=float)
+    c = np.asarray(servers, dtype=float)
+    lam, c = np.broadcast_arrays(lam, c)
+    if pre.deterministic:
+        return pool_wait_quantile(p, lam, pre.prefill_s, c) + pre.prefill_s
+    s, w = pre.service_s, pre.service_p
+    rho = lam * pre.prefill_s / c
+    stable = rho < 1
+    lam_s = np.where(stable, lam, 0.0)
+    # one instance: Lundberg; several: Allen-Cunneen (both give P(W > x) = A exp(-g x) for x >= 0)
+    theta, C = mg1.mg1_lundberg(np.where((c == 1) & stable & (lam_s > 0), lam_s, 1e-12), s, w)
+    pw = qz.erlang_c(np.maximum(c, 1), lam_s * pre.prefill_s)
+    gap = c / pre.prefill_s - lam_s
+    g = np.where(c == 1, theta, gap * 2.0 / (1.0 + pre.cs2))
+    A = np.where(c == 1, np.minimum(np.nan_to_num(C, nan=0.0), rho), pw)
+    A = np.where(lam_s > 0, A, 0.0)
+    target = 1.0 - p
+    lo = np.zeros(lam.shape)
+    hi = np.full(lam.shape, float(s.max()))
+    # grow hi until P(T > hi) <= target (the tail is exponential: a few doublings at most)
+    def sf(t):
+        x = t[..., None] - s
+        wait_sf = np.where(x < 0, 1.0, A[..., None] * np.exp(-g[..., None] * np.maximum(x, 0.0)))
+        return wait_sf @ w
+    for _ in range(60):
+        bad = stable & (sf(hi) > target)
+        if not bad.any():
+            break
+        hi = np.where(bad, hi * 2.0, hi)
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        above = sf(mid) > target
+        lo = np.where(above, mid, lo)
+        hi = np.where(above, hi, mid)
+    out = np.where(stable, hi, np.inf)
+    single = (c == 1) & stable
+    if single.any():
+        out = np.array(out, dtype=float)
+        for lv in np.unique(lam[single]):
+            out[single & (lam == lv)] = mg1.mg1_sojourn_quantile_fft(p, float(lv), s, w)
+    return out
+
+
+def first_fixed_point(batches: np.ndarray, step_s: np.ndarray, lam, output_tokens: int) -> np.ndarray:
+    """Smallest mean batch B solving B = lam * OSL * t(B) on the batch grid, per rate (vectorised).
+
+    ``step_s`` [..., nb] is t(B) at ``batches`` [nb] (it may be inf where the instance cannot run). The map
+    can have two fixed points (t grows faster than linearly near memory or chunk limits): the smallest one is
+    the stable operating point. Between grid points t is interpolated linearly, so the root is exact for the
+    interpolant. Returns NaN where there is none (the instance saturates).
+    """
+    lam = np.asarray(lam, dtype=float)[..., None]
+    b = np.concatenate([[0.0], batches])
+    t = np.concatenate([step_s[..., :1], step_s], axis=-1)  # t(0) := t(1): a lone request still takes a step
+    g = b - lam * output_tokens * t  # g(0) < 0 for lam > 0
+    ok = g >= 0
+    first = np.argmax(ok, axis=-1)
+    has = ok.any(axis=-1)
+    i = np.maximum(first, 1)
+    g1 = np.take_along_axis(g, i[..., None], -1)[..., 0]
+    g0 = np.take_along_axis(g, (i - 1)[..., None], -1)[..., 0]
+    b1, b0 = b[i], b[i - 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        root = np.where(np.isfinite(g0), b0 + (b1 - b0) * (-g0) / (g1 - g0), b1)
+    return np.where(has, root, np.nan)
+
+
+def _decode_fixed_point(dec: DecodeSide, lam_d, wl: Workload) -> dict:
+    """Mean batch B = lam_d OSL TPOT(B) per decode instance (vectorised over lam_d), its percentile and TPOT."""
+    lam_d = np.asarray(lam_d, dtype=float)
+    mean_b = first_fixed_point(dec.batches, dec.step_s, lam_d, wl.output_tokens)
+    ok = np.isfinite(mean_b)
+    mean_b = np.where(ok, mean_b, float(max(dec.batch_cap, 1)))
+    pct_b = mean_b + wl.z * np.sqrt(mean_b)
+    fits = ok & (pct_b <= dec.batch_cap) & (dec.batch_cap >= 1)
+    tpot = dec.tpot_s(np.maximum(pct_b, 1.0))
+    return {"mean_batch": mean_b, "batch_pct": pct_b, "tpot_s": np.where(fits, tpot, np.inf), "fits": fits}
+
+
+def disagg_latency(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, n_p, n_d) -> dict:
+    """TTFT and TPOT at the workload's percentile for pools of ``n_p`` prefill and ``n_d`` decode instances
+    (broadcast). inf marks an unstable prefill queue or link, or a decode batch that does not fit."""
+    n_p = np.asarray(n_p, dtype=float)
+    n_d = np.asarray(n_d, dtype=float)
+    lam = wl.rate_per_s
+    p = wl.percentile
+    q_pre = prefill_ttft_quantile(pre, p, lam, n_p)  # prefill wait + service
+    w_link = md1_quantile_fast(p, lam / n_p, xfer["link_busy_s"]) if xfer["link_busy_s"] > 0 else 0.0
+    w_link_d = md1_quantile_fast(p, lam / n_d, xfer["link_busy_s"] * pre.dep.ranks / dec.dep.ranks) \
+        if xfer["link_busy_s"] > 0 else 0.0  # the decode instance's NICs receive every request's bytes
+    ttft = q_pre + np.maximum(w_link, w_link_d) + xfer["exposed_s"]
+    w_pre = q_pre - pre.prefill_s
+    d = _decode_fixed_point(dec, lam / n_d, wl)
+    ttft, tpot = np.broadcast_arrays(ttft, d["tpot_s"])
+    return {"ttft_s": ttft, "tpot_s": tpot, "prefill_wait_s": np.broadcast_to(w_pre, ttft.shape),
+            "link_wait_s": np.broadcast_to(np.maximum(w_link, w_link_d), ttft.shape),
+            "decode_batch": np.broadcast_to(d["mean_batch"], ttft.shape)}
+
+
+def colocated_tables(dep: Deployment, wl: Workload, chunk_tokens, *, layout: str = "TP",
+                     points: int | None = None) -> tuple[DecodeSide, np.ndarray]:
+    """(decode side, mixed-iteration time [s] at each of its batches) of colocated chunked-prefill serving.
+
+    ``chunk_tokens`` is the per-iteration token budget C (one value, or an array: the mixed times then have
+    shape ``C.shape + (nb,)``). A mixed iteration at batch b carries one chunk of C - b prompt tokens halfway
+    through the prompt. ``points`` as in :func:`decode_side`."""
+    C = np.asarray(chunk_tokens, dtype=float)
+    if np.any(C != np.round(C)) or np.any(C < 2):
+        raise SpecError(f"chunk_tokens must be integers >= 2, got {chunk_tokens!r}")
+    dec = decode_side(dep, wl, layout=layout, points=points)
+    S, P = wl.prompt_tokens, wl.prefix_tokens
+    b_grid = dec.batches
+    chunk = np.maximum(C[..., None] - b_grid, 1.0)
+    t_mix = mixed_step_time(dep, b_grid, wl.decode_context, chunk, P + (S - P) / 2.0)["step_s"]
+    return dec, np.asarray(t_mix, dtype=float)
+
+
+def colocated_from_tables(dec: DecodeSide, t_mix: np.ndarray, wl: Workload, lam_c, chunk_tokens: int, *,
+                          arrival_scv=1.0) -> dict:
+    """Colocated latency at a per-instance Poisson rate ``lam_c`` [1/s] (vectorised) from the tables of
+    :func:`colocated_tables` for one chunk budget (``t_mix`` of shape (nb,)). See :func:`colocated_latency`
+    for the model. ``tpot_s`` is the percentile of per-request TPOT (a request's decode time over its output
+    tokens, as engines and MLPerf report it and as the TPOT SLO is checked); ``itl_s`` is the percentile of the
+    inter-token latency (single steps: a mixed iteration once more than 1 - percentile of the steps carry a
+    prefill chunk). Also returns the means ``ttft_mean_s`` (M/D/1 mean wait + service) and ``tpot_mean_s``, and
+    ``batch_pct`` (the batch percentile that must fit).
+
+    ``arrival_scv`` is the squared coefficient of variation of an instance's inter-arrival times: 1 for a
+    random (Poisson) split of the traffic, 1/n for round-robin over n instances (Erlang-n gaps). The prompt
+    wait is the M/D/1 one scaled by Kingman's factor (c_a^2 + c_s^2) / (1 + c_s^2) = c_a^2 (deterministic
+    service), an approximation checked against the serving simulator (tests/unit/test_plan.py)."""
+    lam_c = np.asarray(lam_c, dtype=float)
+    S, P = wl.prompt_tokens, wl.prefix_tokens
+    b_grid = dec.batches
+
+    def mix(b):
+        return np.interp(b, b_grid, t_mix)
+
+    def n_chunks(b):
+        return np.ceil((S - P) / np.maximum(chunk_tokens - b, 1.0))
+
+    def t_avg(b, lam=lam_c):
+        td, tm = dec.tpot_s(b), mix(b)
+        with np.errstate(divide="ignore"):
+            denom = 1.0 - lam * n_chunks(b) * (tm - td)
+        return np.where(denom > 0, td / np.maximum(denom, 1e-12), np.inf)
+
+    # mean step time on the batch grid for every rate, then the smallest fixed point
+    grid_t = t_avg(b_grid[None, :], lam_c[..., None]) if lam_c.ndim else t_avg(b_grid, lam_c)
+    root = first_fixed_point(b_grid, grid_t, lam_c, wl.output_tokens)
+    hi = np.where(np.isfinite(root), root, float(max(dec.batch_cap, 1)))
+    b = np.maximum(hi, 1.0)
+    ta = np.where(np.isfinite(root), t_avg(b), np.inf)
+    frac_mixed = lam_c * n_chunks(b) * ta
+    pct_b = hi + wl.z * np.sqrt(hi)
+    fits = np.isfinite(ta) & (frac_mixed < 1.0) & (pct_b <= dec.batch_cap)
+    service = n_chunks(b) * mix(b)
+    lam_ok = np.where(fits, lam_c, 0.0)
+    scv = np.asarray(arrival_scv, dtype=float)
+    with np.errstate(invalid="ignore"):
+        w = md1_quantile_fast(wl.percentile, lam_ok, service) * scv
+        w_mean = qz.md1_mean_wait(lam_ok, service) * scv
+    ttft = np.where(fits, w + service, np.inf)
+    # the inter-token tail: a mixed iteration once more than 1 - percentile of the steps carry a chunk
+    tail = np.where(frac_mixed > 1.0 - wl.percentile, mix(pct_b), dec.tpot_s(pct_b))
+    itl = np.where(fits, tail, np.inf)
+    # per-request TPOT (a request's decode time / its tokens): the decode steps at the batch percentile plus
+    # the mixed steps it sits through, a Poisson count with mean lam n_ch (OSL t_avg) (each arrival during
+    # its decode lifetime brings n_ch chunk iterations), taken at its percentile (normal approximation)
+    mu = np.where(np.isfinite(ta), lam_c * n_chunks(b) * wl.output_tokens * np.where(np.isfinite(ta), ta, 0.0), 0.0)
+    extra = np.maximum(mix(b) - dec.tpot_s(b), 0.0) / wl.output_tokens
+    tpot_req = dec.tpot_s(np.maximum(pct_b, 1.0)) + (mu + wl.z * np.sqrt(mu)) * extra
+    return {"ttft_s": ttft, "tpot_s": np.where(fits, tpot_req, np.inf), "itl_s": itl,
+            "tpot_mean_s": np.where(fits, ta, np.inf),
+            "ttft_mean_s": np.where(fits, w_mean + service, np.inf), "decode_batch": hi,
+            "batch_pct": pct_b, "mixed_fraction": frac_mixed, "prefill_service_s": service}
+
+
+def colocated_latency(dep: Deployment, wl: Workload, n_c, *, chunk_tokens: int = 2048,
+                      layout: str = "TP") -> dict:
+    """Colocated chunked-prefill serving on ``n_c`` instances (vectorised over n_c): TTFT and TPOT at the
+    workload's percentile, mean TPOT, mean decode batch. ``chunk_tokens`` is the per-iteration token budget C
+    (vLLM max_num_batched_tokens; 2048 is its chunked-prefill default for online serving [assumption])."""
+    if int(chunk_tokens) != chunk_tokens or chunk_tokens < 2:
+        raise SpecError(f"chunk_tokens must be an integer >= 2, got {chunk_tokens!r}")
+    n_c = np.asarray(n_c, dtype=float)
+    dec, t_mix = colocated_tables(dep, wl, int(chunk_tokens), layout=layout)
+    return colocated_from_tables(dec, t_mix, wl, wl.rate_per_s / n_c, int(chunk_tokens))
+
+
+# ---- sizing ------------------------------------------------------------------------------------------------
+def max_rate_grid(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *, n_max: int = 64) -> dict:
+    """Highest Poisson rate each (n_p, n_d) pair sustains within both SLOs, for n_p, n_d in 1..n_max.
+
+    Prefill: the largest rate whose TTFT percentile (prefill wait + prefill + the prefill NICs' wait + the
+    exposed transfer) meets the SLO, by a vectorised bisection over n_p. Decode: the largest rate whose batch
+    percentile fits memory and keeps TPOT within its SLO (closed form through the Poisson quantile), and
+    whose inbound NICs' wait fits in the TTFT slack left at an idle prefill pool. Returns ``n``,
+    ``rate_prefill`` [n], ``rate_decode`` [n], ``rate`` [n_p, n_d] (their minimum), ``gpus`` and
+    ``rate_per_gpu`` [n_p, n_d].
+    """
+    n = np.arange(1, int(n_max) + 1, dtype=float)
+    p, slo_ttft = wl.percentile, wl.ttft_slo_ms * 1e-3
+    busy_p = xfer["link_busy_s"]
+    busy_d = xfer["link_busy_s"] * pre.dep.ranks / dec.dep.ranks  # a decode instance's NICs take every byte
+    base = pre.prefill_s + xfer["exposed_s"]
+
+    def bisect(ok_fn, hi):
+        lo = np.zeros_like(hi)
+        for _ in range(48):
+            mid = 0.5 * (lo + hi)
+            ok = ok_fn(mid)
+            lo = np.where(ok, mid, lo)
+            hi = np.where(ok, hi, mid)
+        return lo
+
+    cap_p = np.minimum(n / pre.prefill_s, n / busy_p if busy_p > 0 else np.inf) * (1 - 1e-9)
+    rate_p = bisect(lambda lam: prefill_ttft_quantile(pre, p, lam, n)
+                    + (md1_quantile_fast(p, lam / n, busy_p) if busy_p > 0 else 0.0) + xfer["exposed_s"]
+                    <= slo_ttft, cap_p)
+    rate_p = np.where(base <= slo_ttft, rate_p, 0.0)
+    # decode: the batch b* allowed by memory and the TPOT SLO; mean concurrency m with m + z sqrt(m) <= b*
+    ok_b = dec.step_s <= wl.tpot_slo_ms * 1e-3
+    b_star = float(dec.batches[ok_b].max()) if ok_b.any() and dec.batch_cap >= 1 else 0.0
+    m_star = float(poisson_quantile_mean(wl.z, b_star))
+    rate_1 = m_star / (wl.output_tokens * float(dec.tpot_s(max(b_star, 1.0)))) if b_star >= 1 else 0.0
+    rate_d = n * rate_1
+    if busy_d > 0:
+        slack = slo_ttft - base
+        cap_d = n / busy_d * (1 - 1e-9)
+        rate_link = bisect(lambda lam: md1_quantile_fast(p, lam / n, busy_d) <= slack, cap_d) if slack > 0 \
+            else np.zeros_like(n)
+        rate_d = np.minimum(rate_d, rate_link)
+    rate = np.minimum(rate_p[:, None], rate_d[None, :])
+    gpus = n[:, None] * pre.dep.ranks + n[None, :] * dec.dep.ranks
+    return {"n": n, "rate_prefill": rate_p, "rate_decode": rate_d, "rate": rate, "gpus": gpus,
+            "rate_per_gpu": rate / gpus, "decode_batch_slo": b_star}
+
+
+def size_pools(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *, n_max: int = 64) -> dict:
+    """Smallest prefill and decode pools (fewest GPUs) meeting both SLOs at the workload's rate.
+
+    Candidates come from :func:`max_rate_grid`; each is then checked with the full latency model
+    (:func:`disagg_latency`: prefill wait and link waits on both sides added at the percentile). Returns
+    ``feasible``, ``reason``, ``n_p``, ``n_d``, ``gpus``, ``goodput_per_gpu`` (rate / GPUs), ``pd_ratio``
+    (prefill GPUs / decode GPUs) and the TTFT and TPOT there [s].
+    """
+    g = max_rate_grid(pre, dec, xfer, wl, n_max=n_max)
+    lam = wl.rate_per_s
+    cand = np.argwhere(g["rate"] >= lam)
+    if not len(cand):
+        side = "prefill" if g["rate_prefill"].max() < lam else "decode"
+        return {"feasible": False, "reason": f"the {side} pool cannot meet the SLOs at {lam:g} req/s within "
+                f"{n_max} instances", "n_p": np.nan, "n_d": np.nan, "gpus": np.inf, "goodput_per_gpu": 0.0,
+                "pd_ratio": np.nan, "ttft_s": np.inf, "tpot_s": np.inf}
+    n_p = g["n"][cand[:, 0]]
+    n_d = g["n"][cand[:, 1]]
+    gpus = n_p * pre.dep.ranks + n_d * dec.dep.ranks
+    lat = disagg_latency(pre, dec, xfer, wl, n_p, n_d)
+    ok = (lat["ttft_s"] <= wl.ttft_slo_ms * 1e-3) & (lat["tpot_s"] <= wl.tpot_slo_ms * 1e-3)
+    if not ok.any():
+        return {"feasible": False, "reason": "no pool pair meets both SLOs once the link waits are added",
+                "n_p": np.nan, "n_d": np.nan, "gpus": np.inf, "goodput_per_gpu": 0.0, "pd_ratio": np.nan,
+                "ttft_s": np.inf, "tpot_s": np.inf}
+    order = np.lexsort((n_p, np.where(ok, gpus, np.inf)))  # fewest GPUs, then fewer prefill instances
+    i = order[0]
+    return {"feasible": True, "reason": "", "n_p": int(n_p[i]), "n_d": int(n_d[i]), "gpus": int(gpus[i]),
+            "goodput_per_gpu": lam / gpus[i], "pd_ratio": n_p[i] * pre.dep.ranks / (n_d[i] * dec.dep.ranks),
+            "ttft_s": float(lat["ttft_s"][i]), "tpot_s": float(lat["tpot_s"][i])}
+
+
+CHUNK_OPTIONS = (256, 512, 1024, 2048, 4096, 8192)
+
+
+def size_colocated(dep: Deployment, wl: Workload, *, n_max: int = 64, chunk_tokens=CHUNK_OPTIONS) -> dict:
+    """Smallest number of colocated instances meeting both SLOs at the workload's rate, with the chunk budget
+    (one value or several to choose from) that needs the fewest GPUs; its TTFT, per-request TPOT (the SLO's
+    quantity) and inter-token latency ``itl_s`` at the workload's percentile [s]."""
+    n = np.arange(1, int(n_max) + 1, dtype=float)
+    best = None
+    for c in np.atleast_1d(chunk_tokens):
+        lat = colocated_latency(dep, wl, n, chunk_tokens=int(c))
+        ok = (lat["ttft_s"] <= wl.ttft_slo_ms * 1e-3) & (lat["tpot_s"] <= wl.tpot_slo_ms * 1e-3)
+        if ok.any():
+            i = int(np.nonzero(ok)[0][0])
+            key = (n[i], float(lat["ttft_s"][i]))
+            if best is None or key < best[0]:
+                best = (key, int(c), i, lat)
+    if best is None:
+        return {"feasible": False, "reason": f"no colocated pool of up to {n_max} instances meets the SLOs "
+                f"with chunk budgets {[int(c) for c in np.atleast_1d(chunk_tokens)]}", "n_c": np.nan, "gpus": np.inf,
+                "goodput_per_gpu": 0.0, "ttft_s": np.inf, "tpot_s": np.inf, "itl_s": np.inf, "chunk_tokens": np.nan}
+    _, c, i, lat = best
+    gpus = int(n[i]) * dep.ranks
+    return {"feasible": True, "reason": "", "n_c": int(n[i]), "gpus": gpus,
+            "goodput_per_gpu": wl.rate_per_s / gpus, "ttft_s": float(lat["ttft_s"][i]),
+            "tpot_s": float(lat["tpot_s"][i]), "itl_s": float(lat["itl_s"][i]), "chunk_tokens": c}
