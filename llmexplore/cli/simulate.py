@@ -115,8 +115,7 @@ def run(args) -> int:
                              osl_sigma=args.osl_sigma, seed=args.seed, trace=args.trace,
                              prefix_ratio=args.prefix_ratio, sampler=args.sampler)
     s = out["summary"]
-    summ = {(k[:-2] + "_ms" if k.endswith("_s") and k != "makespan_s" else k):
-            (v * 1e3 if k.endswith("_s") and k != "makespan_s" else v) for k, v in s.items()}
+    summ = {(k[:-2] + "_ms" if _is_duration_s(k) else k): (v * 1e3 if _is_duration_s(k) else v) for k, v in s.items()}
     if args.json:
         print_json({"summary": summ, "cdf": out["cdf"], "quantiles": out["quantiles"], "config": out["config"],
                     "inputs": {"isl": args.isl, "osl": args.osl, "rate": args.rate, "concurrency": args.concurrency,
@@ -135,3 +134,8 @@ def run(args) -> int:
           f"batch {s['mean_decode_batch']:.1f}; {s['preemptions']} preemptions; {s['iterations']:,} iterations")
     return EXIT_OK
 
+
+def _is_duration_s(key: str) -> bool:
+    """A summary key holding a duration in seconds, shown in ms (``ttft_p99_s``); not a rate per second
+    (``output_tokens_per_s``: its unit suffix is a contract, issue 18 §6) and not the run's makespan."""
+    return key.endswith("_s") and not key.endswith("_per_s") and key != "makespan_s"

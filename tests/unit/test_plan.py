@@ -279,6 +279,23 @@ def test_cli_simulate_reads_a_plan_and_gives_distributions(capsys, tmp_path):
     assert s["config"] == doc["best"]["config"]
 
 
+
+def test_cli_simulate_keys_carry_their_units(capsys, tmp_path):
+    """Issue 18 §6: a rate per second stays per second in ``simulate --json`` (it printed
+    ``"output_tokens_per_ms": 25707583`` for 25,708 tokens/s); durations are in ms, the makespan in s."""
+    import json
+
+    doc = _cli_json(PLAN_ARGV, capsys)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    s = _cli_json(["simulate", "--config", str(path), "--isl", "2000", "--osl", "200", "--rate", "2",
+                   "--requests", "200", "--json"], capsys)["summary"]
+    assert not any(k.endswith("_per_ms") for k in s), sorted(s)
+    assert s["output_tokens_per_s"] == pytest.approx(s["output_tokens"] / s["makespan_s"], rel=1e-12)
+    assert s["requests_per_s"] == pytest.approx(s["requests"] / s["makespan_s"], rel=1e-12)
+    assert 1 < s["requests_per_s"] < 3  # about the 2 req/s offered, not x 1,000
+    assert s["e2e_mean_ms"] > s["ttft_mean_ms"] > 0 and s["e2e_mean_ms"] < 1e3 * s["makespan_s"]
+
 # ---- the expert-parallel axis -----------------------------------------------------------------------------------
 def test_moe_ep_of_all_ranks_is_the_default_and_moe_tp_slices_experts():
     from llmexplore.models.step.decode import step_time
