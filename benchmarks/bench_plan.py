@@ -30,6 +30,7 @@ from _timing import median_s, print_table, reference_s  # noqa: E402
 from bench_plan_scaling import measure_scaling  # noqa: E402
 
 from llmexplore.models.serving import simulator as sv  # noqa: E402
+from llmexplore.models.serving.batcher import Scheduler  # noqa: E402
 from llmexplore.models.step.engine import Deployment  # noqa: E402
 from llmexplore.models.serving.workload import LengthDist, Traffic  # noqa: E402
 from llmexplore.sweeps import plan as sp  # noqa: E402
@@ -66,7 +67,7 @@ def main() -> None:
                            kv_dtype=b["kv_dtype"])
     traffic = Traffic(rate_per_s=float(b["rate_per_s"]) / float(b["n_decode"]), isl=LengthDist.fixed(Q.isl),
                       osl=LengthDist.fixed(Q.osl))
-    sched = sv.Scheduler(max_num_seqs=int(b["max_num_seqs"]),
+    sched = Scheduler(max_num_seqs=int(b["max_num_seqs"]),
                          max_num_batched_tokens=max(int(b["chunk_tokens"]), int(b["max_num_seqs"])))
     t_sim = median_s(lambda: sv.simulate_colocated(dep, traffic, N_SIM, scheduler=sched, seed=0), 3)
     serial, runs = measure_scaling(sp.capacity_task, capacity_questions(), workers=(), cluster_workers=(1, 2, 4),

@@ -7,7 +7,7 @@ relative to a fixed numpy reference workload timed in the same process (the mach
   trtllm), Poisson arrivals at 4 req/s, lognormal prompts (median 1,000 tokens, sigma 0.8, at most 8,192) and
   outputs (median 200, sigma 0.8, at most 2,048), vLLM's defaults (256 sequences, 8,192-token budget):
   about 68,000 iterations with a mean decode batch of ~42. Includes building the step-time tables.
-* the tables alone (:func:`llmexplore.models.serving.simulator.step_tables`);
+* the tables alone (:func:`llmexplore.models.serving.step_tables.step_tables`);
 * **disaggregated**, 10,000 requests of 4,096 + 256 tokens at 6 req/s on 2 prefill and 1 decode instance of
   Llama-3-70B on 8x H100 over RoCE 400G with one NIC per instance.
 
@@ -25,6 +25,7 @@ from _timing import median_s, print_table, reference_s  # noqa: E402
 
 from llmexplore import presets  # noqa: E402
 from llmexplore.models.serving import simulator as sv  # noqa: E402
+from llmexplore.models.serving.step_tables import step_tables  # noqa: E402
 from llmexplore.models.step.engine import Deployment  # noqa: E402
 from llmexplore.models.serving.workload import LengthDist, Traffic  # noqa: E402
 
@@ -50,7 +51,7 @@ def main() -> None:
                                                 seed=0, nics=1)
 
     t_col = median_s(colocated, REPEATS)
-    t_tab = median_s(lambda: sv.step_tables(dep, max_tokens=8192, max_batch=256, max_context=10_241), REPEATS)
+    t_tab = median_s(lambda: step_tables(dep, max_tokens=8192, max_batch=256, max_context=10_241), REPEATS)
     t_dis = median_s(disagg, REPEATS)
     s = result["c"].summary
     print(f"colocated: {s['iterations']:,} iterations, mean decode batch {s['mean_decode_batch']:.1f}, "

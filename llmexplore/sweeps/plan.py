@@ -663,6 +663,7 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
     preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
     and KV occupancy over time, at most 2,000 points per instance) and ``config``."""
     from ..models.serving import simulator as sv
+    from ..models.serving.batcher import Scheduler
     from ..models.serving.workload import LengthDist, Traffic
 
     cfg = check_config(cfg)
@@ -702,7 +703,7 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
         seqs = int(s["max_num_seqs"])
         chunk = max(int(s.get("chunk_tokens") or 2048), seqs)
         res = sv.simulate_colocated(dep(s), traffic, n_requests, instances=int(s["instances"]),
-                                    scheduler=sv.Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
+                                    scheduler=Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
                                     seed=seed)
     else:
         p, d = _side(cfg, "prefill"), _side(cfg, "decode")
@@ -711,7 +712,7 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
         res = sv.simulate_disaggregated(dep(p), dep(d), link, traffic, n_requests,
                                         prefill_instances=int(p["instances"]), decode_instances=int(d["instances"]),
                                         prefill_tokens=max(isl, 1),
-                                        decode_scheduler=sv.Scheduler(max_num_seqs=seqs,
+                                        decode_scheduler=Scheduler(max_num_seqs=seqs,
                                                                       max_num_batched_tokens=max(seqs, 2048)),
                                         seed=seed)
     req = res.requests

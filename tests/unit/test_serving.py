@@ -24,6 +24,8 @@ from llmexplore import presets
 from llmexplore.errors import SpecError
 from llmexplore.models.queueing import core as qz
 from llmexplore.models.serving import simulator as sv
+from llmexplore.models.serving.batcher import Scheduler, kv_capacity_blocks
+from llmexplore.models.serving.step_tables import step_tables
 from llmexplore.models.step.decode import step_time
 from llmexplore.models.step.engine import Deployment
 from llmexplore.models.step.prefill import mixed_step_time
@@ -37,15 +39,15 @@ def dep():
 
 @functools.cache
 def tables():
-    return sv.step_tables(dep(), max_tokens=8192, max_batch=256, max_context=20_000)
+    return step_tables(dep(), max_tokens=8192, max_batch=256, max_context=20_000)
 
 
-SMALL = sv.Scheduler(max_num_seqs=8, max_num_batched_tokens=256)
+SMALL = Scheduler(max_num_seqs=8, max_num_batched_tokens=256)
 
 
 @functools.cache
 def small_tables():
-    return sv.step_tables(dep(), max_tokens=256, max_batch=8, max_context=4096)
+    return step_tables(dep(), max_tokens=256, max_batch=8, max_context=4096)
 
 
 def mixed_traffic(rate=3.0):
@@ -83,7 +85,7 @@ def test_prefill_only_batch_of_one_is_md1(rho):
     D = tb.step_s(0, 0.0, 2000, 0.0)
     tr = Traffic(rate_per_s=rho / D, isl=LengthDist.fixed(2000), osl=LengthDist.fixed(1))
     r = sv.simulate_colocated(dep(), tr, 30_000, seed=3, tables=tb,
-                              scheduler=sv.Scheduler(max_num_seqs=1, max_num_batched_tokens=8192))
+                              scheduler=Scheduler(max_num_seqs=1, max_num_batched_tokens=8192))
     assert np.allclose(r.series["step_s"], D, rtol=1e-12)  # one constant service per request
     w = (r.requests["ttft_s"] - D)[3000:]
     means = np.array([b.mean() for b in np.array_split(w, 25)])
@@ -135,7 +137,7 @@ def test_deterministic_for_a_seed():
 def test_tiny_kv_memory_preempts_by_recompute_and_still_finishes():
     tr = mixed_traffic(3.0)
     roomy = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables())
-    tiny = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), scheduler=sv.Scheduler(kv_blocks=900))
+    tiny = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), scheduler=Scheduler(kv_blocks=900))
     assert roomy.summary["preemptions"] == 0
     assert tiny.summary["preemptions"] > 10 and tiny.requests["preemptions"].max() >= 1
     assert np.isfinite(tiny.requests["finish_s"]).all()
@@ -153,7 +155,7 @@ def test_a_request_that_can_never_fit_is_an_error():
     tr = Traffic(rate_per_s=1.0, isl=LengthDist.fixed(4000), osl=LengthDist.fixed(100))
     with pytest.raises(SpecError, match=r"request 0 \(4000 \+ 100 tokens\) needs 257 KV blocks of 16 tokens, more "
                                         r"than the 100 one instance holds"):
-        sv.simulate_colocated(dep(), tr, 5, scheduler=sv.Scheduler(kv_blocks=100))
+        sv.simulate_colocated(dep(), tr, 5, scheduler=Scheduler(kv_blocks=100))
 
 
 # ---- invariants -------------------------------------------------------------------------------------------------
@@ -167,7 +169,7 @@ def test_invariants(n, rate, isl, osl, sigma, prefix, seqs, budget, spare, seed,
     kw = dict(concurrency=seqs + 1) if closed else dict(rate_per_s=rate)
     tr = Traffic(isl=isl_d, osl=osl_d, prefix_ratio=prefix, **kw)
     longest = isl_d.max + osl_d.max
-    sched = sv.Scheduler(max_num_seqs=seqs, max_num_batched_tokens=max(budget, seqs),
+    sched = Scheduler(max_num_seqs=seqs, max_num_batched_tokens=max(budget, seqs),
                          kv_blocks=-(-longest // 16) + spare)
     r = sv.simulate_colocated(dep(), tr, n, seed=seed, scheduler=sched, tables=small_tables())
     R, s = r.requests, r.series
@@ -291,7 +293,7 @@ def test_disaggregated_rejects_closed_loop_and_bad_input():
 ])
 def test_scheduler_validation(kwargs, match):
     with pytest.raises(SpecError, match=match):
-        sv.Scheduler(**kwargs)
+        Scheduler(**kwargs)
 
 
 def test_simulate_rejects_bad_arguments():
@@ -306,8 +308,8 @@ def test_simulate_rejects_bad_arguments():
 def test_kv_capacity_from_memory():
     """FP8 Llama-3-70B on 2x H100: 72 GiB usable per rank - 36.3 GB weights - 3.5 GiB reserve leaves ~37 GB
     for KV at 80 layers x 4 KV heads x 128 x 2 x 1 B = 81,920 B per token per rank: ~24k blocks of 16."""
-    assert 23_000 < sv.kv_capacity_blocks(dep()) < 25_000
-    assert sv.kv_capacity_blocks(dep(), sv.Scheduler(block_tokens=32)) == sv.kv_capacity_blocks(dep()) // 2
+    assert 23_000 < kv_capacity_blocks(dep()) < 25_000
+    assert kv_capacity_blocks(dep(), Scheduler(block_tokens=32)) == kv_capacity_blocks(dep()) // 2
 
 
 def test_several_instances_split_the_load():

@@ -1,4 +1,5 @@
 """Wing: serving (docs/models.md §4-§5): :mod:`.workload` (traffic), :mod:`.disagg` (prefill and decode sides,
 co-located vs disaggregated latency, pool sizing), :mod:`.capacity` (the planner's rate and pool numerics) and
-:mod:`.simulator` (the iteration-level serving simulator). Imports only the ground.
+the iteration-level serving simulator: :mod:`.step_tables`, :mod:`.batcher` (one instance's loop and the
+:class:`~.batcher.EnginePolicy` seam) and :mod:`.simulator` (colocated and disaggregated runs). Imports only the ground.
 """

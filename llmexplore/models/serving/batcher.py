@@ -1,0 +1,595 @@
+"""One serving instance's continuous batcher, and the engine seam (docs/models.md §4.9).
+
+:class:`Batcher` is the scheduler loop of one instance as a class whose methods are its steps, run once per
+iteration by :meth:`Batcher.run`:
+
+1. :meth:`~Batcher.arrivals`: requests that arrived join the FCFS waiting queue;
+2. :meth:`~Batcher.fast_forward`: a stretch of pure decode between events (an arrival, a finish, memory running
+   out) advances without scheduling, as plain iterations when short, as one vectorised span when long;
+3. :meth:`~Batcher.schedule`: the running requests first, every decode one token, then the running partial
+   prefills in admission order, chunks from the token budget minus the decodes; when the iteration's new KV
+   blocks do not fit, :meth:`~Batcher.preempt` evicts the policy's victim until they do;
+4. :meth:`~Batcher.admit`: waiting requests FCFS while there is room in ``max_num_seqs``, token budget and
+   KV blocks (the policy's admission rule); the first that does not fit stops admission;
+5. :meth:`~Batcher.run_iteration`: the iteration is priced from the step tables (:mod:`.step_tables`) plus the
+   policy's host time per step, and recorded;
+6. :meth:`~Batcher.finish_prefills` and :meth:`~Batcher.finish_decodes`: every decode emits a token, a prefill
+   whose last chunk ran emits its first token and joins the decodes; a request that emitted its last token is
+   retired (:meth:`~Batcher.retire`, the one place a request leaves).
+
+Requests are in arrival order and the state is a struct of lists (one entry per request), not an object per
+request: ``benchmarks/bench_serving.py`` guards the speed. A request's state is a :class:`RequestState`.
+Decoding requests are not touched each iteration: a decoding request's context is c0 + (it - it0) and it
+finishes at iteration ``fin_it``; ``bucket[k]`` counts decoding requests whose (context - iteration) mod
+block is k, so the blocks an iteration needs are ``bucket[-it mod block]``.
+
+What differs between serving engines sits behind one :class:`EnginePolicy`: the KV memory budget, the
+admission rule, the preemption victim, and host time per step and per request. Today's behaviour is
+:data:`DEFAULT_POLICY` (vLLM V1's scheduler: recompute the most recently admitted request, admit while the
+first chunk's blocks fit, no host time); an engine's semantics is one subclass.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from bisect import bisect_right as _bisect_right
+from heapq import heappop as _heappop, heappush as _heappush
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import _check
+from ...errors import SpecError
+from ..step.decode import memory_per_rank
+from ..step.engine import Deployment
+from .step_tables import StepTables
+
+__all__ = ["Scheduler", "RequestState", "EnginePolicy", "DEFAULT_POLICY", "Batcher", "kv_capacity_blocks"]
+
+FF_NUMPY = 24  # pure-decode stretches of at least this many iterations advance as one vectorised span
+MAX_HOST_S = 10.0  # largest host time per step or per request [s]
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """Scheduler knobs of one instance (vLLM names).
+
+    ``max_num_seqs``: most requests running at once; ``max_num_batched_tokens``: token budget of one
+    iteration (decodes count one each; prefill chunks fill the rest); ``block_tokens``: KV block size;
+    ``kv_blocks``: KV capacity in blocks (None: from the deployment's memory, :func:`kv_capacity_blocks`).
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_tokens: int = 16
+    kv_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        seqs = _check.integer("max_num_seqs", self.max_num_seqs, lo=1, hi=1 << 16)
+        tok = _check.integer("max_num_batched_tokens", self.max_num_batched_tokens, lo=1, hi=1 << 20,
+                             unit="tokens")
+        if tok < seqs:
+            raise SpecError(f"max_num_batched_tokens must be >= max_num_seqs ({seqs}) so every running request "
+                            f"can decode in one iteration (vLLM's rule), got {tok}")
+        object.__setattr__(self, "max_num_seqs", seqs)
+        object.__setattr__(self, "max_num_batched_tokens", tok)
+        object.__setattr__(self, "block_tokens", _check.integer("block_tokens", self.block_tokens, lo=1,
+                                                                hi=65536, unit="tokens"))
+        if self.kv_blocks is not None:
+            object.__setattr__(self, "kv_blocks", _check.integer("kv_blocks", self.kv_blocks, lo=1, hi=1 << 40))
+
+
+def kv_capacity_blocks(dep: Deployment, scheduler: Scheduler = Scheduler()) -> int:
+    """KV blocks one instance holds: (usable HBM - weights - activations of a full token budget - runtime
+    reserve) per rank / (KV bytes per token per rank x ``block_tokens``), on the TP layout
+    (:func:`..step.decode.memory_per_rank`). 0 if the weights do not fit."""
+    page = dep.runtime.page_tokens
+    mem = memory_per_rank(dep, scheduler.max_num_batched_tokens, 1, "TP")
+    free = float(mem["usable_B"] - mem["weights_B"] - mem["activations_B"] - mem["reserve_B"])
+    per_token = float(memory_per_rank(dep, 1, page, "TP")["kv_B"]) / page
+    return max(0, int(free // (per_token * scheduler.block_tokens)))
+
+
+class RequestState(enum.IntEnum):
+    """Where a request is in one instance."""
+
+    WAITING = 0     # not arrived yet, queued, or preempted back to the queue
+    PREFILLING = 1  # admitted, its prompt (or its recompute) partly computed
+    DECODING = 2    # emitting a token every iteration
+    DONE = 3        # emitted its last token; its blocks are free
+
+
+# the states as plain ints for the loop (an IntEnum member compares equal to its int, but is slower to look up)
+_WAITING, _PREFILLING, _DECODING, _DONE = (int(s) for s in RequestState)
+
+
+class EnginePolicy:
+    """What differs between serving engines, behind one object (issue 18 §3): the KV memory budget, the
+    admission rule, the preemption victim and host time. The base class is today's behaviour
+    (:data:`DEFAULT_POLICY`); an engine's semantics is a subclass that overrides what it does differently.
+
+    ``step_host_s``: host time added to every iteration [s] (scheduling, sampling bookkeeping, detokenising);
+    ``request_host_s``: time a request spends in the serving stack before it reaches the scheduler [s]
+    (HTTP, tokenisation), which delays its arrival at the instance and so its TTFT.
+    """
+
+    name = "default"
+
+    def __init__(self, *, step_host_s: float = 0.0, request_host_s: float = 0.0) -> None:
+        self.step_host_s = _check.number("step_host_s", step_host_s, lo=0, hi=MAX_HOST_S, unit="s")
+        self.request_host_s = _check.number("request_host_s", request_host_s, lo=0, hi=MAX_HOST_S, unit="s")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(step_host_s={self.step_host_s!r}, request_host_s={self.request_host_s!r})"
+
+    def kv_blocks(self, dep: Deployment, scheduler: Scheduler) -> int:
+        """KV blocks of one instance: the scheduler's ``kv_blocks`` if set, else what the memory left after
+        weights, activations and reserve holds (:func:`kv_capacity_blocks`)."""
+        return scheduler.kv_blocks if scheduler.kv_blocks is not None else kv_capacity_blocks(dep, scheduler)
+
+    def admits(self, need_blocks: int, free_blocks: int) -> bool:
+        """Whether a waiting request whose first chunk needs ``need_blocks`` is admitted when ``free_blocks``
+        are left after this iteration's demand: when they fit (vLLM V1)."""
+        return need_blocks <= free_blocks
+
+    def victim(self, running: list, state: list) -> int:
+        """The running request to preempt (by recompute) when an iteration's blocks do not fit: the most
+        recently admitted one (vLLM V1). ``running`` is in admission order and may hold finished or preempted
+        entries, which are dropped as they are met."""
+        while state[running[-1]] not in (_PREFILLING, _DECODING):
+            running.pop()
+        return running.pop()
+
+
+#: vLLM V1's scheduler, no host time: the behaviour every result so far was computed with
+DEFAULT_POLICY = EnginePolicy()
+
+
+class _Recorder:
+    """Per-iteration series: Python lists for single iterations, numpy blocks for vectorised spans (merged
+    by start time at the end)."""
+
+    def __init__(self):
+        self.blocks = []
+        self.cols = ([], [], [], [], [], [], [])  # start, dur, batch, decode, weight, prefill tokens, kv blocks
+
+    def span(self, start, dur, decode, kv):
+        self.blocks.append((start, dur, decode, kv))
+
+    def arrays(self):
+        # the times are floats, the counts ints (numpy converts each kind fastest from its own type)
+        cols = ([np.fromiter(c, dtype=float, count=len(c)) for c in self.cols[:2]]
+                + [np.array(c, dtype=np.int64).astype(float) for c in self.cols[2:]])
+        if self.blocks:
+            start, dur, dec, kv = (np.concatenate([b[k] for b in self.blocks]) for k in range(4))
+            zero = np.zeros(start.size)
+            extra = (start, dur, dec, dec, dec, zero, kv)
+            cols = [np.concatenate([c, e]) for c, e in zip(cols, extra)]
+            order = np.argsort(cols[0], kind="stable")
+            cols = [c[order] for c in cols]
+        return tuple(cols)
+
+
+class Batcher:
+    """The continuous batcher of one instance (module docstring). Requests are in arrival order.
+
+    ``concurrency`` > 0: a closed loop, the first ``concurrency`` requests released at 0 and each later one when
+    a request finishes (``arrival`` is overwritten). ``have_kv``: requests arrive holding their prompt's KV and
+    first token (a disaggregated decode instance). :meth:`run` returns (first_token_s, finish_s, preemptions,
+    arrival_s, ITL samples that are not one iteration, series tuple).
+    """
+
+    # attributes, not a dict: the loop reads them ~1e5 times per run
+    __slots__ = ("n", "tb", "policy", "bt", "max_seqs", "budget_all", "kv_blocks", "concurrency", "P", "O", "X0",
+                 "arr", "host_s", "ready", "first", "finish", "last_tok", "fresh", "g", "x", "Lc", "state", "it0",
+                 "c0", "g0", "key", "fin_it", "npre", "extra", "bucket", "heap", "waiting", "running", "prefilling",
+                 "n_running", "B", "sum_ctx", "used", "now", "it", "ptr", "released", "done", "rec", "_ff", "_dec", "_price")
+
+    def __init__(self, tables: StepTables, scheduler: Scheduler, kv_blocks: int, arrival, prompt, output, prefix,
+                 *, have_kv: bool = False, concurrency: int = 0, policy: EnginePolicy = DEFAULT_POLICY) -> None:
+        n = self.n = len(prompt)
+        self.tb, self.policy = tables, policy
+        self.bt = scheduler.block_tokens
+        self.max_seqs = scheduler.max_num_seqs
+        self.budget_all = scheduler.max_num_batched_tokens
+        self.kv_blocks = kv_blocks
+        self.concurrency = concurrency
+        self.P = [int(v) for v in prompt]
+        self.O = [int(v) for v in output]
+        self.X0 = [int(v) for v in prefix]
+        self.arr = [float(v) for v in arrival]  # arrival at the serving stack (closed loop: release) [s]
+        # ... and at this instance's scheduler, after the policy's per-request host time (none for requests that
+        # arrive holding their KV: they passed the stack on the prefill side)
+        self.host_s = 0.0 if have_kv else policy.request_host_s
+        self.ready = [a + self.host_s for a in self.arr] if self.host_s else list(self.arr)
+        self.first = [self.arr[i] if have_kv else math.nan for i in range(n)]
+        self.finish = [math.nan] * n
+        self.last_tok = list(self.arr) if have_kv else [0.0] * n
+        self.fresh = [have_kv] * n          # arrives holding its KV (enters decode directly)
+        self.g = [1 if have_kv else 0] * n  # tokens generated
+        self.x = [0] * n if have_kv else list(self.X0)  # tokens computed in the current prefill pass
+        self.Lc = list(self.P)              # tokens to compute in the current prefill pass
+        self.state = [_WAITING] * n
+        self.it0 = [0] * n                  # decode bookkeeping: iteration, context and tokens at decode start
+        self.c0 = [0] * n
+        self.g0 = [0] * n
+        self.key = [0] * n                  # (context - iteration) mod block of a decoding request
+        self.fin_it = [0] * n               # iteration of its last token
+        self.npre = [0] * n                 # preemptions
+        self.extra = []                     # ITL samples that are not one iteration
+        self.bucket = [0] * self.bt         # decoding requests by key
+        self.heap = []                      # (finish iteration, request)
+        self.waiting = deque()
+        self.running = []                   # admission order (lazy: finished entries skipped)
+        self.prefilling = []
+        self.n_running = 0
+        self.B = 0                          # decoding requests
+        self.sum_ctx = 0                    # their total context [tokens]
+        self.used = 0                       # KV blocks in use
+        self.now = 0.0
+        self.it = 0
+        self.ptr = 0                        # next request to join the waiting queue
+        self.released = n                   # requests that exist so far (closed loop: released)
+        self.done = 0
+        self.rec = _Recorder()
+        # what fast_forward reads on every call, none of it ever rebound: one attribute load instead of many
+        self._ff = (self.heap, self.state, self.fin_it, self.bucket, self.bt, self.waiting, self.fresh, self.P,
+                    self.x, self.Lc, tables.shared_s, tables.head_s, tables._ctx, tables._dec_rows, self.rec.cols,
+                    self.ready, policy.step_host_s, policy.admits)
+        # ... what pricing an iteration reads
+        self._price = (tables.shared_s, tables.head_s, tables.decode_core_s, tables.chunk_core_s, self.rec.cols,
+                       policy.step_host_s, self.x, self.last_tok, self.extra)
+        # ... and what starting and ending a decode touch
+        self._dec = (self.it0, self.c0, self.g0, self.key, self.fin_it, self.O, self.heap, self.bucket, self.state,
+                     self.bt)
+        if concurrency:
+            self.released = min(concurrency, n)
+            for i in range(n):
+                self.arr[i] = 0.0 if i < self.released else math.nan
+                self.ready[i] = self.host_s if i < self.released else math.nan
+
+    # ---- the loop ----------------------------------------------------------------------------------------------
+    def run(self) -> tuple:
+        """Run until every request finished; see the class docstring for what it returns."""
+        n, ready, heap, waiting = self.n, self.ready, self.heap, self.waiting
+        # the steps, bound once (the loop runs ~1e5 times)
+        fast_forward, schedule, admit, run_iteration = self.fast_forward, self.schedule, self.admit, self.run_iteration
+        finish_prefills, finish_decodes = self.finish_prefills, self.finish_decodes
+        while self.done < n:
+            if self.ptr < self.released and ready[self.ptr] <= self.now:
+                self.arrivals()
+            # a stretch needs decodes, no prefill, and no finish due now (the heap's top, stale or not, is later)
+            if self.B and not self.prefilling and heap[0][0] > self.it and fast_forward():
+                continue
+            chunks, demand, budget = schedule()
+            admitted = ()
+            if waiting:
+                demand, admitted = admit(chunks, demand, budget)
+            if not self.B and not chunks:
+                if not self.idle():
+                    break
+                continue
+            end = run_iteration(chunks, demand, admitted)
+            if chunks:
+                finish_prefills(chunks, end)
+            if heap and heap[0][0] <= self.it:
+                finish_decodes(end)
+            self.now = end
+            self.it += 1
+        return (np.asarray(self.first), np.asarray(self.finish), np.asarray(self.npre), np.asarray(self.arr),
+                np.asarray(self.extra, dtype=float), self.rec.arrays())
+
+    def arrivals(self) -> None:
+        """The requests that reached the scheduler by now join the waiting queue."""
+        ready, rel, now, waiting = self.ready, self.released, self.now, self.waiting
+        ptr = self.ptr
+        while ptr < rel and ready[ptr] <= now:
+            waiting.append(ptr)
+            ptr += 1
+        self.ptr = ptr
+
+    def idle(self) -> bool:
+        """Nothing to run: jump to the next arrival (True), or stop when none is left (False)."""
+        if self.n_running:
+            raise RuntimeError("serving simulator stalled with running requests and nothing to schedule")
+        if self.ptr >= self.released:
+            if self.waiting:
+                raise RuntimeError("serving simulator stalled: a request cannot be admitted into empty memory")
+            return False
+        self.now = max(self.now, self.ready[self.ptr])
+        return True
+
+    # ---- 2. fast-forward --------------------------------------------------------------------------------------
+    def fast_forward(self) -> bool:
+        """Advance a stretch of pure decode up to the next event without scheduling; True if it advanced.
+
+        Nothing is prefilling and no waiting request could be admitted now. A short stretch (< ``FF_NUMPY``
+        iterations) runs as plain Python iterations (numpy's fixed cost would dominate), a long one as one
+        vectorised span. Either stops at the next finish, at the next arrival when nothing waits, and when the
+        blocks run out; a short stretch with nothing waiting runs the finishing iteration too (retiring its
+        requests, exactly as the scheduler would) and goes on to the next finish.""" 
+        (heap, state, fin_it, bucket, bt, waiting, fresh, P, x, Lc, shared, head, g, dec_rows, cols, ready, step_host,
+         admits) = self._ff
+        it, B, used, kv_blocks = self.it, self.B, self.used, self.kv_blocks
+        while heap and (state[heap[0][1]] != _DECODING or fin_it[heap[0][1]] != heap[0][0]):
+            _heappop(heap)
+        n_max = heap[0][0] - it  # > 0: run() calls this only when the top is later than now
+        if waiting and self.n_running < self.max_seqs:
+            h = waiting[0]
+            if fresh[h]:
+                need = -(-(P[h] + 1) // bt)
+            else:
+                need = -(-(x[h] + min(Lc[h] - x[h], self.budget_all - B)) // bt)
+            if admits(need, kv_blocks - used - bucket[(-it) % bt]):
+                return False
+        ptr, rel = self.ptr, self.released
+        now, sum_ctx = self.now, self.sum_ctx
+        if 0 < n_max < FF_NUMPY:
+            cs, cd, cb, cdec, cw, cp, ck = cols
+            it_start = it
+            last = len(g) - 2
+            while True:
+                base = shared[B] + head[B]
+                # StepTables.decode_core_s written out: the mean context only grows in a stretch, so the grid
+                # cell is found once and then moved forward (the same cell and the same arithmetic as the method)
+                row = dec_rows[B]
+                i = min(max(_bisect_right(g, sum_ctx / B) - 1, 0), last)
+                # the iterations up to the next finish and, when nothing waits (so the scheduler would only
+                # run the decodes), the finishing iteration too: its requests retire here
+                span = n_max if waiting else n_max + 1
+                for k in range(span):
+                    if not waiting and ptr < rel and ready[ptr] <= now:
+                        break
+                    need = bucket[(-it) % bt]
+                    if need > kv_blocks - used:
+                        break
+                    used += need
+                    s_ctx = sum_ctx / B
+                    while i < last and g[i + 1] <= s_ctx:
+                        i += 1
+                    f = (s_ctx - g[i]) / (g[i + 1] - g[i])
+                    t = base + (row[i] + f * (row[i + 1] - row[i]))
+                    if step_host:
+                        t += step_host
+                    cs.append(now)
+                    cd.append(t)
+                    cb.append(B)
+                    cdec.append(B)
+                    cw.append(B)
+                    cp.append(0)
+                    ck.append(used)
+                    sum_ctx += B
+                    if k == n_max:  # the finishing iteration
+                        self.it, self.used, self.sum_ctx = it, used, sum_ctx
+                        self.finish_decodes(now + t)
+                        used, sum_ctx, B, rel = self.used, self.sum_ctx, self.B, self.released
+                    now += t
+                    it += 1
+                else:
+                    if span > n_max and B:  # past a finish with decodes left: on to the next finish
+                        while state[heap[0][1]] != _DECODING or fin_it[heap[0][1]] != heap[0][0]:
+                            _heappop(heap)
+                        n_max = heap[0][0] - it
+                        if 0 < n_max < FF_NUMPY:
+                            continue
+                break
+            self.it, self.used, self.now, self.sum_ctx = it, used, now, sum_ctx
+            return it > it_start  # no progress means the blocks ran out: schedule (and preempt)
+        if n_max >= FF_NUMPY:  # 0 < n_max here
+            js = np.arange(n_max)
+            cum = np.cumsum(np.asarray(bucket)[(-(it + js)) % bt])
+            nn = int(np.searchsorted(cum, kv_blocks - used, side="right"))
+            tb = self.tb
+            dur = shared[B] + head[B] + np.interp(sum_ctx / B + js, tb.ctx_grid, dec_rows[B])
+            if step_host:
+                dur = dur + step_host
+            starts = now + np.cumsum(dur) - dur
+            if not waiting and ptr < rel:
+                nn = min(nn, int(np.searchsorted(starts, ready[ptr], side="left")))
+            if nn >= 1:
+                d = dur[:nn]
+                kv = used + cum[:nn]
+                self.rec.span(starts[:nn], d, np.full(nn, float(B)), kv.astype(float))
+                self.now = float(starts[nn - 1] + d[-1])
+                self.used = used + int(cum[nn - 1])
+                self.sum_ctx = sum_ctx + B * nn
+                self.it = it + nn
+                return True
+        return False
+
+    # ---- 3. schedule the running requests ----------------------------------------------------------------------
+    def schedule(self) -> tuple[list, int, int]:
+        """The running requests' part of the iteration: (prefill chunks [(request, tokens)], the blocks the
+        decodes and chunks need, the token budget left), preempting until those blocks fit."""
+        if not self.prefilling:  # decodes only (the common case): nothing to chunk
+            dec_need = self.bucket[(-self.it) % self.bt]
+            if dec_need <= self.kv_blocks - self.used:
+                return [], dec_need, self.budget_all - self.B
+        bt, bucket = self.bt, self.bucket
+        Lc, x = self.Lc, self.x
+        bt = self.bt
+        while True:
+            dec_need = bucket[(-self.it) % bt]
+            budget = self.budget_all - self.B
+            chunks = []
+            pre_need = 0
+            for r in self.prefilling:
+                if budget <= 0:
+                    break
+                c = Lc[r] - x[r]
+                if c > budget:
+                    c = budget
+                pre_need += -(-(x[r] + c) // bt) + (-x[r] // bt)  # new blocks of the chunk
+                chunks.append((r, c))
+                budget -= c
+            if dec_need + pre_need <= self.kv_blocks - self.used:
+                return chunks, dec_need + pre_need, budget
+            self.preempt(self.policy.victim(self.running, self.state))
+
+    def preempt(self, r: int) -> None:
+        """Evict running request ``r`` by recompute: free its blocks and put it back at the front of the
+        waiting queue; readmitted, it prefills its prompt and the tokens it generated again (the shared prefix
+        still hits the cache)."""
+        if self.state[r] == _DECODING:
+            k = self.it - self.it0[r]
+            c = self.c0[r] + k
+            self.g[r] = self.g0[r] + k
+            self.used -= -(-c // self.bt)
+            self.bucket[self.key[r]] -= 1
+            self.B -= 1
+            self.sum_ctx -= c
+            self.last_tok[r] = self.now
+        else:
+            self.used -= -(-self.x[r] // self.bt)
+            self.prefilling.remove(r)
+        self.state[r] = _WAITING
+        self.Lc[r] = self.P[r] + self.g[r]
+        self.x[r] = min(self.X0[r], self.Lc[r] - 1)
+        self.fresh[r] = False
+        self.npre[r] += 1
+        self.n_running -= 1
+        self.waiting.appendleft(r)
+
+    # ---- 4. admit waiting requests -------------------------------------------------------------------------------
+    def admit(self, chunks: list, demand: int, budget: int) -> tuple[int, list]:
+        """Admit waiting requests FCFS into this iteration (appending their chunks to ``chunks``); returns the
+        iteration's block demand and the requests that arrived holding KV and decode from now on."""
+        waiting = self.waiting
+        admitted = []
+        state, P, Lc, x = self.state, self.P, self.Lc, self.x
+        bt, admits = self.bt, self.policy.admits
+        while waiting and self.n_running < self.max_seqs and budget > 0:
+            r = waiting[0]
+            free = self.kv_blocks - self.used - demand
+            if self.fresh[r]:
+                need = -(-(P[r] + 1) // bt)
+                if not admits(need, free):
+                    break
+                waiting.popleft()
+                held = -(-P[r] // bt)  # the prompt's blocks, arriving with it
+                self.used += held
+                demand += need - held
+                self.start_decode(r, P[r], self.it, 1)
+                self.fresh[r] = False
+                budget -= 1
+                admitted.append(r)
+            else:
+                c = Lc[r] - x[r]
+                if c > budget:
+                    c = budget
+                need = -(-(x[r] + c) // bt)
+                if not admits(need, free):
+                    break
+                waiting.popleft()
+                held = -(-x[r] // bt)  # the cached prefix's blocks
+                self.used += held
+                demand += need - held
+                state[r] = _PREFILLING
+                self.prefilling.append(r)
+                chunks.append((r, c))
+                budget -= c
+            self.running.append(r)
+            self.n_running += 1
+        if len(self.running) > 2 * self.n_running + 64:  # drop the finished and preempted entries now and then
+            self.running = [r for r in self.running if state[r] in (_PREFILLING, _DECODING)]
+        return demand, admitted
+
+    def start_decode(self, r: int, context: int, it: int, generated: int) -> None:
+        """Request ``r`` decodes from iteration ``it`` on at ``context`` tokens, having ``generated`` tokens."""
+        it0, c0, g0, key, fin_it, O, heap, bucket, state, bt = self._dec
+        it0[r], c0[r], g0[r] = it, context, generated
+        k = key[r] = (context - it) % bt
+        f = fin_it[r] = it + O[r] - generated - 1
+        _heappush(heap, (f, r))
+        bucket[k] += 1
+        self.B += 1
+        self.sum_ctx += context
+        state[r] = _DECODING
+
+    # ---- 5. price and run the iteration --------------------------------------------------------------------------
+    def run_iteration(self, chunks: list, demand: int, admitted: list) -> float:
+        """Allocate the iteration's new blocks, price it (the step tables plus the policy's host time per
+        step) and record it; returns its end time [s]."""
+        shared, head, decode_core, chunk_core, cols, step_host, x, last_tok, extra = self._price
+        used = self.used = self.used + demand
+        B, sum_ctx = self.B, self.sum_ctx
+        cp_tok = 0
+        if chunks:
+            pairs = 0.0
+            for r, c in chunks:
+                cp_tok += c
+                pairs += c * (x[r] + c / 2.0)
+        t = shared[B + cp_tok] + head[B + len(chunks)]
+        if B:
+            t += decode_core(B, sum_ctx / B)
+        if cp_tok:
+            xe = pairs / cp_tok - cp_tok / 2.0
+            t += chunk_core(cp_tok, xe if xe > 0 else 0.0)
+        if step_host:
+            t += step_host
+        now = self.now
+        end = now + t
+        cs, cd, cb, cdec, cw, cp, ck = cols
+        cs.append(now)
+        cd.append(t)
+        cb.append(B + len(chunks))
+        cdec.append(B)
+        cw.append(B - len(admitted))
+        cp.append(cp_tok)
+        ck.append(used)
+        if admitted:
+            extra.extend(end - last_tok[r] for r in admitted)
+        self.sum_ctx = sum_ctx + B
+        return end
+
+    # ---- 6. emit tokens, retire ------------------------------------------------------------------------------------
+    def finish_prefills(self, chunks: list, end: float) -> None:
+        """The chunks ran: a prefill whose last chunk ran emits a token (its first, or the next after a
+        recompute) and decodes from the next iteration, or retires if that was its last."""
+        x, Lc, g, first, state = self.x, self.Lc, self.g, self.first, self.state
+        ended = False
+        for r, c in chunks:
+            x[r] += c
+            if x[r] < Lc[r]:
+                continue
+            ended = True
+            g[r] += 1
+            if first[r] != first[r]:  # NaN: the first token
+                first[r] = end
+            else:
+                self.extra.append(end - self.last_tok[r])
+            if g[r] >= self.O[r]:
+                self.retire(r, end, -(-x[r] // self.bt))
+                continue
+            self.start_decode(r, Lc[r], self.it + 1, g[r])
+        if ended:
+            self.prefilling = [r for r in self.prefilling if state[r] == _PREFILLING]
+
+    def finish_decodes(self, end: float) -> None:
+        """Decoding requests that emitted their last token in this iteration retire."""
+        it0, c0, _, key, fin_it, _, heap, bucket, state, bt = self._dec
+        it = self.it
+        while heap and heap[0][0] <= it:
+            f, r = _heappop(heap)
+            if state[r] != _DECODING or fin_it[r] != f:
+                continue
+            c = c0[r] + (it - it0[r]) + 1
+            bucket[key[r]] -= 1
+            self.B -= 1
+            self.sum_ctx -= c
+            self.retire(r, end, -(-c // bt))
+
+    def retire(self, r: int, end: float, blocks: int) -> None:
+        """Request ``r`` emitted its last token at ``end``: free its ``blocks``, mark it done and, in a closed
+        loop, release the next request (it reaches the scheduler after the per-request host time)."""
+        self.used -= blocks
+        self.state[r] = _DONE
+        self.finish[r] = end
+        self.n_running -= 1
+        self.done += 1
+        if self.concurrency and self.released < self.n:
+            self.arr[self.released] = end
+            self.ready[self.released] = end + self.host_s
+            self.released += 1
