@@ -30,7 +30,8 @@ from .errors import SpecError, UnknownPresetError
 from .models.step.decode import memory_per_rank, step_time
 from .models.serving.disagg import MAX_WORKLOAD_TOKENS
 from .lsq import levenberg_marquardt
-from .models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment
+from .deployment import MAX_RANKS
+from .models.step.engine import MAX_BATCH, MAX_CONTEXT, Deployment
 from .models.step.prefill import prefill_time
 from .specs import Runtime
 from .units import GiB

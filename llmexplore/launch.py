@@ -6,7 +6,7 @@ prints them with the router step a disaggregated deployment needs. Every flag co
 which records it from the engine's own argument parser at a named release; a configuration an engine cannot
 express gets ``command: None`` and a note saying why, never an invented flag.
 
-The configuration (a dict, as the planner produces it)::
+The configuration (a :class:`llmexplore.deployment.DeploymentConfig` or its JSON, as the planner produces it)::
 
     {"model": "deepseek-v3", "gpu": "h200", "mode": "colocated" | "disaggregated",
      "weight_dtype": "bf16" | "fp16" | "fp8" | "fp4", "kv_dtype": "bf16" | "fp8",
@@ -33,22 +33,15 @@ import shlex
 from typing import Any
 
 from . import _check, presets
-from .errors import SpecError, UnknownPresetError
+from .deployment import DeploymentConfig
+from .errors import SpecError
 
 __all__ = ["ENGINES", "emitted_flags", "engine_table", "launch_commands", "launch_text", "router_command"]
 
 ENGINES = ("vllm", "sglang")
-MODES = ("colocated", "disaggregated")
-ROLES = ("colocated", "prefill", "decode")
-LAYOUTS = ("TP", "DPA", "DOP")
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")  # the dtypes the launch lines know checkpoints and flags for
 KV_DTYPES = ("bf16", "fp8")
-MOE_DISPATCH = ("gather", "alltoall")
 GPUS_PER_HOST = 8  # assumption: the common 8-GPU host; a larger instance needs the engine's multi-node flags
-MAX_INSTANCES = 1 << 16
-MAX_RANKS = 1024
-MAX_SEQS = 1 << 24
-MAX_TOKENS = 1 << 30
 
 
 @functools.cache
@@ -75,59 +68,25 @@ def _field(cfg: dict, name: str, where: str = "config") -> Any:
 
 
 def _validate(config: Any) -> dict:
-    """The configuration checked field by field; SpecError names the field, the value and the rule."""
-    if not isinstance(config, dict):
+    """The configuration checked field by field (:class:`llmexplore.deployment.DeploymentConfig` with every side
+    field required, then what launching needs: a checkpoint in data/engines.yaml, a weight dtype the GPU runs);
+    SpecError names the field, the value and the rule. Returns the plain form the command builders read."""
+    if not isinstance(config, (dict, DeploymentConfig)):
         raise SpecError(f"config must be a dict, got {type(config).__name__}")
+    doc = config.to_json() if isinstance(config, DeploymentConfig) else config
     models = engine_table()["models"]
-    model = _field(config, "model")
+    model = _field(doc, "model")
     if model not in models:
         raise SpecError(f"config['model'] must be a model preset with a checkpoint in data/engines.yaml "
                         f"{sorted(models)}, got {_check.shown(model)}")
-    spec = presets.model(model)
-    gpu = _field(config, "gpu")
-    try:
-        hw = presets.hardware(gpu)
-    except UnknownPresetError as exc:
-        raise SpecError(f"config['gpu']: {exc}") from None
-    mode = _check.choice("config['mode']", _field(config, "mode"), MODES)
-    weight = _check.choice("config['weight_dtype']", _field(config, "weight_dtype"), WEIGHT_DTYPES)
-    hw.check_dtype(weight, "config['weight_dtype']")
-    kv = _check.choice("config['kv_dtype']", _field(config, "kv_dtype"), KV_DTYPES)
-    dispatch = _check.choice("config['moe_dispatch']", config.get("moe_dispatch", "gather"), MOE_DISPATCH)
-    sides = _field(config, "sides")
-    if not isinstance(sides, (list, tuple)) or not sides:
-        raise SpecError(f"config['sides'] must be a non-empty list of dicts, got {_check.shown(sides)}")
-    out = []
-    for i, side in enumerate(sides):
-        where = f"config['sides'][{i}]"
-        if not isinstance(side, dict):
-            raise SpecError(f"{where} must be a dict, got {type(side).__name__}")
-        role = _check.choice(f"{where}['role']", _field(side, "role", where), ROLES)
-        ranks = _check.integer(f"{where}['ranks']", _field(side, "ranks", where), lo=1, hi=MAX_RANKS)
-        ep = _check.integer(f"{where}['ep']", _field(side, "ep", where), lo=1, hi=MAX_RANKS)
-        if not spec.is_moe and ep != 1:
-            raise SpecError(f"{where}['ep'] must be 1 for the dense model {model}, got {ep}")
-        if ranks % ep:
-            raise SpecError(f"{where}['ep'] ({ep}) must divide {where}['ranks'] ({ranks})")
-        chunk = _field(side, "chunk_tokens", where)
-        out.append({
-            "role": role,
-            "instances": _check.integer(f"{where}['instances']", _field(side, "instances", where), lo=1,
-                                        hi=MAX_INSTANCES),
-            "ranks": ranks,
-            "layout": _check.choice(f"{where}['layout']", _field(side, "layout", where), LAYOUTS),
-            "ep": ep,
-            "max_num_seqs": _check.integer(f"{where}['max_num_seqs']", _field(side, "max_num_seqs", where),
-                                           lo=1, hi=MAX_SEQS),
-            "chunk_tokens": None if chunk is None else _check.integer(f"{where}['chunk_tokens']", chunk, lo=1,
-                                                                      hi=MAX_TOKENS),
-        })
-    roles = [s["role"] for s in out]
-    want = ["colocated"] if mode == "colocated" else ["prefill", "decode"]
-    if sorted(roles) != sorted(want):
-        raise SpecError(f"config['sides'] roles must be {want} for mode {mode!r}, got {roles}")
-    return {"model": model, "moe": spec.is_moe, "mode": mode, "weight_dtype": weight, "kv_dtype": kv,
-            "moe_dispatch": dispatch, "sides": out}
+    cfg = DeploymentConfig.from_json(doc, complete=True)
+    weight = _check.choice("config['weight_dtype']", cfg.weight_dtype, WEIGHT_DTYPES)
+    presets.hardware(cfg.gpu).check_dtype(weight, "config['weight_dtype']")
+    kv = _check.choice("config['kv_dtype']", cfg.kv_dtype, KV_DTYPES)
+    # the configuration-wide dispatch: what the launch lines have always read (a side's own is not used yet)
+    return {"model": model, "moe": presets.model(model).is_moe, "mode": cfg.mode, "weight_dtype": weight,
+            "kv_dtype": kv, "moe_dispatch": cfg.moe_dispatch or "gather",
+            "sides": [{k: v for k, v in s.to_json().items() if k != "moe_dispatch"} for s in cfg.sides]}
 
 
 def _checkpoint(cfg: dict, engine: str, eng: dict) -> tuple[str | None, list[str], list[str]]:

@@ -27,7 +27,8 @@ FLAGS = {**COMMON_FLAGS, "prompt_tokens": "--prompt", "output_tokens": "--output
 
 def add(sub) -> None:
     from ..models.serving.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
-    from ..models.step.engine import MAX_BATCH, MAX_RANKS
+    from ..deployment import MAX_RANKS
+    from ..models.step.engine import MAX_BATCH
 
     p = sub.add_parser("pd", help="prefill/decode disaggregation vs colocated serving",
                        description="Time of one prefill and one decode step, the KV transfer per request, and "

@@ -32,7 +32,8 @@ FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "batch": "--batch", "context": "--c
 
 
 def add(sub) -> None:
-    from ..models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
+    from ..deployment import MAX_RANKS
+    from ..models.step.engine import MAX_BATCH, MAX_CONTEXT
 
     p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
                        description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of "

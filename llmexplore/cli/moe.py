@@ -26,7 +26,8 @@ FLAGS = {**COMMON_FLAGS, "gpus": "--gpus", "ep": "--ep", "tp": "tp (= --gpus / -
 
 def add(sub) -> None:
     from ..models.step.engine import MAX_BATCH, MAX_CONTEXT
-    from ..models.moe.decode import MAX_GPUS, MAX_REDUNDANT
+    from ..deployment import MAX_GPUS
+    from ..models.moe.decode import MAX_REDUNDANT
 
     p = sub.add_parser("moe", help="MoE decode: pure TP vs TP x EP under routing skew, with redundant experts",
                        description="Decode step of an MoE model on N GPUs split into tp = N / ep x ep: routed-expert "

@@ -57,7 +57,7 @@ def _dtype_list(text: str) -> tuple:
 def add(sub) -> None:
     from ..models.serving.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
     from ..models.queueing.at_stat import STATS
-    from ..sweeps.plan import MAX_GPUS
+    from ..deployment import MAX_GPUS
     from ..units import DTYPE_BYTES
     from ._framework import Rule
 
@@ -129,6 +129,7 @@ def _row(r):
 def run(args) -> int:
     from .. import presets
     from ..findings import plan as fp
+    from ..deployment import MODES
     from ..sweeps import plan as sp
 
     ttft, tpot, stat = args.ttft_ms, args.tpot_ms, args.stat
@@ -141,7 +142,7 @@ def run(args) -> int:
                     ttft_ms=2000.0 if ttft is None else ttft, tpot_ms=50.0 if tpot is None else tpot,
                     stat=stat or "p90", rate_per_s=args.rate, runtime=args.runtime, weight_dtypes=args.weight_dtype,
                     kv_dtypes=args.kv_dtype, link=args.link,
-                    modes=sp.MODES if args.mode == "both" else (args.mode,))
+                    modes=MODES if args.mode == "both" else (args.mode,))
     res = sp.plan(q, scheduler=args.scheduler, workers=args.workers)
     doc = fp.summary(res, top=args.top, simulate=args.simulate)
     if args.json:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import presets
+from ..deployment import MODES
 from ..sweeps import plan as sp
 from . import join, num
 
@@ -136,7 +137,7 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
     t = res["table"]
     best = _clean(res["best"])
     if best is not None:
-        best["config"] = sp.config_of(best, q)
+        best["config"] = sp.config_of(best, q).to_json()
         best["launch"] = launch_of(res["best"], q)
     checks = sp.simulate_top(res, simulate) if simulate else []
     for c in checks:
@@ -223,8 +224,8 @@ def launch_sentence(res: dict) -> str:
     if res["best"] is None:
         return "No configuration meets the targets, so there is nothing to launch."
     cfg = sp.config_of(res["best"], res["question"])
-    roles = join([f"{s['instances']} {s['role']} instance{'s' if s['instances'] != 1 else ''} of {s['ranks']} "
-                  f"GPU{'s' if s['ranks'] != 1 else ''}" for s in cfg["sides"]])
+    roles = join([f"{s.instances} {s.role} instance{'s' if s.instances != 1 else ''} of {s.ranks} "
+                  f"GPU{'s' if s.ranks != 1 else ''}" for s in cfg.sides])
     table = launch.engine_table()["engines"]
     ok, no = [], []
     for eng in ("vllm", "sglang"):
@@ -236,7 +237,7 @@ def launch_sentence(res: dict) -> str:
         text += f", launched with {join([n for n, _ in ok])} as above"
     if no:
         text += "; " + "; ".join(f"{n} cannot express it ({why.rstrip('.')})" for n, why in no)
-    if cfg["mode"] == "disaggregated" and ok:
+    if cfg.mode == "disaggregated" and ok:
         text += ", with a router in front of the two pools"
     return text + "."
 
@@ -298,7 +299,7 @@ def checks_sentence(checks: list[dict], q: sp.Question) -> str:
 def rate_record(sweep) -> dict:
     """The rate sweep as recorded: the rates and, per mode, the GPUs needed (NaN where a mode cannot serve it)."""
     out = {"rate_per_s": sweep[sweep["mode"] == "best"]["rate_per_s"].tolist()}
-    for mode in ("best", *sp.MODES):
+    for mode in ("best", *MODES):
         out[f"{mode}_gpus"] = sweep[sweep["mode"] == mode]["gpus"].tolist()
     return out
 

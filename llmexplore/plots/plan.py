@@ -9,6 +9,7 @@ import html
 import numpy as np
 import pandas as pd
 
+from ..deployment import MODES
 from . import RANK_KEY, RANK_MARKER, RANK_SERIES, base_layout, fmt, grid_layout, ref_trace, spec_builder
 from .disagg import MODE_COLORS as _PD_COLORS
 from .tables import PeopleTable, people_table
@@ -20,7 +21,6 @@ __all__ = ["MODE_COLORS", "MODE_STYLE", "frontier_figure", "latency_cdf_figure",
 MODE_COLORS = {"colocated": _PD_COLORS["colocated"], "disaggregated": _PD_COLORS["disaggregated, pipelined"]}
 #: dash pattern and marker per mode, so the two stay apart where they overlap
 MODE_STYLE = {"colocated": ("dash", "circle"), "disaggregated": ("solid", "diamond")}
-MODES = ("colocated", "disaggregated")
 BEST_COLOR = "#d62728"
 TARGET_COLOR = "#c00"
 

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _check, presets
+from ..deployment import MAX_GPUS, MODES, DeploymentConfig, SideConfig
 from ..errors import SpecError
 from ..models.serving import disagg as dg
 from ..models.serving import capacity as pm
@@ -40,16 +41,13 @@ from ..models.step.prefill import prefill_time
 
 __all__ = ["Question", "plan", "configurations", "frontiers", "best", "config_of", "question_tasks", "run_task",
            "order_table", "simulate_row", "simulate_top",
-           "simulate_config", "check_config", "capacity_task", "capacity_plan", "CDF_POINTS", "MODES", "CHUNKS", "LAYOUTS", "TABLE_COLUMNS"]
+           "simulate_config", "capacity_task", "capacity_plan", "CDF_POINTS", "CHUNKS", "TABLE_COLUMNS"]
 
-MODES = ("colocated", "disaggregated")
 CHUNKS = (512, 1024, 2048, 4096, 8192)  # max_num_batched_tokens options [tokens]
-LAYOUTS = ("TP", "DPA", "DOP")
 WIDE_EP_RANKS = (16, 32, 64)  # DP-attention + EP instance sizes searched for MoE models
 BATCH_POINTS = 40  # log-spaced decode batches per instance (step time is smooth in the batch)
 RATE_POINTS = 160  # per-instance rates of the colocated grid
 MAX_SEQS = 2048  # largest decode batch considered per instance [sequences]
-MAX_GPUS = 4096
 
 
 @dataclass(frozen=True)
@@ -522,29 +520,33 @@ def _merged(q: Question, scheduler, workers) -> tuple[pd.DataFrame, pd.DataFrame
     return order_table(conf, q), pts.reset_index(drop=True)
 
 
-def config_of(row: dict, q: Question) -> dict:
-    """The configuration of one table row in the form :mod:`llmexplore.launch` reads: model, gpu, mode,
-    dtypes and one entry per role (instances, ranks, layout, EP size, max_num_seqs, chunk budget)."""
+def config_of(row: dict, q: Question) -> DeploymentConfig:
+    """The :class:`~llmexplore.deployment.DeploymentConfig` of one table row (what :mod:`llmexplore.launch` and
+    :func:`simulate_config` read; its ``to_json`` is the ``config`` of ``plan --json``): model, gpu, mode,
+    dtypes, the KV link and one side per role (instances, ranks, layout, EP size, max_num_seqs, chunk budget,
+    MoE dispatch)."""
     m = presets.model(q.model)
-
-    def side(role, n, ranks, layout, chunk, ep):
-        ep = int(ep) if m.is_moe and ep == ep and ep is not None else (int(ranks) if m.is_moe else 1)
-        return {"role": role, "instances": int(n), "ranks": int(ranks), "layout": layout,
-                "ep": ep, "max_num_seqs": int(row["max_num_seqs"]) if role != "prefill"
-                else 1, "chunk_tokens": None if chunk is None or chunk != chunk else int(chunk),
-                "moe_dispatch": "alltoall" if m.is_moe and layout == "DPA" and int(ranks) > 8 else "gather"}
-
     if row["mode"] == "colocated":
-        sides = [side("colocated", row["n_decode"], row["decode_ranks"], row["decode_layout"], row["chunk_tokens"],
-                      row.get("decode_ep"))]
+        sides = (_side_of(row, m, "colocated", row["n_decode"], row["decode_ranks"], row["decode_layout"],
+                          row["chunk_tokens"], row.get("decode_ep")),)
     else:
-        sides = [side("prefill", row["n_prefill"], row["prefill_ranks"], row["prefill_layout"], None,
-                      row.get("prefill_ep")),
-                 side("decode", row["n_decode"], row["decode_ranks"], row["decode_layout"], None,
-                      row.get("decode_ep"))]
-    return {"model": q.model, "gpu": q.gpu, "mode": row["mode"], "weight_dtype": row["weight_dtype"],
-            "kv_dtype": row["kv_dtype"], "link": row.get("link") if row["mode"] != "colocated" else None,
-            "sides": sides}
+        sides = (_side_of(row, m, "prefill", row["n_prefill"], row["prefill_ranks"], row["prefill_layout"], None,
+                          row.get("prefill_ep")),
+                 _side_of(row, m, "decode", row["n_decode"], row["decode_ranks"], row["decode_layout"], None,
+                          row.get("decode_ep")))
+    return DeploymentConfig(model=q.model, gpu=q.gpu, mode=row["mode"], weight_dtype=row["weight_dtype"],
+                            kv_dtype=row["kv_dtype"], sides=sides,
+                            link=row.get("link") if row["mode"] != "colocated" else None)
+
+
+def _side_of(row: dict, m, role: str, n, ranks, layout: str, chunk, ep) -> SideConfig:
+    """One side of a table row: a row's EP size, or (MoE without one) all of its ranks; dispatch all-to-all
+    for an MoE DPA instance spanning nodes (the search prices it so)."""
+    ep = int(ep) if m.is_moe and ep == ep and ep is not None else (int(ranks) if m.is_moe else 1)
+    return SideConfig(role=role, instances=int(n), ranks=int(ranks), layout=layout, ep=ep,
+                      max_num_seqs=int(row["max_num_seqs"]) if role != "prefill" else 1,
+                      chunk_tokens=None if chunk is None or chunk != chunk else int(chunk),
+                      moe_dispatch="alltoall" if m.is_moe and layout == "DPA" and int(ranks) > 8 else "gather")
 
 
 def plan(q: Question | None = None, *, scheduler=None, workers: int | None = None, **kw) -> dict:
@@ -616,43 +618,11 @@ def simulate_top(result: dict, k: int = 3, **kw) -> list[dict]:
 CDF_POINTS = np.linspace(0.01, 0.99, 99)  # quantiles of the distributions returned for plotting
 
 
-def _side(cfg: dict, role: str) -> dict:
-    for s in cfg.get("sides", []):
-        if s.get("role") == role:
-            return s
-    raise SpecError(f"config has no side with role {role!r} (its sides: "
-                    f"{[s.get('role') for s in cfg.get('sides', [])]})")
-
-
-def check_config(cfg) -> dict:
-    """Validate a configuration dict (as :func:`config_of` makes it); SpecError names the field."""
-    if not isinstance(cfg, dict):
-        raise SpecError(f"config must be a JSON object (a mapping), got {type(cfg).__name__}")
-    for f in ("model", "gpu", "mode", "weight_dtype", "kv_dtype", "sides"):
-        if f not in cfg:
-            raise SpecError(f"config['{f}'] is missing (a configuration from `llmexplore plan --json` has it)")
-    presets.model(cfg["model"])
-    presets.hardware(cfg["gpu"])
-    if cfg["mode"] not in MODES:
-        raise SpecError(f"config['mode'] must be one of {', '.join(MODES)}, got {cfg['mode']!r}")
-    if not isinstance(cfg["sides"], list) or not cfg["sides"]:
-        raise SpecError("config['sides'] must be a non-empty list of sides")
-    for i, s in enumerate(cfg["sides"]):
-        if not isinstance(s, dict):
-            raise SpecError(f"config['sides'][{i}] must be a mapping, got {type(s).__name__}")
-        for f, lo, hi in (("instances", 1, 4096), ("ranks", 1, 1024), ("max_num_seqs", 1, 1 << 16)):
-            _check.integer(f"config['sides'][{i}]['{f}']", s.get(f), lo=lo, hi=hi)
-        if s.get("layout", "TP") not in LAYOUTS:
-            raise SpecError(f"config['sides'][{i}]['layout'] must be one of {', '.join(LAYOUTS)}, "
-                            f"got {s.get('layout')!r}")
-    return cfg
-
-
-def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None = None,
+def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                     concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
                     isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
                     prefix_ratio: float = 0.0, sampler: str = "fused") -> dict:
-    """Simulate one configuration (:func:`config_of` form) under Poisson arrivals at ``rate_per_s``, a
+    """Simulate one configuration (a :class:`~llmexplore.deployment.DeploymentConfig` or its JSON) under Poisson arrivals at ``rate_per_s``, a
     closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
     :func:`llmexplore.traces.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
     size the step tables' context); lengths fixed or lognormal (median ``isl``/``osl`` and log-sd); a share
@@ -666,7 +636,7 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
     from ..models.serving.batcher import Scheduler
     from ..models.serving.workload import LengthDist, Traffic
 
-    cfg = check_config(cfg)
+    cfg = DeploymentConfig.from_json(cfg)
     isl = _check.integer("isl", isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
     osl = _check.integer("osl", osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
     n_requests = _check.integer("requests", n_requests, lo=1, hi=1_000_000)
@@ -684,33 +654,31 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
     else:
         traffic = Traffic(rate_per_s=rate_per_s, concurrency=concurrency, isl=dist(isl, isl_sigma),
                           osl=dist(osl, osl_sigma), prefix_ratio=prefix_ratio)
-    for s in cfg["sides"]:
-        if s.get("layout", "TP") != "TP":
-            raise SpecError(f"the simulator runs TP attention only; config side {s['role']!r} has layout "
-                            f"{s['layout']!r}")
+    for s in cfg.sides:
+        if s.layout != "TP":
+            raise SpecError(f"the simulator runs TP attention only; config side {s.role!r} has layout "
+                            f"{s.layout!r}")
 
-    moe = presets.model(cfg["model"]).is_moe
+    moe = presets.model(cfg.model).is_moe
 
     def dep(s):
-        ep = s.get("ep")
-        ep = int(ep) if moe and ep is not None and int(ep) != int(s["ranks"]) else None
-        return Deployment.build(cfg["model"], cfg["gpu"], int(s["ranks"]), runtime=runtime,
-                                weight_dtype=cfg["weight_dtype"], kv_dtype=cfg["kv_dtype"], moe_ep=ep,
+        return Deployment.build(cfg.model, cfg.gpu, s.ranks, runtime=runtime, weight_dtype=cfg.weight_dtype,
+                                kv_dtype=cfg.kv_dtype, moe_ep=s.ep if moe and s.ep != s.ranks else None,
                                 sampler=sampler)
 
-    if cfg["mode"] == "colocated":
-        s = _side(cfg, "colocated")
-        seqs = int(s["max_num_seqs"])
-        chunk = max(int(s.get("chunk_tokens") or 2048), seqs)
-        res = sv.simulate_colocated(dep(s), traffic, n_requests, instances=int(s["instances"]),
+    if cfg.mode == "colocated":
+        s = cfg.side("colocated")
+        seqs = s.max_num_seqs
+        chunk = max(s.chunk_tokens or 2048, seqs)
+        res = sv.simulate_colocated(dep(s), traffic, n_requests, instances=s.instances,
                                     scheduler=Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
                                     seed=seed)
     else:
-        p, d = _side(cfg, "prefill"), _side(cfg, "decode")
-        link = presets.link(cfg.get("link") or presets.hardware(cfg["gpu"]).scale_out_link or "roce-400g")
-        seqs = int(d["max_num_seqs"])
+        p, d = cfg.side("prefill"), cfg.side("decode")
+        link = presets.link(cfg.link or presets.hardware(cfg.gpu).scale_out_link or "roce-400g")
+        seqs = d.max_num_seqs
         res = sv.simulate_disaggregated(dep(p), dep(d), link, traffic, n_requests,
-                                        prefill_instances=int(p["instances"]), decode_instances=int(d["instances"]),
+                                        prefill_instances=p.instances, decode_instances=d.instances,
                                         prefill_tokens=max(isl, 1),
                                         decode_scheduler=Scheduler(max_num_seqs=seqs,
                                                                       max_num_batched_tokens=max(seqs, 2048)),
@@ -725,7 +693,7 @@ def simulate_config(cfg: dict, *, isl: int, osl: int, rate_per_s: float | None =
     step = max(1, ser["step_s"].size // 2000)
     series = {k: np.asarray(ser[k])[::step] for k in ("instance", "start_s", "decode_batch", "kv_occupancy")
               if k in ser}
-    return {"summary": res.summary, "cdf": cdf, "quantiles": CDF_POINTS, "series": series, "config": cfg}
+    return {"summary": res.summary, "cdf": cdf, "quantiles": CDF_POINTS, "series": series, "config": cfg.to_json()}
 
 
 def capacity_task(task: dict) -> list[dict]:

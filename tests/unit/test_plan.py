@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmexplore import launch
+from llmexplore.deployment import MODES
 from llmexplore.errors import SpecError
 from llmexplore.findings import plan as fp
 from llmexplore.models.serving import capacity as pm
@@ -100,8 +101,8 @@ def test_reference_question_has_a_winner_both_frontiers_and_a_ratio(ref):
     assert b is not None and b["feasible"]
     assert b["gpus"] <= REF.gpus
     assert b["ttft_ms"] <= REF.ttft_ms * (1 + 1e-9) and b["tpot_ms"] <= REF.tpot_ms * (1 + 1e-9)
-    assert ref["best_mode"] in sp.MODES
-    for mode in sp.MODES:
+    assert ref["best_mode"] in MODES
+    for mode in MODES:
         assert len(ref["frontiers"][mode]) >= 3
         f = ref["frontiers"][mode]
         assert np.all(np.diff(f["tokens_per_s_per_user"]) > 0) and np.all(np.diff(f["tokens_per_s_per_gpu"]) < 0)
@@ -131,7 +132,7 @@ def test_a_process_pool_gives_the_same_answer(ref):
     a = sp.plan(q)
     b = sp.plan(q, workers=2)
     pd.testing.assert_frame_equal(a["table"], b["table"], check_dtype=False)
-    for mode in sp.MODES:
+    for mode in MODES:
         pd.testing.assert_frame_equal(a["frontiers"][mode], b["frontiers"][mode], check_dtype=False)
 
 
@@ -182,14 +183,14 @@ def test_bad_questions_name_the_field(field, value, match):
 # ---- output: launch commands, sentences, the simulator check ------------------------------------------------------
 def test_best_config_gives_launch_commands_for_both_engines(ref):
     cfg = sp.config_of(ref["best"], REF)
-    roles = [s["role"] for s in cfg["sides"]]
-    assert roles == (["colocated"] if cfg["mode"] == "colocated" else ["prefill", "decode"])
+    roles = [s.role for s in cfg.sides]
+    assert roles == (["colocated"] if cfg.mode == "colocated" else ["prefill", "decode"])
     for eng in ("vllm", "sglang"):
         cmds = launch.launch_commands(cfg, eng)
         assert [c["role"] for c in cmds] == roles
         assert all(c["command"] or c["note"] for c in cmds)
     doc = fp.summary(ref, top=3)
-    assert doc["best"]["config"] == cfg and set(doc["best"]["launch"]) == {"vllm", "sglang"}
+    assert doc["best"]["config"] == cfg.to_json() and set(doc["best"]["launch"]) == {"vllm", "sglang"}
     assert len(doc["top"]) == 3 and doc["feasible"] <= doc["configurations"]
     assert f"{ref['best']['gpus']:.0f} GPUs" in doc["sentences"][0]
 
@@ -215,7 +216,7 @@ def test_simulate_config_returns_distributions(ref):
         assert v.size == sp.CDF_POINTS.size and np.all(np.diff(v) >= 0)
     assert out["summary"]["requests"] == 400
     with pytest.raises(SpecError, match="mode"):
-        sp.simulate_config({**cfg, "mode": "both"}, isl=10, osl=10, rate_per_s=1.0)
+        sp.simulate_config({**cfg.to_json(), "mode": "both"}, isl=10, osl=10, rate_per_s=1.0)
 
 
 def test_capacity_plan_streams_to_parquet_and_resumes(tmp_path):
@@ -229,7 +230,7 @@ def test_capacity_plan_streams_to_parquet_and_resumes(tmp_path):
     resumed = sp.capacity_plan(qs, out=tmp_path, workers=1)
     assert len(set(tmp_path.rglob("*.parquet")) - parts_before) >= 1
     pd.testing.assert_frame_equal(whole, resumed, check_dtype=False)
-    assert len(whole) == 2 * len(qs) and set(whole["mode"]) == set(sp.MODES)
+    assert len(whole) == 2 * len(qs) and set(whole["mode"]) == set(MODES)
     assert whole.groupby("task_id")["best_overall"].sum().le(1).all()
 
 
@@ -257,8 +258,8 @@ def test_cli_plan_json_is_the_same_with_a_worker_pool(capsys):
     for d in (a, b):
         d.pop("seconds")
     assert a == b
-    assert a["best_mode"] in sp.MODES and a["best"]["mode"] == a["best_mode"]
-    assert set(a["frontiers"]) == set(sp.MODES) and all(a["frontiers"][m] for m in sp.MODES)
+    assert a["best_mode"] in MODES and a["best"]["mode"] == a["best_mode"]
+    assert set(a["frontiers"]) == set(MODES) and all(a["frontiers"][m] for m in MODES)
     assert set(a["best"]["launch"]) == {"vllm", "sglang"} and a["best"]["config"]["sides"]
     assert a["disagg_over_agg_ratio"] > 0
 
@@ -323,7 +324,7 @@ def test_the_planner_searches_the_ep_size_of_moe_instances():
     tp8 = t[(t["decode_ranks"] == 8) & (t["decode_layout"] == "TP")]
     assert {1, 8} <= set(tp8["decode_ep"].dropna().astype(int))
     row = tp8[tp8["decode_ep"] == 1].iloc[0].to_dict()
-    assert "EP1" in row["label"] and sp.config_of(row, q)["sides"][0]["ep"] == 1
+    assert "EP1" in row["label"] and sp.config_of(row, q).sides[0].ep == 1
 
 
 def test_sentences_when_nothing_is_feasible_say_so_plainly():

@@ -23,7 +23,8 @@ from ... import _check
 from ...errors import SpecError
 from ...units import dtype_bytes
 from ..step.decode import core_coefficients, max_batch, max_context, memory_per_rank, step_time
-from ..step.engine import (LAYOUTS, MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment, check_batch_context, check_layout,
+from ...deployment import MAX_RANKS
+from ..step.engine import (LAYOUTS, MAX_BATCH, MAX_CONTEXT, Deployment, check_batch_context, check_layout,
                      kernel_rates)
 
 __all__ = ["Boundary", "Alternative", "context_boundaries", "layout_time_coefficients",

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import _check
+from ...deployment import MAX_GPUS
 from ...errors import SpecError
 from ...specs import Hardware, ModelSpec, Runtime
 from ...units import dtype_bytes
@@ -120,7 +121,6 @@ def combine_bytes_per_token(hidden: int) -> int:
 
 
 # ---- deployments ---------------------------------------------------------------------------------------
-MAX_GPUS = 4096  # largest deployment accepted
 MAX_REDUNDANT = 4096  # largest number of redundant expert slots accepted
 MAX_MOE_POINTS = 1 << 24  # grid points x sampled layers x expert slots of one step_time call (its largest arrays)
 

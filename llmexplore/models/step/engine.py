@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import _check, presets
+from ...deployment import MAX_RANKS
 from ...errors import SpecError
 from ...specs import Hardware, ModelSpec, Runtime
 from ...units import GiB, MS, US, dtype_bytes
@@ -47,7 +48,7 @@ from .kernels import PREFILL_QUERY_TOKENS, Curve, KernelSet, gemm_work, moe_bloc
 from .sampler import SAMPLERS
 from .stats import expected_max_std_normal
 
-__all__ = ["LAYOUTS", "LAYOUT_INFO", "KERNEL_CLASSES", "EMB_BYTES", "LOGIT_BYTES", "MAX_RANKS", "Deployment",
+__all__ = ["LAYOUTS", "LAYOUT_INFO", "KERNEL_CLASSES", "EMB_BYTES", "LOGIT_BYTES", "Deployment",
            "KernelRates", "MOE_DISPATCH", "resolve_runtime", "resolve_deployment", "check_layout", "check_batch_context", "kernel_rates", "kernel_s",
            "gemm_s", "elementwise_s", "step_overhead_s", "gemm_variant", "kernel_curve", "moe_s", "PREFILL_QUERY_TOKENS"]
 
@@ -62,7 +63,6 @@ KERNEL_CLASSES = ("gemm", "grouped_gemm", "attention", "attention_decode", "atte
 EMB_BYTES = 2.0  # embeddings, LM head, norms and router kept in BF16 (the DeepSeek-V3 FP8 checkpoint does this)
 LOGIT_BYTES = 4.0  # FP32 logits
 MOE_DISPATCH = ("gather", "alltoall")
-MAX_RANKS = 1024  # largest attention group (ranks T) the model accepts
 MAX_REDUNDANT = 4096  # most extra expert slots (EPLB replicas) accepted
 MAX_BATCH = 1 << 24  # sequences per step: far beyond any GPU's memory, small enough to allocate nothing silly
 MAX_CONTEXT = 1 << 30  # tokens per sequence

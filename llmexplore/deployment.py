@@ -1,0 +1,204 @@
+"""The deployment configuration: one typed, validated value from the planner to the simulator and the launch lines.
+
+A :class:`DeploymentConfig` is what ``llmexplore plan`` recommends and what ``llmexplore simulate --config``,
+:func:`llmexplore.launch.launch_commands` and :func:`llmexplore.sweeps.plan.simulate_config` take: the model, the
+GPU, the serving mode, the dtypes, the KV link of a disaggregated deployment, and one :class:`SideConfig` per
+role (colocated, or prefill and decode). Its JSON (:meth:`DeploymentConfig.to_json`) is the ``config`` object of
+``plan --json``, so a saved plan loads again (:meth:`DeploymentConfig.from_json`)::
+
+    {"model": "qwen3-32b", "gpu": "h200", "mode": "colocated", "weight_dtype": "fp8", "kv_dtype": "fp8",
+     "link": null,
+     "sides": [{"role": "colocated", "instances": 4, "ranks": 8, "layout": "TP", "ep": 1,
+                "max_num_seqs": 64, "chunk_tokens": 2048, "moe_dispatch": "gather"}]}
+
+A side may leave out ``layout`` (TP), ``ep`` (all of its ranks for an MoE model, 1 for a dense one),
+``chunk_tokens`` (None, or 0 as older configurations wrote it: whole prompts, or the simulator's default
+budget, 2,048) and ``moe_dispatch`` (the configuration's, else "gather"); with
+``complete=True`` (the launch lines, which must not guess) every side field is required. Bad input is one
+SpecError naming the field as ``config['sides'][i]['ranks']``, the value and the rule.
+
+The vocabularies and limits every part of the package shares are defined here once: :data:`MODES`, :data:`ROLES`,
+:data:`LAYOUTS` (the attention layouts a deployment is planned and launched with; the models price CP too) and
+the bounds of a side.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from . import _check, presets
+from .errors import SpecError, UnknownPresetError
+
+__all__ = ["MODES", "ROLES", "LAYOUTS", "MOE_DISPATCH", "MAX_INSTANCES", "MAX_RANKS", "MAX_GPUS", "MAX_SEQS", "MAX_TOKENS",
+           "SideConfig", "DeploymentConfig"]
+
+MODES = ("colocated", "disaggregated")
+ROLES = ("colocated", "prefill", "decode")
+LAYOUTS = ("TP", "DPA", "DOP")  # planned and launched layouts (context parallelism is priced, not planned)
+MOE_DISPATCH = ("gather", "alltoall")
+MAX_INSTANCES = 1 << 16  # instances of one role
+MAX_RANKS = 1024         # GPUs of one instance (the largest attention group the models price)
+MAX_GPUS = 4096          # GPUs of one deployment (a plan's budget, an MoE model's expert-parallel group)
+MAX_SEQS = 1 << 24       # running requests of one instance
+MAX_TOKENS = 1 << 30     # chunked-prefill token budget
+_SIDE_FIELDS = ("role", "instances", "ranks", "layout", "ep", "max_num_seqs", "chunk_tokens", "moe_dispatch")
+_REQUIRED = ("model", "gpu", "mode", "weight_dtype", "kv_dtype", "sides")
+
+
+@dataclass(frozen=True)
+class SideConfig:
+    """One role of a deployment: ``instances`` copies of an instance of ``ranks`` GPUs with attention
+    ``layout``, expert-parallel size ``ep``, at most ``max_num_seqs`` running requests and a chunked-prefill
+    budget of ``chunk_tokens`` (None: whole prompts); ``moe_dispatch`` "gather" or "alltoall" (DeepEP)."""
+
+    role: str
+    instances: int
+    ranks: int
+    layout: str = "TP"
+    ep: int = 1
+    max_num_seqs: int = 1
+    chunk_tokens: int | None = None
+    moe_dispatch: str = "gather"
+
+    def to_json(self) -> dict:
+        return {f: getattr(self, f) for f in _SIDE_FIELDS}
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    """A deployment as the planner recommends it (module docstring). Build it with :meth:`from_json` (or
+    directly: the fields are validated either way); ``to_json`` gives the plain-data form."""
+
+    model: str
+    gpu: str
+    mode: str
+    weight_dtype: str
+    kv_dtype: str
+    sides: tuple
+    link: str | None = None
+    #: a configuration-wide dispatch, as older configurations and the launch lines name it (None: not given)
+    moe_dispatch: str | None = None
+
+    def __post_init__(self) -> None:
+        checked = _checked(self.to_json(), complete=False)
+        for f in fields(self):
+            object.__setattr__(self, f.name, getattr(checked, f.name))
+
+    # ---- conversions ----------------------------------------------------------------------------------------
+    @classmethod
+    def from_json(cls, doc: Any, *, complete: bool = False) -> "DeploymentConfig":
+        """A configuration from its JSON object (a mapping, JSON text, or a :class:`DeploymentConfig`);
+        ``complete``: every side field must be given (no defaults)."""
+        if isinstance(doc, DeploymentConfig):
+            return doc
+        if isinstance(doc, str):
+            try:
+                doc = json.loads(doc)
+            except json.JSONDecodeError as exc:
+                raise SpecError(f"config is not valid JSON: {exc.msg} at line {exc.lineno} column "
+                                f"{exc.colno}") from None
+        return _checked(doc, complete=complete)
+
+    def to_json(self) -> dict:
+        """The configuration as plain data: the ``config`` object of ``plan --json``."""
+        out = {"model": self.model, "gpu": self.gpu, "mode": self.mode, "weight_dtype": self.weight_dtype,
+               "kv_dtype": self.kv_dtype, "link": self.link,
+               "sides": [s.to_json() if isinstance(s, SideConfig) else s for s in self.sides]}
+        if self.moe_dispatch is not None:
+            out["moe_dispatch"] = self.moe_dispatch
+        return out
+
+    def side(self, role: str) -> SideConfig:
+        """The side of ``role``; SpecError naming the roles there are."""
+        for s in self.sides:
+            if s.role == role:
+                return s
+        raise SpecError(f"config has no side with role {role!r} (its sides: {[s.role for s in self.sides]})")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole deployment."""
+        return sum(s.instances * s.ranks for s in self.sides)
+
+
+def _field(doc: dict, name: str, where: str):
+    if name not in doc:
+        raise SpecError(f"{where} has no {name!r}; give it (a configuration from `llmexplore plan --json` has it)")
+    return doc[name]
+
+
+def _side(doc: Any, i: int, *, moe: bool, dispatch: str, complete: bool) -> SideConfig:
+    where = f"config['sides'][{i}]"
+    if isinstance(doc, SideConfig):
+        doc = doc.to_json()
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where} must be a mapping, got {type(doc).__name__}")
+
+    def get(name, default):
+        return _field(doc, name, where) if complete else doc.get(name, default)
+
+    role = _check.choice(f"{where}['role']", _field(doc, "role", where), ROLES)
+    instances = _check.integer(f"{where}['instances']", _field(doc, "instances", where), lo=1, hi=MAX_INSTANCES)
+    ranks = _check.integer(f"{where}['ranks']", _field(doc, "ranks", where), lo=1, hi=MAX_RANKS)
+    layout = _check.choice(f"{where}['layout']", get("layout", "TP"), LAYOUTS)
+    ep = get("ep", None)
+    ep = (ranks if moe else 1) if ep is None else _check.integer(f"{where}['ep']", ep, lo=1, hi=MAX_RANKS)
+    if not moe and ep != 1:
+        raise SpecError(f"{where}['ep'] must be 1 for a dense model, got {ep}")
+    if ranks % ep:
+        raise SpecError(f"{where}['ep'] ({ep}) must divide {where}['ranks'] ({ranks})")
+    seqs = _check.integer(f"{where}['max_num_seqs']", _field(doc, "max_num_seqs", where), lo=1, hi=MAX_SEQS)
+    chunk = get("chunk_tokens", None)
+    # a 0 is what older configurations wrote for "not given", and `simulate --config` reads it so; the launch
+    # lines (complete) need a budget or None
+    chunk = None if chunk is None else _check.integer(f"{where}['chunk_tokens']", chunk, lo=0 if not complete else 1,
+                                                      hi=MAX_TOKENS)
+    side_dispatch = _check.choice(f"{where}['moe_dispatch']", doc.get("moe_dispatch", dispatch), MOE_DISPATCH)
+    return SideConfig(role=role, instances=instances, ranks=ranks, layout=layout, ep=ep, max_num_seqs=seqs,
+                      chunk_tokens=chunk, moe_dispatch=side_dispatch)
+
+
+def _checked(doc: Any, *, complete: bool) -> DeploymentConfig:
+    """The configuration validated field by field (object.__new__: __post_init__ would check it again)."""
+    if not isinstance(doc, dict):
+        raise SpecError(f"config must be a JSON object (a mapping), got {type(doc).__name__}")
+    for f in _REQUIRED:
+        _field(doc, f, "config")
+    try:
+        spec = presets.model(doc["model"])
+    except UnknownPresetError as exc:
+        raise SpecError(f"config['model']: {exc}") from None
+    try:
+        presets.hardware(doc["gpu"])
+    except UnknownPresetError as exc:
+        raise SpecError(f"config['gpu']: {exc}") from None
+    mode = _check.choice("config['mode']", doc["mode"], MODES)
+    for f in ("weight_dtype", "kv_dtype"):
+        if not isinstance(doc[f], str):
+            raise SpecError(f"config['{f}'] must be a dtype name, got {_check.shown(doc[f])}")
+    link = doc.get("link")
+    if link is not None:
+        try:
+            presets.link(link)
+        except UnknownPresetError as exc:
+            raise SpecError(f"config['link']: {exc}") from None
+    dispatch = doc.get("moe_dispatch")
+    if dispatch is not None:
+        _check.choice("config['moe_dispatch']", dispatch, MOE_DISPATCH)
+    sides = doc["sides"]
+    if not isinstance(sides, (list, tuple)) or not sides:
+        raise SpecError(f"config['sides'] must be a non-empty list of sides, got {_check.shown(sides)}")
+    out = tuple(_side(s, i, moe=spec.is_moe, dispatch=dispatch or "gather", complete=complete)
+                for i, s in enumerate(sides))
+    roles = [s.role for s in out]
+    want = ["colocated"] if mode == "colocated" else ["prefill", "decode"]
+    if sorted(roles) != sorted(want):
+        raise SpecError(f"config['sides'] roles must be {want} for mode {mode!r}, got {roles}")
+    cfg = object.__new__(DeploymentConfig)
+    for name, value in (("model", doc["model"]), ("gpu", doc["gpu"]), ("mode", mode),
+                        ("weight_dtype", doc["weight_dtype"]), ("kv_dtype", doc["kv_dtype"]), ("sides", out),
+                        ("link", link), ("moe_dispatch", dispatch)):
+        object.__setattr__(cfg, name, value)
+    return cfg
