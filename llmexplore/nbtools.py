@@ -216,26 +216,18 @@ def say(text: str) -> None:
 # notebook parameters
 
 
-def _check_index_parameters(params: Mapping[str, Any]) -> dict[str, str]:
-    """Parameters of ``notebooks/00_index.ipynb``: KIND is one of the preset kinds."""
-    from . import _check, presets
-
-    _check.choice("KIND", params["KIND"], presets.KINDS)
-    return {}
-
-
 def _registry() -> dict[str, Callable[[Mapping[str, Any]], dict[str, str]]]:
-    from .sweeps import disagg, fidelity, layouts, moe, offload, plan, transfer
+    from . import nbparams
 
     return {
-        "00_index": _check_index_parameters,
-        "05_fidelity": fidelity.check_notebook_parameters,
-        "10_attention_layouts": layouts.check_notebook_parameters,
-        "20_pd_disaggregation": disagg.check_notebook_parameters,
-        "30_moe_expert_parallel": moe.check_notebook_parameters,
-        "40_kv_transfer": transfer.check_notebook_parameters,
-        "50_ssd_offload": offload.check_notebook_parameters,
-        "60_deployment_planner": plan.check_notebook_parameters,
+        "00_index": nbparams.check_index_parameters,
+        "05_fidelity": nbparams.check_fidelity_parameters,
+        "10_attention_layouts": nbparams.check_layouts_parameters,
+        "20_pd_disaggregation": nbparams.check_disagg_parameters,
+        "30_moe_expert_parallel": nbparams.check_moe_parameters,
+        "40_kv_transfer": nbparams.check_transfer_parameters,
+        "50_ssd_offload": nbparams.check_offload_parameters,
+        "60_deployment_planner": nbparams.check_plan_parameters,
     }
 
 

@@ -25,7 +25,7 @@ FLAGS = {**COMMON_FLAGS, "storage": "--storage", "prefix_tokens": "--prefix", "q
 
 
 def add(sub) -> None:
-    from ..models.step.engine import MAX_RANKS
+    from ..deployment import MAX_RANKS
     from ..models.offload.cost import MAX_PREFIX, MIN_SEARCH_BLOCK_TOKENS
 
     p = sub.add_parser("offload", help="load a cached KV prefix from host memory / SSD / NFS, or recompute it: "

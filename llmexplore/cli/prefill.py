@@ -26,7 +26,8 @@ FLAGS = {**COMMON_FLAGS, "ranks": "--ranks", "prompt_tokens": "--prompt", "prefi
 
 
 def add(sub) -> None:
-    from ..models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
+    from ..deployment import MAX_RANKS
+    from ..models.step.engine import MAX_BATCH, MAX_CONTEXT
 
     p = sub.add_parser("prefill", help="batched prefill: time by part, tokens/s, FLOPs, MFU, memory fit",
                        description="B prompts of P tokens each (X of them a cached prefix) prefilled together in "

@@ -17,11 +17,10 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .. import _check, presets
-from ..errors import LlmexploreError, SpecError, UnknownPresetError
+from .. import _check
 from ..units import display_name, from_si, si_unit_of
 
-__all__ = ["log_grid", "tidy", "summary_frame", "DEFAULT_UNITS", "preset_param", "int_param", "built", "layouts",
+__all__ = ["log_grid", "tidy", "summary_frame", "DEFAULT_UNITS", "layouts",
            "disagg", "moe", "transfer", "offload", "prefill", "fidelity", "bands", "plan"]
 
 #: display unit of each SI base unit in tables
@@ -79,29 +78,4 @@ def summary_frame(values: dict, prefix: str = "") -> pd.DataFrame:
 
 
 
-# ---- notebook parameters: shared by each area's check_notebook_parameters ------------------------------
-def preset_param(name: str, kind: str, value):
-    """The preset of ``kind`` a notebook parameter names; SpecError naming the parameter and the choices."""
-    try:
-        return presets.resolve(kind, value)
-    except (UnknownPresetError, SpecError):
-        raise SpecError(f"{name} must name a preset in data/{kind}.yaml ({', '.join(presets.names(kind))}), "
-                        f"got {value!r}") from None
-
-
-def int_param(name: str, value, lo: int, hi: int) -> int:
-    return _check.integer(name, value, lo=lo, hi=hi)
-
-
-def built(names: str, make, rename: dict[str, str] | None = None):
-    """``make()`` with any error re-worded to name the notebook parameters involved: a message that starts
-    with an argument in ``rename`` (``"ranks (3) must divide ..."``) gets the parameter's name instead."""
-    try:
-        return make()
-    except LlmexploreError as exc:
-        text = str(exc)
-        arg = next((a for a in (rename or {}) if text.startswith(a + " ")), None)
-        raise SpecError(rename[arg] + text[len(arg):] if arg else f"{names}: {text}") from None
-
-
-from . import bands, disagg, fidelity, layouts, moe, offload, plan, prefill, transfer  # noqa: E402  (area modules use the helpers above)
+from . import bands, disagg, fidelity, layouts, moe, offload, plan, prefill, transfer  # noqa: E402

@@ -19,11 +19,12 @@ from ..errors import SpecError
 from ..models.serving import disagg as dg
 from ..models.queueing import fcfs_sim as simulate
 from ..models.step.decode import step_time
-from ..models.step.engine import MAX_RANKS, Deployment, resolve_deployment
+from ..deployment import MAX_RANKS
+from ..models.step.engine import Deployment, resolve_deployment
 from ..models.step.kv_transfer import pipelined_exposed_s, transfer_time
 from ..specs import Link
 from ..units import dtype_bytes, from_si
-from . import built, int_param, preset_param, tidy
+from . import tidy
 
 __all__ = ["PDSetup", "setup", "custom_link", "MODES", "resolve_link", "mode_rows", "fewest_gpus", "fewest_gpus_mode", "link_comparison",
            "latency_vs_rate", "exposed_vs_bandwidth", "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs",
@@ -371,43 +372,3 @@ def max_abs_error_by_model(check: pd.DataFrame) -> dict[str, float]:
 
 
 # ---- notebook parameters ---------------------------------------------------------------------------------
-
-
-def check_notebook_parameters(p) -> dict[str, str]:
-    """Validate the parameters of ``notebooks/20_pd_disaggregation.ipynb`` (``{NAME: value}``).
-
-    Raises SpecError naming the parameter, the value and the rule; returns ``{}`` (every valid value applies).
-    Bounds keep a report run to minutes (grids of at most 1,000 points, 20 million simulated requests).
-    """
-
-    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("LINK", "links"), ("RUNTIME", "runtime")):
-        preset_param(name, kind, p[name])
-    int_param("PREFILL_TP", p["PREFILL_TP"], 1, MAX_RANKS)
-    int_param("DECODE_TP", p["DECODE_TP"], 1, MAX_RANKS)
-    int_param("PROMPT", p["PROMPT"], 1, 1 << 24)
-    int_param("OUTPUT", p["OUTPUT"], 1, 1 << 24)
-    _check.number("RATE", p["RATE"], lo=0, lo_open=True, hi=1e6)
-    _check.number("TTFT_SLO_MS", p["TTFT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
-    _check.number("TPOT_SLO_MS", p["TPOT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
-    int_param("N_RATES", p["N_RATES"], 2, 1000)
-    int_param("N_BANDWIDTHS", p["N_BANDWIDTHS"], 2, 1000)
-    for name in ("PROMPTS", "OUTPUTS"):
-        if not isinstance(p[name], (list, tuple)) or not 1 <= len(p[name]) <= 100:
-            raise SpecError(f"{name} must be a list of 1 to 100 token counts, e.g. [512, 1024], got {p[name]!r}")
-        for i, v in enumerate(p[name]):
-            int_param(f"{name}[{i}]", v, 1, 1 << 24)
-    int_param("GRID_MAX", p["GRID_MAX"], 1, 256)
-    int_param("SIM_REQUESTS", p["SIM_REQUESTS"], 1000, 20_000_000)
-    sig = p["PROMPT_SIGMAS"]
-    if not isinstance(sig, (list, tuple)) or not 1 <= len(sig) <= 20:
-        raise SpecError(f"PROMPT_SIGMAS must be a list of 1 to 20 log-sds, e.g. [0.0, 0.5], got {sig!r}")
-    for i, v in enumerate(sig):
-        _check.number(f"PROMPT_SIGMAS[{i}]", v, lo=0.0, hi=3.0)
-    names = {"prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "prompt_tokens": "PROMPT",
-             "output_tokens": "OUTPUT", "rate_per_s": "RATE", "ttft_slo_ms": "TTFT_SLO_MS",
-             "tpot_slo_ms": "TPOT_SLO_MS", "model": "MODEL", "gpu": "GPU"}
-    built("MODEL, GPU, PREFILL_TP, DECODE_TP", lambda: setup(
-        p["MODEL"], p["GPU"], prefill_tp=p["PREFILL_TP"], decode_tp=p["DECODE_TP"], prompt_tokens=p["PROMPT"],
-        output_tokens=p["OUTPUT"], rate_per_s=p["RATE"], ttft_slo_ms=p["TTFT_SLO_MS"],
-        tpot_slo_ms=p["TPOT_SLO_MS"], runtime=p["RUNTIME"]), names)
-    return {}

@@ -28,16 +28,15 @@ import pandas as pd
 
 from .. import _check, calibrate, kernelfit, presets, validate
 from ..errors import SpecError
-from ..models.step.kernels import Curve, gemm_work, moe_block_work
-from . import preset_param
+from ..models.step.kernels import Curve, gemm_work
+
 
 __all__ = ["RUNTIMES", "CALIBRATION_CSV", "CALIBRATION_ENGINE", "ENGINES", "ENGINE_LABELS", "KIND_LABELS",
            "SIZE_CLASSES", "runtime_label", "runtime_choices", "accuracy_table", "accuracy_summary", "sampler_effect",
            "category_errors", "not_modelled",
            "ranking_pairs", "KernelData", "CurveTables", "kernel_data", "gemm_curves", "moe_curves",
            "decode_attention_curves", "allreduce_curves", "deepep_ll_curves", "curve_errors", "curve_catalog",
-           "rejected_curves", "fit_error_pivot",
-           "check_notebook_parameters"]
+           "rejected_curves", "fit_error_pivot",]
 
 #: the runtime choices compared: each row's engine preset, the engine-neutral curves, the pre-curve model
 RUNTIMES = ("engine", "default", "scalar")
@@ -574,25 +573,3 @@ def _runtime_choice(name: str, value) -> str:
         return value
     raise SpecError(f"{name} must be 'engine' (each row priced by its engine's preset) or name a preset in "
                     f"data/runtime.yaml ({', '.join(presets.names('runtime'))}), got {_check.shown(value)}")
-
-
-def check_notebook_parameters(p) -> dict[str, str]:
-    """Validate the parameters of ``notebooks/05_fidelity.ipynb`` (``{NAME: value}``); SpecError naming the
-    parameter, the value and the rule. A GPU preset without kernel measurements does not apply here."""
-    _runtime_choice("PRICING", p["PRICING"])
-    _runtime_choice("BASELINE", p["BASELINE"])
-    hw = preset_param("GPU", "hardware", p["GPU"])
-    _check.choice("ENGINE", p["ENGINE"], ENGINES)
-    _check.number("BAND_PCT", p["BAND_PCT"], lo=0, lo_open=True, hi=1000, unit="%")
-    _check.number("MARGIN_PCT", p["MARGIN_PCT"], lo=0, hi=1000, unit="%")
-    if hw.name not in kernelfit.GPUS:
-        borrowed = presets.KERNEL_GPU_FALLBACK.get(hw.name)
-        if borrowed:
-            why = f"{hw.name} has no kernel measurements of its own (it borrows the {borrowed} curves: choose {borrowed})"
-        elif hw.name in kernelfit.ROCM_GPUS:
-            why = (f"{hw.name} has no kernel measurements beyond its FP8 GEMMs (aiter's tuned table), too few for this "
-                   f"notebook's curve figures (data/kernels/ covers {', '.join(kernelfit.GPUS)} in full)")
-        else:
-            why = f"{hw.name} has no kernel measurements (data/kernels/ covers {', '.join(kernelfit.GPUS)})"
-        return {"GPU": why}
-    return {}

@@ -14,7 +14,7 @@ from ..models.layouts import crossover
 from ..models.layouts import transitions
 from ..models.step.engine import LAYOUTS, MAX_BATCH, Deployment, check_batch_context
 from ..units import from_si
-from . import built, int_param, preset_param, tidy
+from . import tidy
 
 __all__ = ["layout_table", "best_layout", "layout_curves", "best_layout_grid", "phase_diagram",
            "memory_table", "transition_table", "policy_summary", "boundaries_at", "deployment_table",
@@ -195,55 +195,3 @@ def deployment_table(dep: Deployment) -> pd.DataFrame:
 
 #: weight and KV dtypes the notebook accepts (fp4 weights only on a GPU with FP4 tensor cores)
 NOTEBOOK_DTYPES = ("bf16", "fp8", "fp4")
-
-
-def check_notebook_parameters(p) -> dict[str, str]:
-    """Validate the parameters of ``notebooks/10_attention_layouts.ipynb`` (``{NAME: value}``).
-
-    Raises SpecError naming the parameter, the value and the rule; returns ``{}`` (every valid value applies).
-    Bounds keep a report run to minutes: at most 1,000 points per grid axis and 100,000 trace segments.
-    """
-    from .. import _check
-    from ..errors import SpecError
-    from ..models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS
-
-    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("GQA_MODEL", "models"), ("GQA_GPU", "hardware"),
-                       ("RUNTIME", "runtime")):
-        preset_param(name, kind, p[name])
-    for name in ("WEIGHT_DTYPE", "KV_DTYPE"):
-        if not isinstance(p[name], str) or p[name] not in NOTEBOOK_DTYPES:
-            raise SpecError(f"{name} must be one of {', '.join(NOTEBOOK_DTYPES)} (the dtypes this notebook and "
-                            f"its explorer offer), got {p[name]!r}")
-    preset_param("GPU", "hardware", p["GPU"]).check_dtype(p["WEIGHT_DTYPE"], "WEIGHT_DTYPE")
-    for name in ("RANKS", "GQA_RANKS"):
-        int_param(name, p[name], 1, MAX_RANKS)
-    int_param("BATCH", p["BATCH"], 1, MAX_BATCH)
-    int_param("BATCH_MAX", p["BATCH_MAX"], 1, MAX_BATCH)
-    _check.number("CONTEXT", p["CONTEXT"], lo=1, hi=MAX_CONTEXT)
-    lo = _check.number("CONTEXT_MIN", p["CONTEXT_MIN"], lo=1, hi=MAX_CONTEXT)
-    hi = _check.number("CONTEXT_MAX", p["CONTEXT_MAX"], lo=1, hi=MAX_CONTEXT)
-    if hi <= lo:
-        raise SpecError(f"CONTEXT_MAX must be greater than CONTEXT_MIN ({p['CONTEXT_MIN']!r}), got {p['CONTEXT_MAX']!r}")
-    int_param("N_CONTEXT", p["N_CONTEXT"], 2, 1000)
-    int_param("N_BATCH", p["N_BATCH"], 1, 1000)
-    int_param("TRACE_BATCH", p["TRACE_BATCH"], 1, 1 << 16)
-    int_param("TRACE_PROMPT", p["TRACE_PROMPT"], 1, MAX_CONTEXT)
-    _check.number("TRACE_MEAN_OUTPUT", p["TRACE_MEAN_OUTPUT"], lo=1, hi=1 << 24)
-    seg = int_param("TRACE_SEGMENT", p["TRACE_SEGMENT"], 1, 1 << 24)
-    if p["TRACE_MEAN_OUTPUT"] / seg > 100_000:
-        raise SpecError(f"TRACE_SEGMENT must be at least TRACE_MEAN_OUTPUT / 100,000 (at most 100,000 segments "
-                        f"per trace), got {seg!r}")
-    _check.number("HORIZON_STEPS", p["HORIZON_STEPS"], lo=1, hi=1e12)
-    _check.number("FLUCT_MEAN_BATCH", p["FLUCT_MEAN_BATCH"], lo=1, hi=MAX_BATCH)
-    _check.number("FLUCT_BATCH_SD", p["FLUCT_BATCH_SD"], lo=0, hi=MAX_BATCH)
-    _check.number("FLUCT_CONTEXT", p["FLUCT_CONTEXT"], lo=1, hi=MAX_CONTEXT)
-    int_param("FLUCT_SEGMENTS", p["FLUCT_SEGMENTS"], 1, 100_000)
-    int_param("FLUCT_SEGMENT_STEPS", p["FLUCT_SEGMENT_STEPS"], 1, 1 << 24)
-    int_param("SEED", p["SEED"], 0, 2**32 - 1)
-    built("MODEL, GPU, RANKS", lambda: Deployment.build(p["MODEL"], p["GPU"], p["RANKS"], runtime=p["RUNTIME"],
-                                                          weight_dtype=p["WEIGHT_DTYPE"], kv_dtype=p["KV_DTYPE"]),
-           {"ranks": "RANKS"})
-    built("GQA_MODEL, GQA_GPU, GQA_RANKS", lambda: Deployment.build(p["GQA_MODEL"], p["GQA_GPU"], p["GQA_RANKS"],
-                                                                    runtime=p["RUNTIME"]),
-           {"ranks": "GQA_RANKS"})
-    return {}

@@ -17,7 +17,7 @@ from ..models.moe import decode as moe_model
 from ..models.moe import eplb
 from ..models.moe import routing
 from ..models.moe.decode import MoEDeployment
-from . import built, int_param, preset_param, tidy
+from . import tidy
 
 __all__ = ["LAYERS", "layout_options", "scenario_splits", "config", "moe_records", "scenario_table",
            "step_vs_skew", "step_vs_batch", "rank_loads", "max_load_check", "redundancy_gain_pct", "comm_at_batch",
@@ -239,51 +239,6 @@ def batch_axis(batches, batch: int) -> list[int]:
     """The batch axis of the notebook: ``batches`` plus the chosen ``batch``, sorted, without repeats."""
     values = [_check.integer("BATCHES", b, lo=1, hi=1 << 24) for b in list(batches)]
     return sorted({*values, _check.integer("BATCH", batch, lo=1, hi=1 << 24)})
-
-
-def check_notebook_parameters(p) -> dict[str, str]:
-    """Validate the parameters of ``notebooks/30_moe_expert_parallel.ipynb`` (``{NAME: value}``).
-
-    Raises SpecError naming the parameter, the value and the rule. Returns ``{"MODEL": why}`` for a dense
-    model: a valid preset that this notebook cannot use (the report builder then keeps the default here).
-    """
-
-    m = preset_param("MODEL", "models", p["MODEL"])
-    preset_param("GPU", "hardware", p["GPU"])
-    preset_param("RUNTIME", "runtime", p["RUNTIME"])
-    if not m.is_moe:
-        moe_names = [n for n, x in presets.table("models").items() if x.is_moe]
-        return {"MODEL": f"{m.name} is a dense model; this notebook needs a MoE model ({', '.join(moe_names)})"}
-    gpus = int_param("GPUS", p["GPUS"], 1, moe_model.MAX_GPUS)
-    tp = int_param("TP", p["TP"], 1, moe_model.MAX_GPUS)
-    options = built("MODEL, GPU, GPUS", lambda: layout_options(gpus, m.name, p["GPU"]))
-    tps = [t for _, t, e in options if e > 1]
-    if tp not in tps:
-        raise SpecError(f"TP must be one of {tps} (a TP group inside one node that leaves expert parallelism "
-                        f"for {gpus} GPUs of {m.name}), got {p['TP']!r}")
-    if 1 not in tps:
-        raise SpecError(f"GPUS must be a divisor of the routed experts of {m.name} ({m.routed_experts}) so that "
-                        f"DPA + EP{gpus} exists, got {p['GPUS']!r}")
-    _check.number("SKEW", p["SKEW"], lo=1.0, hi=1000.0)
-    int_param("BATCH", p["BATCH"], 1, 1 << 24)
-    int_param("CONTEXT", p["CONTEXT"], 1, 1 << 30)
-    for name, most in (("REDUNDANT", 16), ("BATCHES", 64)):
-        if not isinstance(p[name], (list, tuple)) or not 1 <= len(p[name]) <= most:
-            raise SpecError(f"{name} must be a list of 1 to {most} integers, got {p[name]!r}")
-    for i, r in enumerate(p["REDUNDANT"]):
-        int_param(f"REDUNDANT[{i}]", r, 0, moe_model.MAX_REDUNDANT)
-    for i, b in enumerate(p["BATCHES"]):
-        int_param(f"BATCHES[{i}]", b, 1, 1 << 24)
-    int_param("N_SKEWS", p["N_SKEWS"], 2, 500)
-    int_param("MC_TRIALS", p["MC_TRIALS"], 1, 100_000)
-    red = max(p["REDUNDANT"])
-    if red == 0:
-        raise SpecError(f"REDUNDANT must hold at least one count > 0 to compare against, got {p['REDUNDANT']!r}")
-    built("TP, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=tp, ep=gpus // tp, redundant=red,
-                                          runtime=p["RUNTIME"]))
-    built("GPUS, REDUNDANT", lambda: config(m.name, p["GPU"], gpus, tp=1, ep=gpus, redundant=red,
-                                            runtime=p["RUNTIME"]))
-    return {}
 
 
 def gpu_loads(md: MoEDeployment, *, skew: float = 2.6) -> pd.DataFrame:

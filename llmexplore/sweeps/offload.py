@@ -21,16 +21,16 @@ from ..errors import LlmexploreError, SpecError
 from ..models.offload import cost as of
 from ..models.offload import preload as pre
 from ..models.queueing import at_stat
-from ..models.step.engine import MAX_RANKS, Deployment
+from ..deployment import MAX_RANKS
+from ..models.step.engine import Deployment
 from ..models.step.prefill import prefill_time
 from ..specs import StorageTier
 from ..units import dtype_bytes
-from . import built, int_param, preset_param, tidy
+from . import tidy
 
 __all__ = ["OffloadSetup", "setup", "custom_tier", "point_summary", "cost_curves", "break_even_table",
            "regime_grid", "break_even_map", "preload_curve", "staging_replay", "gpus_vs_hit_ratio",
-           "precision_table", "pool_queue", "saved_by_tier", "grid_with", "measured_load", "measured_replay",
-           "check_notebook_parameters"]
+           "precision_table", "pool_queue", "saved_by_tier", "grid_with", "measured_load", "measured_replay",]
 
 
 @dataclass(frozen=True)
@@ -418,31 +418,3 @@ def measured_replay(s: OffloadSetup, **kwargs) -> pd.DataFrame | None:
         return None
     with tempfile.TemporaryDirectory(prefix="llmexplore-replay-") as work:
         return measured_load(fn(s, workdir=work, **kwargs))
-
-
-def check_notebook_parameters(p) -> dict[str, str]:
-    """Validate the parameters of ``notebooks/50_ssd_offload.ipynb`` (``{NAME: value}``); SpecError naming the
-    parameter, the value and the rule."""
-    m = preset_param("MODEL", "models", p["MODEL"])
-    preset_param("GPU", "hardware", p["GPU"])
-    preset_param("STORAGE", "storage", p["STORAGE"])
-    preset_param("RUNTIME", "runtime", p["RUNTIME"])
-    dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
-    tp = int_param("TP", p["TP"], 1, MAX_RANKS)
-    int_param("PREFIX", p["PREFIX"], 0, of.MAX_PREFIX)
-    int_param("BLOCK_TOKENS", p["BLOCK_TOKENS"], 1, 1 << 16)
-    _check.number("QUEUE_WAIT_MS", p["QUEUE_WAIT_MS"], lo=0, hi=1e9)
-    _check.probability("HIT_RATIO", p["HIT_RATIO"])
-    _check.number("RATE", p["RATE"], lo=0, lo_open=True, hi=1e6)
-    int_param("PROMPT_TOKENS", p["PROMPT_TOKENS"], 1, of.MAX_PREFIX)
-    _check.number("TTFT_SLO_MS", p["TTFT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
-    _check.number("STAGING_GB", p["STAGING_GB"], lo=0, hi=1e6)
-    s = built("MODEL, GPU, TP", lambda: setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp, kv_dtype=p["KV_DTYPE"],
-                                              block_tokens=p["BLOCK_TOKENS"], runtime=p["RUNTIME"]),
-              rename={"tp": "TP"})
-    full_ms = float(prefill_time(s.dep, int(p["PROMPT_TOKENS"]), 0)["prefill_s"]) * 1e3
-    if float(p["TTFT_SLO_MS"]) <= full_ms:
-        raise SpecError(f"TTFT_SLO_MS must exceed the prefill of one PROMPT_TOKENS = {int(p['PROMPT_TOKENS']):,}-token "
-                        f"prompt without a cache hit ({full_ms:,.0f} ms on {s.dep.ranks}x {s.dep.hardware.label}), "
-                        f"got {p['TTFT_SLO_MS']!r}: no pool could meet it")
-    return {}

@@ -736,7 +736,7 @@ def capacity_plan(questions, *, out=None, scheduler=None, workers: int | None = 
 # ---- tables of notebooks/60_deployment_planner.ipynb ----------------------------------------------------------
 
 __all__ += ["highest_rate", "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "shared_flags", "top_table",
-            "simulate_best", "check_table", "check_notebook_parameters", "SWEEP_COLUMNS", "CHECK_COLUMNS"]
+            "simulate_best", "check_table", "SWEEP_COLUMNS", "CHECK_COLUMNS"]
 
 RATE_SHARE_MIN = 1 / 16  # the rate sweep starts at this share of the highest rate any configuration sustains
 N_RATES = 8  # rates in the default sweep (each is one plan(): about 0.3 s warm)
@@ -887,32 +887,3 @@ CHECK_COLUMNS = ["label", "status", "ttft_model_ms", "ttft_sim_ms", "ttft_gap_pc
 def check_table(checks: list[dict]) -> pd.DataFrame:
     """:func:`simulate_top`'s checks as a table (:data:`CHECK_COLUMNS`; NaN where a row was not simulated)."""
     return pd.DataFrame(list(checks)).reindex(columns=CHECK_COLUMNS)
-
-
-def check_notebook_parameters(p) -> dict[str, str]:
-    """Validate the parameters of ``notebooks/60_deployment_planner.ipynb`` (``{NAME: value}``); SpecError
-    naming the parameter, the value and the rule."""
-    from . import built, int_param, preset_param
-
-    preset_param("MODEL", "models", p["MODEL"])
-    preset_param("GPU", "hardware", p["GPU"])
-    preset_param("RUNTIME", "runtime", p["RUNTIME"])
-    if p["LINK"] is not None:
-        preset_param("LINK", "links", p["LINK"])
-    for name in ("WEIGHT_DTYPES", "KV_DTYPES"):
-        v = p[name]
-        if v is not None and not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
-            raise SpecError(f"{name} must be None (the default search) or a non-empty list of dtype names, "
-                            f"got {v!r}")
-    int_param("TOP", p["TOP"], 1, 1000)
-    int_param("N_RATES", p["N_RATES"], 2, 64)
-    int_param("SIMULATED_REQUESTS", p["SIMULATED_REQUESTS"], 10, 100_000)
-    rename = {"gpus": "GPUS", "isl": "ISL", "osl": "OSL", "ttft_ms": "TTFT_MS", "tpot_ms": "TPOT_MS",
-              "stat": "STAT", "rate_per_s": "RATE", "weight_dtype": "WEIGHT_DTYPES", "kv_dtype": "KV_DTYPES",
-              "weight_dtypes": "WEIGHT_DTYPES", "kv_dtypes": "KV_DTYPES"}
-    built("MODEL, GPU", lambda: Question(
-        model=p["MODEL"], gpu=p["GPU"], gpus=p["GPUS"], isl=p["ISL"], osl=p["OSL"], ttft_ms=p["TTFT_MS"],
-        tpot_ms=p["TPOT_MS"], stat=p["STAT"], rate_per_s=p["RATE"], runtime=p["RUNTIME"],
-        weight_dtypes=None if p["WEIGHT_DTYPES"] is None else tuple(p["WEIGHT_DTYPES"]),
-        kv_dtypes=None if p["KV_DTYPES"] is None else tuple(p["KV_DTYPES"]), link=p["LINK"]), rename=rename)
-    return {}

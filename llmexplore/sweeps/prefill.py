@@ -13,7 +13,8 @@ from __future__ import annotations
 from .. import _check
 from ..errors import SpecError
 from ..models.step import decode as att
-from ..models.step.engine import MAX_BATCH, MAX_CONTEXT, MAX_RANKS, Deployment
+from ..deployment import MAX_RANKS
+from ..models.step.engine import MAX_BATCH, MAX_CONTEXT, Deployment
 from ..models.step.prefill import prefill_time
 from . import tidy
 from .layouts import _reason

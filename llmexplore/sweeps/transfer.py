@@ -21,15 +21,15 @@ from ..errors import LlmexploreError, SpecError
 from ..models.step.engine import Deployment, kernel_rates, resolve_deployment
 from ..models.step.prefill import prefill_time
 from ..specs import Link, ModelSpec
-from ..transfer.buffers import MAX_PAGE_TOKENS, ModelTransfer, model_transfer
+from ..transfer.buffers import ModelTransfer, model_transfer
 from ..transfer.cost import PlanTraffic, plan_traffic, transfer_time
 from ..transfer.planner import DP_PAIRINGS
 from ..transfer.roundtrip import roundtrip_check
 from ..units import dtype_bytes
-from . import built, int_param, preset_param, tidy
+from . import tidy
 
 __all__ = ["TransferSetup", "setup", "pairs_around", "byte_matrix", "prefill_rank_table", "decode_rank_table", "fragment_table",
-           "plan_summary", "layout_pairs", "candidate_tps", "time_vs_prompt", "check_notebook_parameters", "MAX_TP",
+           "plan_summary", "layout_pairs", "candidate_tps", "time_vs_prompt", "MAX_TP",
            "MAX_DP"]
 
 MAX_TP = 1024
@@ -270,34 +270,3 @@ def time_vs_prompt(s: TransferSetup, prompts) -> pd.DataFrame:
                                                       "unbatched_s": t["unbatched_s"], "staged_s": t["staged_s"],
                                                       "pipelined_s": t.get("pipelined_s", nan),
                                                       "prefill_s": t.get("prefill_s", nan)})})
-
-
-def check_notebook_parameters(p) -> dict[str, str]:
-    """Validate the parameters of ``notebooks/40_kv_transfer.ipynb`` (``{NAME: value}``); SpecError naming the
-    parameter, the value and the rule."""
-    m = preset_param("MODEL", "models", p["MODEL"])
-    preset_param("GPU", "hardware", p["GPU"])
-    preset_param("LINK", "links", p["LINK"])
-    preset_param("RUNTIME", "runtime", p["RUNTIME"])
-    dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
-    sizes = {}
-    for name, hi in (("PREFILL_TP", MAX_TP), ("PREFILL_DP", MAX_DP), ("DECODE_TP", MAX_TP), ("DECODE_DP", MAX_DP)):
-        sizes[name] = int_param(name, p[name], 1, hi)
-    int_param("PAGE_SIZE", p["PAGE_SIZE"], 1, MAX_PAGE_TOKENS)
-    int_param("PROMPT_TOKENS", p["PROMPT_TOKENS"], 1, 1 << 24)
-    pairing = p["DP_PAIRING"]
-    if not isinstance(pairing, str) or pairing not in DP_PAIRINGS:
-        raise SpecError(f"DP_PAIRING must be one of {', '.join(DP_PAIRINGS)}, got {pairing!r}")
-    if pairing == "index" and sizes["DECODE_DP"] > sizes["PREFILL_DP"]:
-        raise SpecError(f"DECODE_DP must be <= PREFILL_DP ({sizes['PREFILL_DP']}) with DP_PAIRING = 'index' (decode "
-                        f"DP group k receives from prefill DP group k, as in version 1), got {sizes['DECODE_DP']}; "
-                        f"set DP_PAIRING = 'any' to route each request from any prefill DP group")
-    built("PREFILL_TP, DECODE_TP, PREFILL_DP, DECODE_DP, PAGE_SIZE",
-          lambda: setup(m.name, prefill_tp=sizes["PREFILL_TP"], decode_tp=sizes["DECODE_TP"],
-                        prefill_dp=sizes["PREFILL_DP"], decode_dp=sizes["DECODE_DP"], page_size=p["PAGE_SIZE"],
-                        kv_dtype=p["KV_DTYPE"], gpu=p["GPU"], link=p["LINK"], prompt_tokens=p["PROMPT_TOKENS"],
-                        dp_pairing=pairing, runtime=p["RUNTIME"]),
-          # the longer names first: a message is renamed by the first argument it starts with
-          rename={"prefill_tp x prefill_dp": "PREFILL_TP x PREFILL_DP", "decode_tp x decode_dp": "DECODE_TP x DECODE_DP",
-                  "prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "page_size": "PAGE_SIZE"})
-    return {}

@@ -20,7 +20,7 @@ import numpy as np
 from .. import _check, presets
 from ..findings import offload as offload_findings
 from ..findings import num
-from ..models.step.engine import MAX_RANKS
+from ..deployment import MAX_RANKS
 from ..models.offload.cost import MAX_PREFIX
 from ..plots import offload as offload_plots
 from ..sweeps import log_grid

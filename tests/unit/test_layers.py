@@ -27,7 +27,7 @@ LAYERS = {
     "storage": 1,
     "calibrate": 2, "kernelfit": 2, "traces": 2, "validate": 2, "sweeps": 2, "findings": 2,
     "plots": 3,
-    "widgets": 4, "nbtools": 4,
+    "widgets": 4, "nbtools": 4, "nbparams": 4,
     "report": 5,
     "cli": 6, "__main__": 6, "__init__": 6,
 }

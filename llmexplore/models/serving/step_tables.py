@@ -72,16 +72,8 @@ class StepTables:
         return row[i] + f * (row[i + 1] - row[i])
 
     def decode_core_s(self, batch: int, context: float) -> float:
-        """Decode attention core of ``batch`` sequences at mean ``context`` [s] (:meth:`_lerp_ctx` written out:
-        the simulator calls this once per iteration)."""
-        row, g = self._dec_rows[batch], self._ctx
-        i = bisect.bisect_right(g, context) - 1
-        if i < 0:
-            i = 0
-        elif i >= len(g) - 1:
-            i = len(g) - 2
-        f = (context - g[i]) / (g[i + 1] - g[i])
-        return row[i] + f * (row[i + 1] - row[i])
+        """Decode attention core of ``batch`` sequences at mean ``context`` [s]."""
+        return self._lerp_ctx(self._dec_rows[batch], context)
 
     def chunk_core_s(self, tokens: int, context: float) -> float:
         """Causal core of a prefill chunk of ``tokens`` after ``context`` cached tokens [s]."""
