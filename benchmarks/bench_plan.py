@@ -34,6 +34,7 @@ from llmexplore.models.serving.batcher import Scheduler  # noqa: E402
 from llmexplore.models.step.engine import Deployment  # noqa: E402
 from llmexplore.models.serving.workload import LengthDist, Traffic  # noqa: E402
 from llmexplore.sweeps import plan as sp  # noqa: E402
+from llmexplore.sweeps.plan import search as plan_search  # noqa: E402
 
 Q = sp.Question(model="qwen3-32b", gpu="h200", gpus=32, isl=4000, osl=500, ttft_ms=300, tpot_ms=10, stat="p90",
                 weight_dtypes=("fp8",))
@@ -41,8 +42,8 @@ N_SIM = 10_000
 
 
 def cold() -> dict:
-    sp._instance.cache_clear()
-    sp._colocated_tables.cache_clear()
+    plan_search._instance.cache_clear()
+    plan_search._colocated_tables.cache_clear()
     return sp.plan(Q)
 
 

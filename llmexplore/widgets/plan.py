@@ -22,6 +22,7 @@ from ..errors import LlmexploreError
 from ..findings import plan as plan_findings
 from ..plots import fmt, update_from
 from ..plots import plan as plan_plots
+from ..deployment import MAX_GPUS
 from ..sweeps import plan as plan_sweeps
 from . import (
     Draw,
@@ -131,7 +132,7 @@ def plan_explorer(model: str = "qwen3-32b", gpu: str = "h200", *, gpus: int = 32
     gpu = preset_name("hardware", "gpu", gpu)
     runtime = preset_name("runtime", "runtime", runtime)
     link = None if link is None else preset_name("links", "link", link)
-    gpus = _check.integer("gpus", gpus, lo=1, hi=plan_sweeps.MAX_GPUS)
+    gpus = _check.integer("gpus", gpus, lo=1, hi=MAX_GPUS)
     isl = _check.integer("isl", isl, lo=1, unit="tokens")
     osl = _check.integer("osl", osl, lo=1, unit="tokens")
     ttft_ms = _check.number("ttft_ms", ttft_ms, lo=0.0, lo_open=True, unit="ms")

@@ -1,0 +1,132 @@
+"""The simulator check: a planned configuration re-run in the iteration-level serving simulator, at its
+operating rate or under any traffic (docs/models.md §4.9, §8)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import _check, presets
+from ...deployment import DeploymentConfig
+from ...errors import SpecError
+from ...models.serving import disagg as dg
+from ...models.step.engine import Deployment
+from .question import Question
+from .search import config_of
+
+__all__ = ["simulate_row", "simulate_top", "simulate_config", "CDF_POINTS", "SIM_REQUESTS", "SIM_TOLERANCE"]
+
+
+SIM_REQUESTS = 2000  # requests per simulated check (the summary covers all of them, from an empty start)
+SIM_TOLERANCE = 0.10  # relative gap between the analytic estimate and the simulation that is reported
+
+
+def simulate_row(row: dict, q: Question, *, n_requests: int = SIM_REQUESTS, seed: int = 0) -> dict:
+    """Re-check one configuration with the iteration-level serving simulator (:func:`simulate_config`) at its
+    operating rate: TTFT and TPOT at the question's statistic, simulated vs analytic, and whether they differ
+    by more than :data:`SIM_TOLERANCE`. Only TP attention is simulated (``status`` says so otherwise)."""
+    out = {"label": row["label"], "ttft_model_ms": row.get("ttft_ms"), "tpot_model_ms": row.get("tpot_ms")}
+    if not row.get("feasible"):
+        return {**out, "status": "infeasible: not simulated"}
+    if row["decode_layout"] != "TP":
+        return {**out, "status": f"not simulated: the simulator runs TP attention, not {row['decode_layout']}"}
+    try:
+        s = simulate_config(config_of(row, q), isl=q.isl, osl=q.osl, rate_per_s=float(row["rate_per_s"]),
+                            n_requests=n_requests, runtime=q.runtime, seed=seed)["summary"]
+    except SpecError as exc:
+        return {**out, "status": f"not simulated: {exc}"}
+    ttft, tpot = s[f"ttft_{q.stat}_s"] * 1e3, s[f"tpot_{q.stat}_s"] * 1e3
+    d_ttft = ttft / row["ttft_ms"] - 1.0
+    d_tpot = tpot / row["tpot_ms"] - 1.0
+    flag = abs(d_ttft) > SIM_TOLERANCE or abs(d_tpot) > SIM_TOLERANCE
+    return {**out, "status": "simulated", "ttft_sim_ms": ttft, "tpot_sim_ms": tpot, "ttft_gap_pct": 100 * d_ttft,
+            "tpot_gap_pct": 100 * d_tpot, "disagrees": bool(flag),
+            "meets_targets_sim": bool(ttft <= q.ttft_ms and tpot <= q.tpot_ms), "requests": n_requests,
+            "preemptions": int(s.get("preemptions", 0))}
+
+
+def simulate_top(result: dict, k: int = 3, **kw) -> list[dict]:
+    """:func:`simulate_row` for the ``k`` best feasible configurations of a :func:`plan` result."""
+    q = result["question"]
+    ok = result["table"][result["table"]["feasible"]].head(int(k))
+    return [simulate_row(r, q, **kw) for r in ok.to_dict("records")]
+
+
+CDF_POINTS = np.linspace(0.01, 0.99, 99)  # quantiles of the distributions returned for plotting
+
+
+def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
+                    concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
+                    isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
+                    prefix_ratio: float = 0.0, sampler: str = "fused") -> dict:
+    """Simulate one configuration (a :class:`~llmexplore.deployment.DeploymentConfig` or its JSON) under Poisson arrivals at ``rate_per_s``, a
+    closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
+    :func:`llmexplore.traces.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
+    size the step tables' context); lengths fixed or lognormal (median ``isl``/``osl`` and log-sd); a share
+    ``prefix_ratio`` of each prompt is a cached shared prefix; ``sampler`` is ``Deployment.sampler`` of every
+    side (docs/models.md §1.1b).
+
+    Returns ``summary`` (the simulator's: mean/p50/p90/p99 of TTFT, TPOT, ITL and E2E [s], throughput,
+    preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
+    and KV occupancy over time, at most 2,000 points per instance) and ``config``."""
+    from ...models.serving import simulator as sv
+    from ...models.serving.batcher import Scheduler
+    from ...models.serving.workload import LengthDist, Traffic
+
+    cfg = DeploymentConfig.from_json(cfg)
+    isl = _check.integer("isl", isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
+    osl = _check.integer("osl", osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
+    n_requests = _check.integer("requests", n_requests, lo=1, hi=1_000_000)
+
+    def dist(med, sig):
+        return LengthDist.fixed(med) if not sig else LengthDist.lognormal(med, sig)
+
+    if trace is not None:
+        from ...traces import load_trace
+
+        if rate_per_s is not None or concurrency is not None:
+            raise SpecError("trace replays its own arrivals: give no rate_per_s or concurrency with it")
+        traffic = load_trace(trace, prefix_ratio=prefix_ratio)
+        n_requests = min(n_requests, len(traffic.trace))
+    else:
+        traffic = Traffic(rate_per_s=rate_per_s, concurrency=concurrency, isl=dist(isl, isl_sigma),
+                          osl=dist(osl, osl_sigma), prefix_ratio=prefix_ratio)
+    for s in cfg.sides:
+        if s.layout != "TP":
+            raise SpecError(f"the simulator runs TP attention only; config side {s.role!r} has layout "
+                            f"{s.layout!r}")
+
+    moe = presets.model(cfg.model).is_moe
+
+    def dep(s):
+        return Deployment.build(cfg.model, cfg.gpu, s.ranks, runtime=runtime, weight_dtype=cfg.weight_dtype,
+                                kv_dtype=cfg.kv_dtype, moe_ep=s.ep if moe and s.ep != s.ranks else None,
+                                sampler=sampler)
+
+    if cfg.mode == "colocated":
+        s = cfg.side("colocated")
+        seqs = s.max_num_seqs
+        chunk = max(s.chunk_tokens or 2048, seqs)
+        res = sv.simulate_colocated(dep(s), traffic, n_requests, instances=s.instances,
+                                    scheduler=Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
+                                    seed=seed)
+    else:
+        p, d = cfg.side("prefill"), cfg.side("decode")
+        link = presets.link(cfg.link or presets.hardware(cfg.gpu).scale_out_link or "roce-400g")
+        seqs = d.max_num_seqs
+        res = sv.simulate_disaggregated(dep(p), dep(d), link, traffic, n_requests,
+                                        prefill_instances=p.instances, decode_instances=d.instances,
+                                        prefill_tokens=max(isl, 1),
+                                        decode_scheduler=Scheduler(max_num_seqs=seqs,
+                                                                      max_num_batched_tokens=max(seqs, 2048)),
+                                        seed=seed)
+    req = res.requests
+    cdf = {}
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        v = req[name][np.isfinite(req[name])]
+        cdf[name[:-2] + "_ms"] = (np.quantile(v, CDF_POINTS) * 1e3 if v.size else np.full(CDF_POINTS.size, np.nan))
+    cdf["itl_ms"] = sv.weighted_quantile(res.itl_s, res.itl_weight, CDF_POINTS) * 1e3
+    ser = res.series
+    step = max(1, ser["step_s"].size // 2000)
+    series = {k: np.asarray(ser[k])[::step] for k in ("instance", "start_s", "decode_batch", "kv_occupancy")
+              if k in ser}
+    return {"summary": res.summary, "cdf": cdf, "quantiles": CDF_POINTS, "series": series, "config": cfg.to_json()}
