@@ -388,6 +388,7 @@ def test_report_failure_exits_1_without_traceback(capsys, monkeypatch):
 
 
 # ---- the installed entry point ----------------------------------------------------------------------------
+@pytest.mark.slow  # a subprocess / Dask run: the fast tier (-m 'not slow') leaves it out
 def test_installed_entry_point_and_python_m():
     script = Path(sys.executable).with_name("llmexplore")
     assert script.exists(), "pip install -e . should install the llmexplore console script"

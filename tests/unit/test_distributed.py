@@ -16,6 +16,8 @@ from llmexplore.errors import SpecError, UsageError
 from llmexplore.sweeps import distributed as dist
 from llmexplore.sweeps.distributed import _demo_task, run_sweep
 
+pytestmark = pytest.mark.slow  # process pools and a Dask cluster: the fast tier (-m 'not slow') leaves it out
+
 N = 24
 
 

@@ -29,6 +29,8 @@ from llmexplore import cli, presets, report
 from llmexplore.cli import _framework
 from llmexplore.cli._framework import Checked
 
+pytestmark = pytest.mark.slow  # a fuzz of every command: the fast tier (-m 'not slow') leaves it out
+
 DATA = Path(__file__).resolve().parents[2] / "data" / "calibration" / "aic-llama31-70b-tp8-h100.csv"
 
 #: a valid command line for each command (small and fast); the fuzz mutates it

@@ -136,6 +136,7 @@ def test_a_process_pool_gives_the_same_answer(ref):
         pd.testing.assert_frame_equal(a["frontiers"][mode], b["frontiers"][mode], check_dtype=False)
 
 
+@pytest.mark.slow  # a subprocess / Dask run: the fast tier (-m 'not slow') leaves it out
 def test_a_dask_cluster_gives_the_same_answer(ref):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c:

@@ -234,6 +234,7 @@ def test_links_between_notebooks_point_at_notebooks_that_exist(path):
         assert targets, f"{path.name}: link the next notebook (or the index) in its last cell"
 
 
+@pytest.mark.slow  # a subprocess / Dask run: the fast tier (-m 'not slow') leaves it out
 def test_committed_notebooks_are_what_nbstripout_writes():
     """`make strip` and the git filter of `make git-filter` (nbstripout) leave the committed notebooks as they
     are: no spurious diff after installing the filter (cell ids 0, 1, ..., no outputs, no widget state)."""
