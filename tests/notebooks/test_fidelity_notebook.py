@@ -87,7 +87,7 @@ def test_the_report_states_the_headline_numbers_in_words(run, rec):
 
 def test_deepep_low_latency_curves_recorded_and_said(run, rec):
     """Section 3's DeepEP low-latency figure (H100: its own single-node rows and the 2/4/8-node rows): the recorded
-    median |error| of each curve is the fit's own (tests/unit/test_deepep_ll.py pins the fits to their rows)."""
+    median |error| of each curve is the fit's own (tests/unit/models/step/test_deepep_ll.py pins the fits to their rows)."""
     from llmexplore import findings, sweeps
     from llmexplore.measured import deepep_ll_fit
 
@@ -110,7 +110,7 @@ def test_seven_figures(run):
 
 def test_the_sampler_effect_is_recorded_and_said(run, rec):
     """The 28 ML.ENERGY rows (vLLM 0.11.1, top-p sampling) priced with and without the sort-based sampler: their
-    median error at batch >= 64 is -18.3% without it and -4.5% with it (tests/unit/test_sampler.py pins why)."""
+    median error at batch >= 64 is -18.3% without it and -4.5% with it (tests/unit/models/step/test_sampler.py pins why)."""
     from llmexplore import findings, sweeps
 
     effect = sweeps.fidelity.sampler_effect("engine")

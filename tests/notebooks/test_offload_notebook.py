@@ -1,7 +1,7 @@
 """notebooks/50_ssd_offload.ipynb with its defaults (the run test_all_notebooks makes, shared): recorded values
 against numbers computed here from the model's published config and the storage presets' fields, not from
 llmexplore.models.offload.cost. (Llama-3.2-3B's 28 MiB block and its break-even are checked without a notebook run in
-tests/unit/test_offload.py and tests/reference/test_published.py.)"""
+tests/unit/models/offload/test_offload.py and tests/reference/test_published.py.)"""
 
 import math
 import re

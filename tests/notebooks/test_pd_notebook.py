@@ -55,7 +55,7 @@ def test_queue_formulas_agree_with_simulation(rec):
     # exact formulas; 4M simulated requests leave a p99 sampling sd of ~0.8% at load 0.85 (~0.3% below)
     assert err["M/D/1 exact"] < 3.0 and err["M/G/1 exact"] < 3.0
     assert err["M/G/c Allen-Cunneen"] < 12.0
-    assert err["M/D/c Allen-Cunneen"] < 12.0  # an approximation (measured in tests/unit/test_queueing.py)
+    assert err["M/D/c Allen-Cunneen"] < 12.0  # an approximation (measured in tests/unit/models/queueing/test_queueing.py)
 
 
 def test_goodput_matches_the_package(rec):

@@ -65,7 +65,7 @@ def _ll_model(ep):
 @pytest.mark.parametrize("ep", [16, 32, 64, 128, 256])
 def test_deepep_low_latency_internode_within_20_percent(ep):
     """Inter-node EP (2-32 nodes of 8 GPUs), an independent check of the low-latency curves: the model prices
-    them from aiconfigurator's H100 kernel tables (EP16/32/64, held beyond; tests/unit/test_deepep_ll.py), and
+    them from aiconfigurator's H100 kernel tables (EP16/32/64, held beyond; tests/unit/models/step/test_deepep_ll.py), and
     DeepEP's own README times another GPU (H800) and DeepEP version. The model gives 0.86-0.97x of the published
     dispatch latency and 0.83-0.99x of the combine latency (measured; EP128/256 lowest, where the curves are
     held at EP64's); asserted within +-20 %."""

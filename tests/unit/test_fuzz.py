@@ -58,7 +58,7 @@ BASE = {
 }
 
 #: values of a prompt-length spread cost seconds per run (an exact M/G/1 tail): the fuzz gives --prompt-sigma
-#: only values the rule rejects, or 0 (valid spreads are run by tests/unit/test_disagg.py)
+#: only values the rule rejects, or 0 (valid spreads are run by tests/unit/models/serving/test_disagg.py)
 EXPENSIVE = {("pd", "--prompt-sigma")}
 #: calibrate-disk writes --size-mb MB for real: the fuzz gives it only values the rule rejects (and the
 #: small_disk_runs fixture makes the default small, for when the flag is dropped)

@@ -21,7 +21,7 @@ Differences from upstream: errors are :class:`~llmexplore.errors.SpecError` inst
 is float64 (upstream casts to float32, so the two can break near-ties differently); ties in the descending
 sort are broken by index (stable sort), argmax/argmin take the first extremum (as torch's CPU kernels and
 Python's ``min`` do). With these conventions the README example is reproduced exactly
-(tests/unit/test_eplb.py).
+(tests/unit/models/moe/test_eplb.py).
 """
 
 from __future__ import annotations

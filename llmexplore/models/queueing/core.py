@@ -473,7 +473,7 @@ def mgc_mean_wait(lam_per_s: ArrayLike, mean_service_s: ArrayLike, servers: Arra
     ``C(c, a)/(c mu - lam)`` is the exact M/M/c mean; the factor ``(c_a^2 + c_s^2)/2`` with c_a^2 = 1
     (Poisson) scales it to general service. Exact for M/M/c (cs2 = 1) and for M/G/1 (it reduces to
     Pollaczek–Khinchine); an approximation otherwise. Measured against simulation (see
-    tests/unit/test_queueing.py): M/D/c, c = 2/4/8, too low by 1/2/4 % at rho = 0.85, 3/6/10 % at
+    tests/unit/models/queueing/test_queueing.py): M/D/c, c = 2/4/8, too low by 1/2/4 % at rho = 0.85, 3/6/10 % at
     rho = 0.7 and 6/12/21 % at rho = 0.5; lognormal prompts (cs2 ~1.56), c = 2/4, too high by 2/5 % at
     rho = 0.85 and 4/10 % at rho = 0.7.
 
@@ -496,7 +496,7 @@ def mgc_wait_sf(t_s: ArrayLike, lam_per_s: ArrayLike, mean_service_s: ArrayLike,
     Otherwise it keeps the Erlang-C probability of waiting and takes the conditional wait exponential with the
     Allen–Cunneen mean, so its integral equals :func:`mgc_mean_wait` (for c = 1 it is :func:`.mg1.mg1_wait_sf`).
     The exponential conditional wait is the heavy-traffic limit for GI/G/c (Köllerström 1974); at moderate
-    load it is an approximation. Measured p99 error (tests/unit/test_queueing.py): M/D/c, c = 2/4/8,
+    load it is an approximation. Measured p99 error (tests/unit/models/queueing/test_queueing.py): M/D/c, c = 2/4/8,
     +5/+5/+4 % at rho = 0.85, +8/+6/+1 % at rho = 0.7, +12/0/-24 % at rho = 0.5; lognormal prompts
     (cs2 ~1.56), c = 2/4: -8/-6 % at rho = 0.85, -13/-4 % at rho = 0.7 (too low for right-skewed service).
     1 where rho >= 1 or t < 0.

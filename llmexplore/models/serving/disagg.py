@@ -213,7 +213,7 @@ def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarra
     one instance: the exact M/G/1 sojourn quantile (:func:`..queueing.mg1.mg1_sojourn_quantile_fft`). Several
     instances: T = W + S with W independent of the request's own S (FCFS), P(T > t) = sum_s p_s P(W > t - s)
     with the Allen-Cunneen exponential wait tail, solved by bisection (within a few % of a simulation, see
-    tests/unit/test_disagg.py). inf where the pool is unstable.
+    tests/unit/models/serving/test_disagg.py). inf where the pool is unstable.
     """
     lam = np.asarray(lam, dtype=float)
     c = np.asarray(servers, dtype=float)

@@ -39,7 +39,7 @@ that arrive holding their KV; a preempted request recomputes on the decode insta
 
 **Speed.** The step engine prices ~50 us per call; a run has ~1e5 iterations. So the step times are
 tabulated once per simulation with the vectorised engine (:mod:`.step_tables`), within 0.1 % of direct calls
-(tests/unit/test_serving.py). Stretches of pure decode between events (arrival, finish, memory
+(tests/unit/models/serving/test_serving.py). Stretches of pure decode between events (arrival, finish, memory
 exhaustion) are advanced as one vectorised span. Requests arrive in order, so the loop holds a few Python
 lists and a heap, not an object per request or token.
 

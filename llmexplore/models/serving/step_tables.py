@@ -5,7 +5,7 @@ tabulated once per simulation with the vectorised engine (:func:`step_tables`): 
 exactly for every token count, the LM head exactly for every logit count, the decode attention core on batch x
 a geometric context grid (linear in the context between nodes), the chunk core on a token x context grid
 (log-linear in tokens, linear in context). Measured against direct calls, the table is within 0.1 %
-(tests/unit/test_serving.py). Priced on the TP layout (:func:`..step.prefill.mixed_step_time`, which
+(tests/unit/models/serving/test_serving.py). Priced on the TP layout (:func:`..step.prefill.mixed_step_time`, which
 :meth:`StepTables.step_s` reproduces exactly for one chunk).
 """
 

@@ -343,7 +343,7 @@ def test_deepep_normal_kernels_send_one_copy_per_node():
     assert float(deepep_layer_s(dep, n, 4096)) == pytest.approx(want, rel=1e-12)
     assert want == pytest.approx(0.0225, rel=2e-3)  # 22.5 ms per MoE layer (vs 46 ms per-expert)
     # decode steps (one query token) send one copy per routed expert with the low-latency kernels, priced by their
-    # measured curves (tests/unit/test_deepep_ll.py); on MI300X, which has none, as link-priced all-to-alls
+    # measured curves (tests/unit/models/step/test_deepep_ll.py); on MI300X, which has none, as link-priced all-to-alls
     (a_d, B_d), (a_c, B_c) = (deepep_ll_params("h100-sxm", op, 32, fab) for op in ("dispatch", "combine"))
     ll = a_d + n * 8 * (7168 + 4 * 56 + 16) / B_d + a_c + n * 8 * 14336 / B_c
     assert float(deepep_layer_s(dep, n, 1)) == pytest.approx(ll, rel=1e-12)

@@ -1,6 +1,6 @@
 """The serving loop as a batcher with an engine seam (llmexplore.models.serving.batcher, issue 18 §3).
 
-The loop's results are pinned by tests/unit/test_serving.py and by the behaviour goldens (tests/behaviour): the
+The loop's results are pinned by tests/unit/models/serving/test_serving.py and by the behaviour goldens (tests/behaviour): the
 Batcher answers exactly as the loop it replaced. Here: its states, and each hook of the EnginePolicy seam
 checked against a closed form (host time per step adds exactly to every iteration, host time per request
 shifts a run's clock, a KV budget from the policy is the same as one from the scheduler).

@@ -353,7 +353,7 @@ def test_tp2_ep8_uniform_dispatch_by_hand():
 
 def test_per_expert_dispatch_sends_every_pick():
     """dispatch="expert" (DeepEP low-latency): one copy per pick. With measured low-latency kernel curves (DPA + EP
-    on H100/H200/B200/GB200, tests/unit/test_deepep_ll.py) a + N_loc k bytes / B; without them (MI300X) an
+    on H100/H200/B200/GB200, tests/unit/models/step/test_deepep_ll.py) a + N_loc k bytes / B; without them (MI300X) an
     all-to-all of k/R messages per token per rank at the links' latency and bandwidth. Either sends more than the
     per-rank dispatch of the normal kernels."""
     from llmexplore.models.step.collectives import deepep_ll_params
