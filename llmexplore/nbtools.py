@@ -156,6 +156,17 @@ def record_text(name: str, value: Any, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def keyed(table, key: str | list, value: str, *, sep: str = " | ") -> dict:
+    """``{key: value}`` of every row of a tidy table, the form a notebook records a per-row headline in
+    (``record("step_ms", keyed(table, "layout", "step_ms"))``). ``key``: a column, or columns whose text is
+    joined with ``sep`` ("decode | ib-ndr400"); keys are the columns' text (``astype(str)``)."""
+    cols = [key] if isinstance(key, str) else list(key)
+    keys = table[cols[0]].astype(str)
+    for c in cols[1:]:
+        keys = keys + sep + table[c].astype(str)
+    return dict(zip(keys, table[value]))
+
+
 def record(name: str, value: Any) -> None:
     """Publish a JSON-serialisable value so tests can read it from the executed notebook.
 

@@ -302,3 +302,16 @@ def test_show_puts_the_explorers_status_line_in_the_note(displayed):
     assert "<code>make lab</code>" in displayed[0][0]["text/html"]
     nbtools.show(W.VBox())  # a plain widget: the hint alone
     assert displayed[-1][0]["text/plain"] == nbtools.LIVE_HINT
+
+
+def test_keyed_is_the_per_row_headline_of_a_tidy_table():
+    import pandas as pd
+
+    from llmexplore.nbtools import keyed
+
+    t = pd.DataFrame({"mode": ["colocated", "decode"], "link": ["-", "ib"], "tokens": [512, 1024],
+                      "gpus": [16, 12.5]})
+    assert keyed(t, "mode", "gpus") == {"colocated": 16.0, "decode": 12.5}
+    assert keyed(t, ["mode", "link"], "gpus") == {"colocated | -": 16.0, "decode | ib": 12.5}
+    assert keyed(t, ["mode", "link"], "tokens", sep="->") == {"colocated->-": 512, "decode->ib": 1024}
+    assert list(keyed(t, "tokens", "gpus")) == ["512", "1024"]  # keys are text, as a record's must be
