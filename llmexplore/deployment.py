@@ -168,11 +168,11 @@ def _checked(doc: Any, *, complete: bool) -> DeploymentConfig:
         _field(doc, f, "config")
     try:
         spec = presets.model(doc["model"])
-    except UnknownPresetError as exc:
+    except (UnknownPresetError, SpecError) as exc:
         raise SpecError(f"config['model']: {exc}") from None
     try:
         presets.hardware(doc["gpu"])
-    except UnknownPresetError as exc:
+    except (UnknownPresetError, SpecError) as exc:
         raise SpecError(f"config['gpu']: {exc}") from None
     mode = _check.choice("config['mode']", doc["mode"], MODES)
     for f in ("weight_dtype", "kv_dtype"):
@@ -182,7 +182,7 @@ def _checked(doc: Any, *, complete: bool) -> DeploymentConfig:
     if link is not None:
         try:
             presets.link(link)
-        except UnknownPresetError as exc:
+        except (UnknownPresetError, SpecError) as exc:
             raise SpecError(f"config['link']: {exc}") from None
     dispatch = doc.get("moe_dispatch")
     if dispatch is not None:

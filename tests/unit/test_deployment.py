@@ -60,6 +60,7 @@ def test_direct_construction_is_validated_too():
 @pytest.mark.parametrize("edit, match", [
     (lambda d: d.pop("gpu"), r"config has no 'gpu'"),
     (lambda d: d.update(model="llama-9"), r"config\['model'\]"),
+    (lambda d: d.update(model=7), r"config\['model'\]"),
     (lambda d: d.update(gpu="h900"), r"config\['gpu'\]"),
     (lambda d: d.update(link="carrier-pigeon"), r"config\['link'\]"),
     (lambda d: d.update(mode="both"), r"config\['mode'\] must be one of"),
