@@ -31,8 +31,8 @@ from typing import Any
 from . import _check, presets
 from .errors import SpecError, UnknownPresetError
 
-__all__ = ["MODES", "ROLES", "LAYOUTS", "MOE_DISPATCH", "MAX_INSTANCES", "MAX_RANKS", "MAX_GPUS", "MAX_SEQS", "MAX_TOKENS",
-           "SideConfig", "DeploymentConfig"]
+__all__ = ["MODES", "ROLES", "LAYOUTS", "MOE_DISPATCH", "MAX_INSTANCES", "MAX_RANKS", "MAX_GPUS", "MAX_SEQS",
+           "MAX_TOKENS", "SideConfig", "DeploymentConfig"]
 
 MODES = ("colocated", "disaggregated")
 ROLES = ("colocated", "prefill", "decode")

@@ -50,6 +50,16 @@ def built(names: str, make, rename: dict[str, str] | None = None):
         raise SpecError(rename[arg] + text[len(arg):] if arg else f"{names}: {text}") from None
 
 
+def model_and_presets(p, **kinds) -> object:
+    """The MODEL preset, after checking every other parameter that names a preset (``NAME="kind"``, in order)
+    and KV_DTYPE: the opening checks of the KV-cache notebooks (40, 50)."""
+    m = preset_param("MODEL", "models", p["MODEL"])
+    for name, kind in kinds.items():
+        preset_param(name, kind, p[name])
+    dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
+    return m
+
+
 def check_index_parameters(params) -> dict[str, str]:
     """Parameters of ``notebooks/00_index.ipynb``: KIND is one of the preset kinds."""
     _check.choice("KIND", params["KIND"], presets.KINDS)
@@ -214,13 +224,10 @@ def check_moe_parameters(p) -> dict[str, str]:
 def check_transfer_parameters(p) -> dict[str, str]:
     """Validate the parameters of ``notebooks/40_kv_transfer.ipynb`` (``{NAME: value}``); SpecError naming the
     parameter, the value and the rule."""
-    m = preset_param("MODEL", "models", p["MODEL"])
-    preset_param("GPU", "hardware", p["GPU"])
-    preset_param("LINK", "links", p["LINK"])
-    preset_param("RUNTIME", "runtime", p["RUNTIME"])
-    dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
+    m = model_and_presets(p, GPU="hardware", LINK="links", RUNTIME="runtime")
     sizes = {}
-    for name, hi in (("PREFILL_TP", transfer.MAX_TP), ("PREFILL_DP", transfer.MAX_DP), ("DECODE_TP", transfer.MAX_TP), ("DECODE_DP", transfer.MAX_DP)):
+    for name, hi in (("PREFILL_TP", transfer.MAX_TP), ("PREFILL_DP", transfer.MAX_DP),
+                     ("DECODE_TP", transfer.MAX_TP), ("DECODE_DP", transfer.MAX_DP)):
         sizes[name] = int_param(name, p[name], 1, hi)
     int_param("PAGE_SIZE", p["PAGE_SIZE"], 1, MAX_PAGE_TOKENS)
     int_param("PROMPT_TOKENS", p["PROMPT_TOKENS"], 1, 1 << 24)
@@ -233,11 +240,12 @@ def check_transfer_parameters(p) -> dict[str, str]:
                         f"set DP_PAIRING = 'any' to route each request from any prefill DP group")
     built("PREFILL_TP, DECODE_TP, PREFILL_DP, DECODE_DP, PAGE_SIZE",
           lambda: transfer.setup(m.name, prefill_tp=sizes["PREFILL_TP"], decode_tp=sizes["DECODE_TP"],
-                        prefill_dp=sizes["PREFILL_DP"], decode_dp=sizes["DECODE_DP"], page_size=p["PAGE_SIZE"],
-                        kv_dtype=p["KV_DTYPE"], gpu=p["GPU"], link=p["LINK"], prompt_tokens=p["PROMPT_TOKENS"],
-                        dp_pairing=pairing, runtime=p["RUNTIME"]),
+                                 prefill_dp=sizes["PREFILL_DP"], decode_dp=sizes["DECODE_DP"],
+                                 page_size=p["PAGE_SIZE"], kv_dtype=p["KV_DTYPE"], gpu=p["GPU"], link=p["LINK"],
+                                 prompt_tokens=p["PROMPT_TOKENS"], dp_pairing=pairing, runtime=p["RUNTIME"]),
           # the longer names first: a message is renamed by the first argument it starts with
-          rename={"prefill_tp x prefill_dp": "PREFILL_TP x PREFILL_DP", "decode_tp x decode_dp": "DECODE_TP x DECODE_DP",
+          rename={"prefill_tp x prefill_dp": "PREFILL_TP x PREFILL_DP",
+                  "decode_tp x decode_dp": "DECODE_TP x DECODE_DP",
                   "prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "page_size": "PAGE_SIZE"})
     return {}
 
@@ -245,11 +253,7 @@ def check_transfer_parameters(p) -> dict[str, str]:
 def check_offload_parameters(p) -> dict[str, str]:
     """Validate the parameters of ``notebooks/50_ssd_offload.ipynb`` (``{NAME: value}``); SpecError naming the
     parameter, the value and the rule."""
-    m = preset_param("MODEL", "models", p["MODEL"])
-    preset_param("GPU", "hardware", p["GPU"])
-    preset_param("STORAGE", "storage", p["STORAGE"])
-    preset_param("RUNTIME", "runtime", p["RUNTIME"])
-    dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
+    m = model_and_presets(p, GPU="hardware", STORAGE="storage", RUNTIME="runtime")
     tp = int_param("TP", p["TP"], 1, MAX_RANKS)
     int_param("PREFIX", p["PREFIX"], 0, of.MAX_PREFIX)
     int_param("BLOCK_TOKENS", p["BLOCK_TOKENS"], 1, 1 << 16)
@@ -259,8 +263,9 @@ def check_offload_parameters(p) -> dict[str, str]:
     int_param("PROMPT_TOKENS", p["PROMPT_TOKENS"], 1, of.MAX_PREFIX)
     _check.number("TTFT_SLO_MS", p["TTFT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
     _check.number("STAGING_GB", p["STAGING_GB"], lo=0, hi=1e6)
-    s = built("MODEL, GPU, TP", lambda: offload.setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp, kv_dtype=p["KV_DTYPE"],
-                                              block_tokens=p["BLOCK_TOKENS"], runtime=p["RUNTIME"]),
+    s = built("MODEL, GPU, TP", lambda: offload.setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp,
+                                                      kv_dtype=p["KV_DTYPE"], block_tokens=p["BLOCK_TOKENS"],
+                                                      runtime=p["RUNTIME"]),
               rename={"tp": "TP"})
     full_ms = float(prefill_time(s.dep, int(p["PROMPT_TOKENS"]), 0)["prefill_s"]) * 1e3
     if float(p["TTFT_SLO_MS"]) <= full_ms:

@@ -81,7 +81,8 @@ def link_wait(stat: str, lam, busy_s) -> np.ndarray:
 
 def queue_wait(stat: str, rate_per_s, service_s) -> np.ndarray:
     """Waiting time of a request at one prefill server, M/D/1 (Poisson arrivals, deterministic service) [s]:
-    the mean or a quantile ("p50", "p90", "p99"), exact (:func:`.core.md1_wait_quantile`). ``inf`` at or above saturation (rate * service >= 1)."""
+    the mean or a quantile ("p50", "p90", "p99"), exact (:func:`.core.md1_wait_quantile`). ``inf`` at or above
+    saturation (rate * service >= 1)."""
     check_stat(stat)
     lam = _check.real_array("rate_per_s", rate_per_s, lo=0, hi=1e9, unit="1/s")
     D = _check.real_array("service_s", service_s, lo=0, lo_open=True, hi=1e6, unit="s")

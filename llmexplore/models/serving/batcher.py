@@ -185,7 +185,8 @@ class Batcher:
     __slots__ = ("n", "tb", "policy", "bt", "max_seqs", "budget_all", "kv_blocks", "concurrency", "P", "O", "X0",
                  "arr", "host_s", "ready", "first", "finish", "last_tok", "fresh", "g", "x", "Lc", "state", "it0",
                  "c0", "g0", "key", "fin_it", "npre", "extra", "bucket", "heap", "waiting", "running", "prefilling",
-                 "n_running", "B", "sum_ctx", "used", "now", "it", "ptr", "released", "done", "rec", "_ff", "_dec", "_price")
+                 "n_running", "B", "sum_ctx", "used", "now", "it", "ptr", "released", "done", "rec", "_ff", "_dec",
+                 "_price")
 
     def __init__(self, tables: StepTables, scheduler: Scheduler, kv_blocks: int, arrival, prompt, output, prefix,
                  *, have_kv: bool = False, concurrency: int = 0, policy: EnginePolicy = DEFAULT_POLICY) -> None:

@@ -13,7 +13,8 @@ batch grid) and the rates follow from the queueing formulas of :mod:`..queueing.
 * a disaggregated pool pair (n_p, n_d) sustains min(rate_p[n_p], n_d rate_d1, inbound-link rate[n_d]);
 * a colocated instance's rate comes from :func:`.disagg.colocated_from_tables` on a rate grid.
 
-Statistics: ``"mean"``, ``"p50"``, ``"p90"``, ``"p99"`` (:data:`..queueing.at_stat.STATS`). Waits at a percentile are added to the service
+Statistics: ``"mean"``, ``"p50"``, ``"p90"``, ``"p99"`` (:data:`..queueing.at_stat.STATS`). Waits at a
+percentile are added to the service
 times (quantiles of a sum are not sums of quantiles: conservative, as in :mod:`.disagg`). With ``"mean"`` the
 memory check still uses the p99 concurrency (a batch that fits only on average preempts).
 """

@@ -101,9 +101,9 @@ class StepTables:
 
 
 def step_tables(dep: Deployment, *, max_tokens: int, max_batch: int, max_context: int) -> StepTables:
-    """Tabulate a deployment's iteration times for the serving simulator (:mod:`.simulator`) (a few ms with the vectorised
-    engine). ``max_tokens``: most tokens in one iteration; ``max_batch``: most decodes (and logits) in one;
-    ``max_context``: longest context [tokens]."""
+    """Tabulate a deployment's iteration times for the serving simulator (:mod:`.simulator`; a few ms with the
+    vectorised engine). ``max_tokens``: most tokens in one iteration; ``max_batch``: most decodes (and logits)
+    in one; ``max_context``: longest context [tokens]."""
     if not isinstance(dep, Deployment):
         raise SpecError(f"dep must be a Deployment, got {type(dep).__name__}")
     M = _check.integer("max_tokens", max_tokens, lo=1, hi=1 << 22, unit="tokens")

@@ -31,7 +31,8 @@ from .check import CDF_POINTS, SIM_REQUESTS, SIM_TOLERANCE, simulate_config, sim
 from .question import CHUNKS, Question
 from .search import (TABLE_COLUMNS, best, config_of, configurations, frontiers, order_table, plan, question_tasks,
                      run_task)
-from .tables import (CHECK_COLUMNS, CHECK_TOP, N_RATES, SWEEP_COLUMNS, TOP, check_table, highest_rate, launch_arguments, planned_rate,
+from .tables import (CHECK_COLUMNS, CHECK_TOP, N_RATES, SWEEP_COLUMNS, TOP, check_table, highest_rate,
+                     launch_arguments, planned_rate,
                      rate_grid, rate_sweep, shared_flags, simulate_best, top_table)
 
 __all__ = ["Question", "CHUNKS", "plan", "configurations", "frontiers", "best", "config_of", "question_tasks",

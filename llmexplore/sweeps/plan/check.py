@@ -58,8 +58,8 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                     concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
                     isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
                     prefix_ratio: float = 0.0, sampler: str = "fused") -> dict:
-    """Simulate one configuration (a :class:`~llmexplore.deployment.DeploymentConfig` or its JSON) under Poisson arrivals at ``rate_per_s``, a
-    closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
+    """Simulate one configuration (a :class:`~llmexplore.deployment.DeploymentConfig` or its JSON) under Poisson
+    arrivals at ``rate_per_s``, a closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
     :func:`llmexplore.traces.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
     size the step tables' context); lengths fixed or lognormal (median ``isl``/``osl`` and log-sd); a share
     ``prefix_ratio`` of each prompt is a cached shared prefix; ``sampler`` is ``Deployment.sampler`` of every

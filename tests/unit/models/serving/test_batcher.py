@@ -1,6 +1,7 @@
 """The serving loop as a batcher with an engine seam (llmexplore.models.serving.batcher, issue 18 §3).
 
-The loop's results are pinned by tests/unit/models/serving/test_serving.py and by the behaviour goldens (tests/behaviour): the
+The loop's results are pinned by tests/unit/models/serving/test_serving.py and by the behaviour goldens
+(tests/behaviour): the
 Batcher answers exactly as the loop it replaced. Here: its states, and each hook of the EnginePolicy seam
 checked against a closed form (host time per step adds exactly to every iteration, host time per request
 shifts a run's clock, a KV budget from the policy is the same as one from the scheduler).
@@ -113,7 +114,8 @@ def test_an_admission_rule_is_one_override():
     assert b.series["kv_blocks"].max() <= a.series["kv_blocks"].max()
 
 
-@pytest.mark.parametrize("kw, match", [({"step_host_s": -1e-3}, "step_host_s"), ({"request_host_s": 11}, "request_host_s"),
+@pytest.mark.parametrize("kw, match", [({"step_host_s": -1e-3}, "step_host_s"),
+                                       ({"request_host_s": 11}, "request_host_s"),
                                        ({"step_host_s": float("nan")}, "step_host_s")])
 def test_bad_host_times_name_their_field(kw, match):
     with pytest.raises(SpecError, match=match):
