@@ -302,6 +302,23 @@ COMMON_FLAGS = {"model": "--model", "gpu": "--gpu", "weight_dtype": "--weight-dt
                 "runtime": "--runtime"}
 
 
+def command(sub, name: str, doc: str, *, help: str) -> argparse.ArgumentParser:  # noqa: A002 (argparse's name)
+    """The subcommand ``name``'s parser. Its ``--help`` description is ``doc``, the command module's docstring,
+    after its first paragraph: the text that says what the command does lives in one place, the module."""
+    _, _, body = doc.partition("\n\n")
+    return sub.add_parser(name, help=help, description=" ".join(body.split()))
+
+
+def model_command(sub, name: str, doc: str, *, help: str,  # noqa: A002
+                  model_help: str = "model preset (see: presets models)"):
+    """:func:`command` for a command that prices a model on a GPU: the parser and its 'required' argument
+    group, which already holds ``--model`` and ``--gpu``."""
+    p = command(sub, name, doc, help=help)
+    req = p.add_argument_group("required")
+    model_gpu_options(req, model_help)
+    return p, req
+
+
 def model_gpu_options(req, model_help: str = "model preset (see: presets models)") -> None:
     req.add_argument("--model", required=True, action=Checked, check=preset_name("models"), metavar="M",
                      help=model_help)

@@ -1,9 +1,13 @@
-"""``llmexplore calibrate``: fit the runtime efficiencies to measured step times in a CSV."""
+"""``llmexplore calibrate``: fit the runtime efficiencies to measured step times in a CSV.
+
+Fit eta_mem, eta_compute, eta_attn_mem, kernel_overhead_us and step_overhead_ms to the decode/prefill rows of
+a CSV (format: data/calibration/README.md); print the error per point and overall.
+"""
 
 from __future__ import annotations
 
-from ._framework import EXIT_OK, Checked, Col, format_table, preset_name, print_json, shown, text_value
-
+from ._framework import (EXIT_OK, Checked, Col, command, format_table, preset_name, print_json, shown,
+                         text_value)
 __all__ = ["add", "run", "FLAGS"]
 
 #: API field names -> the flags of this command
@@ -11,10 +15,7 @@ FLAGS = {"runtime": "--start", "Runtime name": "--name"}
 
 
 def add(sub) -> None:
-    p = sub.add_parser("calibrate", help="fit runtime efficiencies to measured step times",
-                       description="Fit eta_mem, eta_compute, eta_attn_mem, kernel_overhead_us and "
-                                   "step_overhead_ms to the decode/prefill rows of a CSV (format: "
-                                   "data/calibration/README.md); print the error per point and overall.")
+    p = command(sub, "calibrate", __doc__, help="fit runtime efficiencies to measured step times")
     p.add_argument("--data", required=True, action=Checked, check=text_value("a file path", 4096),
                    metavar="FILE", help="calibration CSV (UTF-8, at most 1 MiB)")
     p.add_argument("--start", default="uncalibrated", action=Checked, check=preset_name("runtime"),

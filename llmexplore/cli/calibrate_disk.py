@@ -1,9 +1,14 @@
-"""``llmexplore calibrate-disk PATH``: measure a directory's read bandwidth and latency, save a storage preset."""
+"""``llmexplore calibrate-disk PATH``: measure a directory's read bandwidth and latency, save a storage preset.
+
+Write a test file under PATH (in a unique scratch directory), read it back with the staging reader (O_DIRECT,
+random requests) at each request size and queue depth, time opening a block file, remove every file it wrote,
+and save the result as a storage preset (data/storage.yaml format) for the offload model.
+"""
 
 from __future__ import annotations
 
-from ._framework import EXIT_OK, Checked, Col, Rule, format_table, int_in, number_in, one_of, print_json, text_value
-
+from ._framework import (EXIT_OK, Checked, Col, Rule, command, format_table, int_in, number_in, one_of,
+                         print_json, text_value)
 __all__ = ["add", "run", "FLAGS"]
 
 #: API field names -> the flags of this command
@@ -39,11 +44,8 @@ def add(sub) -> None:
     from ..specs import STORAGE_KINDS
     from ..storage import calibrate as cal
 
-    p = sub.add_parser("calibrate-disk", help="measure a directory's read bandwidth and latency; save a storage preset",
-                       description="Write a test file under PATH (in a unique scratch directory), read it back with "
-                                   "the staging reader (O_DIRECT, random requests) at each request size and queue "
-                                   "depth, time opening a block file, remove every file it wrote, and save the "
-                                   "result as a storage preset (data/storage.yaml format) for the offload model.")
+    p = command(sub, "calibrate-disk", __doc__,
+                help="measure a directory's read bandwidth and latency; save a storage preset")
     p.add_argument("path", metavar="PATH", help="a writable directory on the disk to measure")
     p.add_argument("--block-sizes", default=cal.DEFAULT_BLOCK_SIZES_KIB, action=Checked,
                    check=int_list(4, 1 << 20, multiple=4, unit="KiB"), metavar="KIB,...",

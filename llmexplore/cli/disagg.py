@@ -1,20 +1,13 @@
-"""``llmexplore pd``: prefill/decode disaggregation vs colocated serving at a rate and SLOs."""
+"""``llmexplore pd``: prefill/decode disaggregation vs colocated serving at a rate and SLOs.
+
+Time of one prefill and one decode step, the KV transfer per request, and the smallest prefill/decode pools
+(and colocated pool) meeting p99 TTFT and TPOT targets at a Poisson arrival rate.
+"""
 
 from __future__ import annotations
 
-from ._framework import (
-    COMMON_FLAGS,
-    EXIT_OK,
-    Checked,
-    band_option,
-    dtype_runtime_options,
-    sampler_option,
-    int_in,
-    model_gpu_options,
-    number_in,
-    preset_name,
-    print_json,
-)
+from ._framework import (COMMON_FLAGS, EXIT_OK, Checked, band_option, dtype_runtime_options, int_in,
+                         model_command, number_in, preset_name, print_json, sampler_option)
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -30,12 +23,7 @@ def add(sub) -> None:
     from ..deployment import MAX_RANKS
     from ..models.step.engine import MAX_BATCH
 
-    p = sub.add_parser("pd", help="prefill/decode disaggregation vs colocated serving",
-                       description="Time of one prefill and one decode step, the KV transfer per request, and "
-                                   "the smallest prefill/decode pools (and colocated pool) meeting p99 TTFT and "
-                                   "TPOT targets at a Poisson arrival rate.")
-    req = p.add_argument_group("required")
-    model_gpu_options(req)
+    p, req = model_command(sub, "pd", __doc__, help="prefill/decode disaggregation vs colocated serving")
     tokens = int_in(1, MAX_WORKLOAD_TOKENS)
     req.add_argument("--prompt", required=True, action=Checked, check=tokens, metavar="P",
                      help="prompt tokens")

@@ -1,4 +1,9 @@
-"""``llmexplore layouts``: memory and decode step time of TP, CP, DPA and DOP at one point."""
+"""``llmexplore layouts``: memory and decode step time of TP, CP, DPA and DOP at one point.
+
+Memory per rank [GB] by part, feasibility, and decode step time [ms] of the attention layouts TP, CP, DPA and
+DOP on T ranks at one (batch, context) point, and the fastest layout that fits (or, if none does, what would
+fit).
+"""
 
 from __future__ import annotations
 
@@ -7,22 +12,9 @@ import numpy as np
 from typing import Any, Mapping, Sequence
 
 from ..errors import UnknownPresetError
-from ._framework import (
-    COMMON_FLAGS,
-    EXIT_OK,
-    Checked,
-    Col,
-    band_option,
-    dtype_runtime_options,
-    format_table,
-    int_in,
-    jsonable,
-    model_gpu_options,
-    number_in,
-    preset_name,
-    sampler_option,
-    print_json,
-)
+from ._framework import (COMMON_FLAGS, EXIT_OK, Checked, Col, band_option, dtype_runtime_options,
+                         format_table, int_in, jsonable, model_command, number_in, preset_name, print_json,
+                         sampler_option)
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -35,13 +27,8 @@ def add(sub) -> None:
     from ..deployment import MAX_RANKS
     from ..models.step.engine import MAX_BATCH, MAX_CONTEXT
 
-    p = sub.add_parser("layouts", help="memory and decode step time of TP, CP, DPA and DOP at one point",
-                       description="Memory per rank [GB] by part, feasibility, and decode step time [ms] of "
-                                   "the attention layouts TP, CP, DPA and DOP on T ranks at one (batch, "
-                                   "context) point, and the fastest layout that fits (or, if none does, what "
-                                   "would fit).")
-    req = p.add_argument_group("required")
-    model_gpu_options(req)
+    p, req = model_command(sub, "layouts", __doc__,
+                           help="memory and decode step time of TP, CP, DPA and DOP at one point")
     req.add_argument("--ranks", required=True, action=Checked, check=int_in(1, MAX_RANKS), metavar="T",
                      help="ranks T in the attention group")
     req.add_argument("--batch", required=True, action=Checked, check=int_in(1, MAX_BATCH), metavar="B",

@@ -1,20 +1,14 @@
-"""``llmexplore moe``: MoE decode under routing skew, TP x EP vs pure TP, with redundant experts."""
+"""``llmexplore moe``: MoE decode under routing skew, TP x EP vs pure TP, with redundant experts.
+
+Decode step of an MoE model on N GPUs split into tp = N / ep x ep: routed-expert GEMMs on the busiest rank,
+dispatch/combine all-to-all, load imbalance from a hot-expert skew, EPLB placement with redundant experts;
+compared with pure TP.
+"""
 
 from __future__ import annotations
 
-from ._framework import (
-    COMMON_FLAGS,
-    EXIT_OK,
-    Checked,
-    Col,
-    UsageError,
-    dtype_runtime_options,
-    format_table,
-    int_in,
-    model_gpu_options,
-    number_in,
-    print_json,
-)
+from ._framework import (COMMON_FLAGS, EXIT_OK, Checked, Col, UsageError, dtype_runtime_options, format_table,
+                         int_in, model_command, number_in, print_json)
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -29,12 +23,9 @@ def add(sub) -> None:
     from ..deployment import MAX_GPUS
     from ..models.moe.decode import MAX_REDUNDANT
 
-    p = sub.add_parser("moe", help="MoE decode: pure TP vs TP x EP under routing skew, with redundant experts",
-                       description="Decode step of an MoE model on N GPUs split into tp = N / ep x ep: routed-expert "
-                                   "GEMMs on the busiest rank, dispatch/combine all-to-all, load imbalance from a "
-                                   "hot-expert skew, EPLB placement with redundant experts; compared with pure TP.")
-    req = p.add_argument_group("required")
-    model_gpu_options(req, "MoE model preset (e.g. deepseek-v3)")
+    p, req = model_command(sub, "moe", __doc__,
+                           help='MoE decode: pure TP vs TP x EP under routing skew, with redundant experts',
+                           model_help="MoE model preset (e.g. deepseek-v3)")
     req.add_argument("--gpus", required=True, action=Checked, check=int_in(1, MAX_GPUS), metavar="N", help="GPUs")
     req.add_argument("--batch-tokens", required=True, action=Checked, check=int_in(1, MAX_BATCH), metavar="T",
                      help="decode tokens per step (sequences, one token each)")

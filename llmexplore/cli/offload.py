@@ -1,20 +1,16 @@
 """``llmexplore offload``: load a cached KV prefix from a storage tier, or recompute it? Both costs, the decision,
-the break-even and what a queue wait buys by preloading."""
+the break-even and what a queue wait buys by preloading.
+
+Marginal recompute time of a prefix's cached blocks on the GPUs vs the time to load them from a storage tier
+(block-granular, device -> host -> GPU, pipelined), the decision (load exactly when the prefix is at or above
+the break-even), which term sets the break-even, and the exposed load when loading starts while the request
+waits in the queue.
+"""
 
 from __future__ import annotations
 
-from ._framework import (
-    COMMON_FLAGS,
-    EXIT_OK,
-    Checked,
-    band_option,
-    dtype_runtime_options,
-    int_in,
-    model_gpu_options,
-    number_in,
-    preset_name,
-    print_json,
-)
+from ._framework import (COMMON_FLAGS, EXIT_OK, Checked, band_option, dtype_runtime_options, int_in,
+                         model_command, number_in, preset_name, print_json)
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -28,15 +24,9 @@ def add(sub) -> None:
     from ..deployment import MAX_RANKS
     from ..models.offload.cost import MAX_PREFIX, MIN_SEARCH_BLOCK_TOKENS
 
-    p = sub.add_parser("offload", help="load a cached KV prefix from host memory / SSD / NFS, or recompute it: "
-                                       "costs, decision, break-even, preload",
-                       description="Marginal recompute time of a prefix's cached blocks on the GPUs vs the time to "
-                                   "load them from a storage tier (block-granular, device -> host -> GPU, "
-                                   "pipelined), the decision (load exactly when the prefix is at or above the "
-                                   "break-even), which term sets the break-even, and the exposed load when loading "
-                                   "starts while the request waits in the queue.")
-    req = p.add_argument_group("required")
-    model_gpu_options(req)
+    p, req = model_command(sub, "offload", __doc__,
+                           help="load a cached KV prefix from host memory / SSD / NFS, or recompute it: "
+                                "costs, decision, break-even, preload")
     req.add_argument("--storage", required=True, action=Checked, check=preset_name("storage"), metavar="S",
                      help="storage tier preset (see: presets storage)")
     req.add_argument("--prefix", required=True, action=Checked, check=int_in(0, MAX_PREFIX), metavar="N",

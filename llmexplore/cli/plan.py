@@ -1,19 +1,14 @@
-"""``llmexplore plan``: from a model, a GPU budget, a workload and latency targets to the best deployment."""
+"""``llmexplore plan``: from a model, a GPU budget, a workload and latency targets to the best deployment.
+
+Search colocated and disaggregated serving, ranks and attention layout per side, weight and KV dtypes, chunk
+budget, batch cap and pool sizes within a GPU budget; print the best configuration (with its engine launch
+commands), the runner-up, both Pareto frontiers and the disaggregated/colocated ratio.
+"""
 
 from __future__ import annotations
 
-from ._framework import (
-    EXIT_OK,
-    Checked,
-    Col,
-    format_table,
-    int_in,
-    model_gpu_options,
-    number_in,
-    one_of,
-    preset_name,
-    print_json,
-)
+from ._framework import (EXIT_OK, Checked, Col, format_table, int_in, model_command, number_in, one_of,
+                         preset_name, print_json)
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -61,13 +56,8 @@ def add(sub) -> None:
     from ..units import DTYPE_BYTES
     from ._framework import Rule
 
-    p = sub.add_parser("plan", help="the best deployment for a workload and latency targets",
-                       description="Search colocated and disaggregated serving, ranks and attention layout per "
-                                   "side, weight and KV dtypes, chunk budget, batch cap and pool sizes within a "
-                                   "GPU budget; print the best configuration (with its engine launch commands), "
-                                   "the runner-up, both Pareto frontiers and the disaggregated/colocated ratio.")
-    req = p.add_argument_group("required")
-    model_gpu_options(req)
+    p, req = model_command(sub, "plan", __doc__,
+                           help="the best deployment for a workload and latency targets")
     req.add_argument("--gpus", required=True, action=Checked, check=int_in(1, MAX_GPUS), metavar="N",
                      help="GPU budget")
     tokens = int_in(1, MAX_WORKLOAD_TOKENS)

@@ -1,19 +1,17 @@
 """``llmexplore prefill``: B prompts prefilled together in one tensor-parallel forward pass: time by part,
-tokens per second, FLOPs, MFU, and whether the batch's KV cache fits."""
+tokens per second, FLOPs, MFU, and whether the batch's KV cache fits.
+
+B prompts of P tokens each (X of them a cached prefix) prefilled together in one forward pass on T
+tensor-parallel ranks, priced with the same per-kernel rooflines as a decode step: the pass's time [ms] by
+part, new prompt tokens per second, FLOPs and MFU (an output, not an assumption), and the memory per rank [GB]
+of the weights and the batch's KV cache against the usable HBM (a decode step's activations; the prefill's
+transient activations are not counted, engines chunk long prompts).
+"""
 
 from __future__ import annotations
 
-from ._framework import (
-    COMMON_FLAGS,
-    EXIT_OK,
-    Checked,
-    band_option,
-    dtype_runtime_options,
-    sampler_option,
-    int_in,
-    model_gpu_options,
-    print_json,
-)
+from ._framework import (COMMON_FLAGS, EXIT_OK, Checked, band_option, dtype_runtime_options, int_in,
+                         model_command, print_json, sampler_option)
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -29,16 +27,8 @@ def add(sub) -> None:
     from ..deployment import MAX_RANKS
     from ..models.step.engine import MAX_BATCH, MAX_CONTEXT
 
-    p = sub.add_parser("prefill", help="batched prefill: time by part, tokens/s, FLOPs, MFU, memory fit",
-                       description="B prompts of P tokens each (X of them a cached prefix) prefilled together in "
-                                   "one forward pass on T tensor-parallel ranks, priced with the same per-kernel "
-                                   "rooflines as a decode step: the pass's time [ms] by part, new prompt tokens "
-                                   "per second, FLOPs and MFU (an output, not an assumption), and the memory per "
-                                   "rank [GB] of the weights and the batch's KV cache against the usable HBM (a "
-                                   "decode step's activations; the prefill's transient activations are not "
-                                   "counted, engines chunk long prompts).")
-    req = p.add_argument_group("required")
-    model_gpu_options(req)
+    p, req = model_command(sub, "prefill", __doc__,
+                           help="batched prefill: time by part, tokens/s, FLOPs, MFU, memory fit")
     req.add_argument("--ranks", required=True, action=Checked, check=int_in(1, MAX_RANKS), metavar="T",
                      help="tensor-parallel ranks T")
     req.add_argument("--prompt", required=True, action=Checked, check=int_in(1, MAX_CONTEXT), metavar="P",

@@ -1,10 +1,14 @@
-"""``llmexplore presets KIND``: list presets with their derived quantities."""
+"""``llmexplore presets KIND``: list presets with their derived quantities.
+
+List the presets of one kind (built-in data/*.yaml plus any files named in LLMEXPLORE_PRESETS) with their
+derived quantities.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ._framework import EXIT_OK, Col, billions, format_table, print_json
+from ._framework import EXIT_OK, Col, billions, command, format_table, print_json
 
 __all__ = ["add", "run"]
 
@@ -57,9 +61,7 @@ PRESET_VIEWS: dict[str, list[Col]] = {
 
 
 def add(sub) -> None:
-    p = sub.add_parser("presets", help="list presets with their derived quantities",
-                       description="List the presets of one kind (built-in data/*.yaml plus any files named "
-                                   "in LLMEXPLORE_PRESETS) with their derived quantities.")
+    p = command(sub, "presets", __doc__, help="list presets with their derived quantities")
     p.add_argument("kind", choices=list(PRESET_VIEWS), help="which presets")
     p.add_argument("--json", action="store_true",
                    help="a JSON list of objects (every field, sources included)")

@@ -1,19 +1,20 @@
-"""``llmexplore report``: execute the notebooks headless and write offline HTML reports."""
+"""``llmexplore report``: execute the notebooks headless and write offline HTML reports.
+
+Execute every notebook headless (papermill) and export each to an offline HTML report plus an index.html.
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from ._framework import EXIT_FAILED, EXIT_OK, PROG, Checked, ParamPairs, float_at_least
+from ._framework import EXIT_FAILED, EXIT_OK, PROG, Checked, ParamPairs, command, float_at_least
 
 __all__ = ["add", "run"]
 
 
 def add(sub) -> None:
-    p = sub.add_parser("report", help="execute the notebooks and write offline HTML reports",
-                       description="Execute every notebook headless (papermill) and export each to an "
-                                   "offline HTML report plus an index.html.")
+    p = command(sub, "report", __doc__, help="execute the notebooks and write offline HTML reports")
     p.add_argument("--out", default="reports", metavar="DIR", help="output directory (default: reports)")
     p.add_argument("-p", "--parameter", dest="parameters", nargs=2, metavar=("NAME", "VALUE"),
                    action=ParamPairs, default={},

@@ -1,8 +1,14 @@
-"""``llmexplore simulate``: the latency distributions of one configuration in the iteration-level simulator."""
+"""``llmexplore simulate``: the latency distributions of one configuration in the iteration-level simulator.
+
+Run the iteration-level serving simulator (continuous batching, chunked prefill, KV-limited admission with
+preemption; prefill pool, KV transfer and decode pool when disaggregated) on one configuration, e.g. the
+'best' of `llmexplore plan --json`, and print TTFT, TPOT, ITL and end-to-end latency (mean, p50, p90, p99) and
+the throughput.
+"""
 
 from __future__ import annotations
 
-from ._framework import (EXIT_OK, Checked, Col, format_table, int_in, number_in, preset_name, print_json,
+from ._framework import (EXIT_OK, Checked, Col, command, format_table, int_in, number_in, preset_name, print_json,
                          sampler_option, text_value)
 
 __all__ = ["add", "run", "FLAGS"]
@@ -19,12 +25,8 @@ STAT_COLS = [Col("metric", "metric"), Col("mean", "mean ms", ".4g"), Col("p50", 
 def add(sub) -> None:
     from ..models.serving.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
 
-    p = sub.add_parser("simulate", help="latency distributions of one configuration (serving simulator)",
-                       description="Run the iteration-level serving simulator (continuous batching, chunked "
-                                   "prefill, KV-limited admission with preemption; prefill pool, KV transfer "
-                                   "and decode pool when disaggregated) on one configuration, e.g. the 'best' of "
-                                   "`llmexplore plan --json`, and print TTFT, TPOT, ITL and end-to-end latency "
-                                   "(mean, p50, p90, p99) and the throughput.")
+    p = command(sub, "simulate", __doc__,
+                help="latency distributions of one configuration (serving simulator)")
     req = p.add_argument_group("required")
     req.add_argument("--config", required=True, action=Checked, check=text_value("a JSON file or JSON text", 100_000),
                      metavar="FILE|JSON", help="configuration: a JSON file or text with model, gpu, mode, "

@@ -1,19 +1,14 @@
-"""``llmexplore transfer``: the KV transfer plans between a prefill and a decode layout, their fan-out and cost."""
+"""``llmexplore transfer``: the KV transfer plans between a prefill and a decode layout, their fan-out and cost.
+
+Which prefill rank sends which byte ranges of which KV buffer to each decode rank (version-1 plans, as serving
+runtimes such as TokenSpeed exchange them), the fan-out of each prefill rank, and the cost of one request:
+bytes per rank, the busiest NIC, serial and layer-pipelined transfer time over a link.
+"""
 
 from __future__ import annotations
 
-from ._framework import (
-    COMMON_FLAGS,
-    EXIT_OK,
-    Checked,
-    Col,
-    format_table,
-    int_in,
-    number_in,
-    one_of,
-    preset_name,
-    print_json,
-)
+from ._framework import (COMMON_FLAGS, EXIT_OK, Checked, Col, command, format_table, int_in, number_in,
+                         one_of, preset_name, print_json)
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -30,12 +25,8 @@ def add(sub) -> None:
     from ..transfer.planner import DP_PAIRINGS
     from ..units import DTYPE_BYTES
 
-    p = sub.add_parser("transfer", help="KV transfer plans between prefill and decode TP/DP layouts: fragments, "
-                                        "fan-out, bytes and time",
-                       description="Which prefill rank sends which byte ranges of which KV buffer to each decode "
-                                   "rank (version-1 plans, as serving runtimes such as TokenSpeed exchange them), "
-                                   "the fan-out of each prefill rank, and the cost of one request: bytes per rank, "
-                                   "the busiest NIC, serial and layer-pipelined transfer time over a link.")
+    p = command(sub, "transfer", __doc__,
+                help="KV transfer plans between prefill and decode TP/DP layouts: fragments, fan-out, bytes and time")
     req = p.add_argument_group("required")
     req.add_argument("--model", required=True, action=Checked, check=preset_name("models"), metavar="M",
                      help="model preset (see: presets models)")

@@ -1,11 +1,16 @@
 """``llmexplore validate``: the model against the published end-to-end measurements it was never fitted to
-(data/validation/e2e.csv): the error per row, per category and overall, and the ranking check."""
+(data/validation/e2e.csv): the error per row, per category and overall, and the ranking check.
+
+Price every row of data/validation/e2e.csv (published decode, loaded-decode and prefill times with their
+deployments; data/validation/README.md) and print the error per row, per category and overall, and whether the
+model orders deployments as the measurements do.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ._framework import EXIT_OK, Checked, Col, format_table, preset_name, print_json, text_value
+from ._framework import EXIT_OK, Checked, Col, command, format_table, preset_name, print_json, text_value
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -23,11 +28,8 @@ CATEGORY_COLS = [
 
 
 def add(sub) -> None:
-    p = sub.add_parser("validate", help="the model against published end-to-end measurements (never fitted)",
-                       description="Price every row of data/validation/e2e.csv (published decode, loaded-decode "
-                                   "and prefill times with their deployments; data/validation/README.md) and "
-                                   "print the error per row, per category and overall, and whether the model "
-                                   "orders deployments as the measurements do.")
+    p = command(sub, "validate", __doc__,
+                help="the model against published end-to-end measurements (never fitted)")
     p.add_argument("--runtime", default="engine", action=Checked, check=preset_name("runtime"), metavar="NAME",
                    help="runtime preset for every row (see: presets runtime), or 'engine': each row priced with "
                         "its engine's preset (trtllm, vllm, sglang) (default: engine)")

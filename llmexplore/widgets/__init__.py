@@ -323,4 +323,13 @@ def dtype_name(field_name: str, value) -> str:
     return _check.choice(field_name, value, list(DTYPE_BYTES))
 
 
+
+def model_dtypes_runtime(model: str, weight_dtype: str | None, kv_dtype: str, runtime: str
+                         ) -> tuple[str, str, str]:
+    """The checked ``(weight_dtype, kv_dtype, runtime)`` of an explorer of the (already checked) ``model``;
+    ``weight_dtype`` None is the dtype the model's weights are released in."""
+    released = presets.model(model).weight_dtype
+    return (dtype_name("weight_dtype", released if weight_dtype is None else weight_dtype),
+            dtype_name("kv_dtype", kv_dtype), preset_name("runtime", "runtime", runtime))
+
 from . import disagg, layouts, moe, offload, plan, transfer  # noqa: E402  (area modules build on Explorer)

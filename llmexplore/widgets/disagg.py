@@ -16,7 +16,8 @@ from .. import _check, presets
 from ..plots import disagg as disagg_plots
 from ..plots import fmt
 from ..sweeps import disagg as disagg_sweeps
-from . import Draw, Explorer, choice_slider, dropdown, dtype_name, log_options, nice_options, preset_name
+from . import (Draw, Explorer, choice_slider, dropdown, log_options, model_dtypes_runtime, nice_options,
+               preset_name)
 
 __all__ = ["PDExplorer", "pd_explorer", "NICS"]
 
@@ -106,10 +107,7 @@ def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp
     rate = _check.number("rate", rate, lo=0.0, lo_open=True, unit="req/s")
     ttft_slo_ms = _check.number("ttft_slo_ms", ttft_slo_ms, lo=0.0, lo_open=True, unit="ms")
     tpot_slo_ms = _check.number("tpot_slo_ms", tpot_slo_ms, lo=0.0, lo_open=True, unit="ms")
-    weight_dtype = dtype_name("weight_dtype", presets.model(model).weight_dtype if weight_dtype is None
-                              else weight_dtype)
-    kv_dtype = dtype_name("kv_dtype", kv_dtype)
-    runtime = preset_name("runtime", "runtime", runtime)
+    weight_dtype, kv_dtype, runtime = model_dtypes_runtime(model, weight_dtype, kv_dtype, runtime)
     controls = {
         "prompt": choice_slider(log_options(256, 65536), prompt, "prompt", "tokens"),
         "output": choice_slider(log_options(16, 8192), output, "output", "tokens"),

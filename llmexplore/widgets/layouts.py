@@ -17,7 +17,7 @@ from ..plots import fmt
 from ..plots import layouts as layout_plots
 from ..sweeps import layouts as layout_sweeps
 from ..units import DTYPE_BYTES
-from . import Draw, Explorer, choice_slider, dropdown, dtype_name, log_options, preset_name
+from . import Draw, Explorer, choice_slider, dropdown, log_options, model_dtypes_runtime, preset_name
 
 __all__ = ["LayoutExplorer", "layout_explorer", "CONTEXT_GRID"]
 
@@ -80,10 +80,7 @@ def layout_explorer(model: str = "deepseek-v3", gpu: str = "h200", ranks: int = 
     ranks = _check.integer("ranks", ranks, lo=1)
     batch = _check.integer("batch", batch, lo=1)
     context = _check.integer("context", context, lo=1)
-    weight_dtype = dtype_name("weight_dtype", presets.model(model).weight_dtype if weight_dtype is None
-                              else weight_dtype)
-    kv_dtype = dtype_name("kv_dtype", kv_dtype)
-    runtime = preset_name("runtime", "runtime", runtime)
+    weight_dtype, kv_dtype, runtime = model_dtypes_runtime(model, weight_dtype, kv_dtype, runtime)
     controls = {
         "batch": choice_slider(log_options(1, 1024), batch, "batch", "sequences"),
         "context": choice_slider(log_options(256, 1 << 20), context, "context", "tokens"),
