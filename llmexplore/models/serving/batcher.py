@@ -147,6 +147,18 @@ class EnginePolicy:
 DEFAULT_POLICY = EnginePolicy()
 
 
+def _fill_batch(cols, k0: int, B: int) -> None:
+    """Pad the batch, decode, weight and prefill-token columns of the iterations recorded from row ``k0`` on
+    (start, duration and KV columns already hold them): ``B`` decodes and no prefill in each."""
+    k = len(cols[0]) - k0
+    if k:
+        fill = [B] * k
+        cols[2].extend(fill)
+        cols[3].extend(fill)
+        cols[4].extend(fill)
+        cols[5].extend([0] * k)
+
+
 class _Recorder:
     """Per-iteration series: Python lists for single iterations, numpy blocks for vectorised spans (merged
     by start time at the end)."""
@@ -328,7 +340,7 @@ class Batcher:
         ptr, rel = self.ptr, self.released
         now, sum_ctx = self.now, self.sum_ctx
         if 0 < n_max < FF_NUMPY:
-            cs, cd, cb, cdec, cw, cp, ck = cols
+            cs, cd, ck = cols[0], cols[1], cols[6]
             it_start = it
             last = len(g) - 2
             while True:
@@ -340,8 +352,11 @@ class Batcher:
                 # the iterations up to the next finish and, when nothing waits (so the scheduler would only
                 # run the decodes), the finishing iteration too: its requests retire here
                 span = n_max if waiting else n_max + 1
+                # the next arrival ends the stretch when nothing waits (then it would be admitted)
+                next_arrival = ready[ptr] if not waiting and ptr < rel else math.inf
+                k0 = len(cs)  # the batch columns of this stretch are filled once, below (they hold B throughout)
                 for k in range(span):
-                    if not waiting and ptr < rel and ready[ptr] <= now:
+                    if next_arrival <= now:
                         break
                     need = bucket[(-it) % bt]
                     if need > kv_blocks - used:
@@ -356,13 +371,11 @@ class Batcher:
                         t += step_host
                     cs.append(now)
                     cd.append(t)
-                    cb.append(B)
-                    cdec.append(B)
-                    cw.append(B)
-                    cp.append(0)
                     ck.append(used)
                     sum_ctx += B
                     if k == n_max:  # the finishing iteration
+                        _fill_batch(cols, k0, B)
+                        k0 = len(cs)
                         self.it, self.used, self.sum_ctx = it, used, sum_ctx
                         self.finish_decodes(now + t)
                         used, sum_ctx, B, rel = self.used, self.sum_ctx, self.B, self.released
@@ -375,6 +388,7 @@ class Batcher:
                         n_max = heap[0][0] - it
                         if 0 < n_max < FF_NUMPY:
                             continue
+                _fill_batch(cols, k0, B)
                 break
             self.it, self.used, self.now, self.sum_ctx = it, used, now, sum_ctx
             return it > it_start  # no progress means the blocks ran out: schedule (and preempt)
