@@ -15,6 +15,8 @@ Layer 1: numpy and the standard library (no pandas); the sweeps layer tabulates.
 from __future__ import annotations
 
 from .blocks import BlockStore, chain_keys
-from .reader import DirectIOFallbackWarning, Staged, StagingReader, direct_io_supported
+from .reader import StagingReader
+from .reads import DirectIOFallbackWarning, RangeFile, Staged, direct_io_supported
 
-__all__ = ["BlockStore", "chain_keys", "StagingReader", "Staged", "DirectIOFallbackWarning", "direct_io_supported"]
+__all__ = ["BlockStore", "chain_keys", "StagingReader", "Staged", "RangeFile", "DirectIOFallbackWarning",
+           "direct_io_supported"]

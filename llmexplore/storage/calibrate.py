@@ -39,7 +39,8 @@ from .. import _check
 from ..errors import SpecError
 from ..specs import STORAGE_KINDS, StorageTier
 from .blocks import ALIGN
-from .reader import StagingReader, direct_io_supported
+from .reader import StagingReader
+from .reads import direct_io_supported
 
 __all__ = ["DEFAULT_BLOCK_SIZES_KIB", "DEFAULT_QUEUE_DEPTHS", "DEFAULT_SIZE_MB", "DEFAULT_H2D_GBPS",
            "DEFAULT_SAVE", "calibrate", "check_directory", "filesystem_type", "preset_entry", "preset_yaml",

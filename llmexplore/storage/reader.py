@@ -29,32 +29,9 @@ miss with its reason (``Staged.reason``), never data; the file descriptor is clo
 every case. A file deleted while its read is in flight is either read whole (POSIX keeps the open inode) or a
 miss.
 
-**io_uring or a thread pool: measured, and the thread pool kept.** The io_uring binding ``liburing``
-(PyPI 2026.3.30) installs cleanly with pip here (Linux 6.18, Debian 12, Python 3.11). Compared with this
-design (persistent threads over ``os.preadv``) on one 512 MiB file on ext4 (a virtio disk), O_DIRECT,
-256 MiB read per point, median of 3, same aligned buffers, fio 3.33 for reference at 0.6-0.9 GB/s:
-
-    request   QD  thread pool  io_uring  io_uring/pool
-    128 KiB    1   0.656 GB/s  0.611     0.93
-    128 KiB    4   0.736       0.579     0.79
-    128 KiB   16   0.653       0.764     1.17
-    1 MiB      1   0.596       0.599     1.00
-    1 MiB      4   0.676       0.606     0.90
-    1 MiB     16   0.703       0.612     0.87
-    4 MiB      1   0.902       0.699     0.77
-    4 MiB      4   1.176       0.630     0.54
-    4 MiB     16   1.096       0.690     0.63
-    4 KiB random, QD1 / QD16: 17.5 / 45.7 kIOPS (pool) vs 18.5 / 43.8 kIOPS (io_uring)
-
-It is not faster at the request sizes of KV blocks (128 KiB to tens of MiB), and the binding has two
-properties that rule it out for a staging reader: ``io_uring_wait_cqe`` holds the GIL while it waits for the
-disk (a Python thread beside it ran at 0.12-0.22 of its idle speed, against 0.29-0.36 beside the thread pool),
-and an ``Iovec`` over a memoryview keeps that buffer exported for good (``del`` and ``gc.collect()`` do not
-release it), so aligned buffers could never be unmapped or returned to the budget. So: a bounded pool of
-threads over ``os.preadv``, no dependency, and it works on every Linux kernel, with or without io_uring.
-Against fio 3.33 (io_uring, O_DIRECT, random reads of the same file, taking turns;
-``benchmarks/bench_offload.py``) this reader reaches 0.94 of fio's bandwidth at 1 MiB x QD4 and 0.96 at
-4 MiB x QD4; at 128 KiB x QD16 its per-request cost in Python (tens of microseconds) shows: 0.78.
+**A bounded pool of threads over** ``os.preadv``, **not io_uring**: measured against the ``liburing`` binding
+and fio (docs/models.md §6.4), io_uring was not faster at KV-block sizes, holds the GIL while it waits and
+keeps a buffer exported for good; this reader reaches 0.94-0.96 of fio's bandwidth at 1-4 MiB x QD4.
 """
 
 from __future__ import annotations
@@ -66,191 +43,18 @@ import os
 import queue
 import threading
 import time
-import warnings
 import weakref
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .. import _check
 from ..errors import SpecError
 from .blocks import ALIGN, parse_block
+from .reads import O_CLOEXEC, O_DIRECT, RangeFile, Staged, aligned
 
-__all__ = ["DirectIOFallbackWarning", "Staged", "StagingReader", "RangeFile", "direct_io_supported"]
+__all__ = ["StagingReader"]
 
-_O_DIRECT = getattr(os, "O_DIRECT", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 #: largest staging budget [B] (1 TiB: a bound on a typo, not a recommendation)
 MAX_BUDGET = 1 << 40
-
-
-class DirectIOFallbackWarning(RuntimeWarning):
-    """The file system refused O_DIRECT: reads are buffered (they measure the page cache, not the device)."""
-
-
-def _round_up(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
-
-
-def direct_io_supported(directory: str | os.PathLike) -> bool:
-    """Whether files in ``directory`` can be read with O_DIRECT (a 4 KiB probe file is written, read with
-    O_DIRECT into an aligned buffer, and removed)."""
-    if not _O_DIRECT:
-        return False
-    path = Path(directory) / f".llmexplore-odirect-probe-{os.getpid()}-{threading.get_ident()}"
-    buf = mmap.mmap(-1, ALIGN)
-    try:
-        path.write_bytes(b"\x00" * ALIGN)
-        fd = os.open(path, os.O_RDONLY | _O_DIRECT | _O_CLOEXEC)
-        try:
-            view = memoryview(buf)
-            try:
-                return os.preadv(fd, [view], 0) == ALIGN
-            finally:
-                view.release()
-        finally:
-            os.close(fd)
-    except OSError:
-        return False
-    finally:
-        buf.close()
-        try:
-            path.unlink()
-        except OSError:
-            pass
-
-
-class Staged:
-    """One read: pending, then a hit (``ok``, ``payload``) or a miss (``reason``).
-
-    ``payload`` is a read-only memoryview of the staging buffer (the block's verified payload, or the raw
-    range), valid until :meth:`release` (or the end of a ``with`` block). Release every hit; a miss holds no
-    buffer (releasing it is harmless). ``direct``: whether O_DIRECT was used (None if no file was opened);
-    ``read_s``: time from the start of the read (open included) to its verified end [s]; ``tag``: the
-    caller's, untouched.
-    """
-
-    __slots__ = ("path", "key", "offset", "nbytes", "verify", "tag", "reason", "payload", "direct", "read_bytes",
-                 "read_s", "_reader", "_buf", "_view", "_file", "_size", "_warning", "_released", "_completed",
-                 "_done", "_on_done", "_error")
-
-    def __init__(self, path: str, key: str | None = None, offset: int = 0, nbytes: int = 0, verify: bool = True,
-                 tag: Any = None, reader: Any = None, file: Any = None) -> None:
-        self.path, self.key, self.offset, self.nbytes, self.verify, self.tag = path, key, offset, nbytes, verify, tag
-        self.reason: str | None = None
-        self.payload: memoryview | None = None
-        self.direct: bool | None = None
-        self.read_bytes = 0
-        self.read_s = float("nan")
-        self._reader, self._file = reader, file
-        self._buf = self._view = self._warning = self._on_done = self._error = self._done = None
-        self._size = 0
-        self._released = False
-        self._completed = True  # until it is queued
-
-    def __repr__(self) -> str:
-        state = "pending" if not self._completed else "hit" if self.reason is None else f"miss ({self.reason})"
-        return f"Staged({self.path!r}, {state}, {self.nbytes:,} B)"
-
-    @property
-    def ok(self) -> bool:
-        """True once the read has completed and its data is valid (False while pending and for a miss)."""
-        return self._completed and self.reason is None and self.payload is not None
-
-    def done(self) -> bool:
-        return self._completed
-
-    def result(self, timeout: float | None = None) -> "Staged":
-        """Wait until the read completes (a hit or a miss); return self (TimeoutError after ``timeout`` [s]).
-        Warns here, in the caller's thread, when this read found a file system that refuses O_DIRECT (once per
-        file system and reader)."""
-        if not self._completed:
-            done = self._done
-            if not done.acquire(timeout=-1 if timeout is None else timeout):
-                raise TimeoutError(f"the read of {self.path} did not complete within {timeout} s")
-            done.release()
-        if self._error is not None:
-            raise self._error
-        if self._warning is not None:
-            msg, self._warning = self._warning, None
-            warnings.warn(msg, DirectIOFallbackWarning, stacklevel=2)
-        return self
-
-    def release(self) -> None:
-        """Give the buffer back (waits for a pending read first). Idempotent."""
-        if self._released:
-            return
-        if not self._completed:
-            self._done.acquire()
-            self._done.release()
-        self._released = True
-        if self._buf is not None:
-            self._reader._give_back(self)
-
-    def __enter__(self) -> "Staged":
-        return self.result()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
-class RangeFile:
-    """One open file for many raw range reads (calibration, benchmarks): the descriptor is shared by the
-    reads, as fio shares its file. Opened with O_DIRECT when the file system allows it (a first aligned read
-    is tried), else buffered with a :class:`DirectIOFallbackWarning` (here, in the caller's thread). Make it
-    with :meth:`StagingReader.open_file`; close it (or use ``with``) after its reads are released."""
-
-    def __init__(self, path: str | os.PathLike, *, direct: bool = True) -> None:
-        self.path = os.fspath(path)
-        self.fd = -1
-        self.direct = False
-        flags = os.O_RDONLY | _O_CLOEXEC
-        if direct and _O_DIRECT:
-            try:
-                fd = os.open(self.path, flags | _O_DIRECT)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-            else:
-                if self._direct_read_works(fd):
-                    self.fd, self.direct = fd, True
-                else:
-                    os.close(fd)
-            if self.fd < 0:
-                warnings.warn(f"the file system of {os.path.dirname(os.path.abspath(self.path))} refuses O_DIRECT: "
-                              f"reading with buffered I/O instead (these reads measure the page cache, not the "
-                              f"device)", DirectIOFallbackWarning, stacklevel=3)
-        if self.fd < 0:
-            self.fd = os.open(self.path, flags)
-        self.size = os.fstat(self.fd).st_size
-
-    @staticmethod
-    def _direct_read_works(fd: int) -> bool:
-        buf = mmap.mmap(-1, ALIGN)
-        view = memoryview(buf)
-        try:
-            os.preadv(fd, [view], 0)
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            return False
-        finally:
-            view.release()
-            buf.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> "RangeFile":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"RangeFile({self.path!r}, direct={self.direct})"
 
 
 class StagingReader:
@@ -270,7 +74,7 @@ class StagingReader:
                  reuse_buffers: bool = True) -> None:
         self.max_inflight = _check.integer("max_inflight", max_inflight, lo=1, hi=1024)
         self.budget_bytes = _check.integer("budget_bytes", budget_bytes, lo=ALIGN, hi=MAX_BUDGET, unit="B")
-        self.direct = _check.boolean("direct", direct) and bool(_O_DIRECT)
+        self.direct = _check.boolean("direct", direct) and bool(O_DIRECT)
         self.reuse_buffers = _check.boolean("reuse_buffers", reuse_buffers)
         self._cond = threading.Condition(threading.RLock())  # re-entrant: a finalizer may run under it
         self._queue: queue.SimpleQueue[Staged | None] = queue.SimpleQueue()
@@ -337,7 +141,7 @@ class StagingReader:
                     return self._missed_now(st, "io_error", on_done)
             elif type(nbytes) is not int or nbytes < 0:
                 nbytes = _check.integer("nbytes", nbytes, lo=0, hi=1 << 62)
-            size = max(_round_up(nbytes), ALIGN)
+            size = max(aligned(nbytes), ALIGN)
         else:
             if type(offset) is not int or offset < 0:
                 offset = _check.integer("offset", offset, lo=0, hi=1 << 62, unit="B")
@@ -517,7 +321,7 @@ class StagingReader:
                     os.close(fd)
                     fd = -1
                     self._refused(st, os.path.dirname(os.path.abspath(st.path)))
-                    fd, st.direct = os.open(st.path, os.O_RDONLY | _O_CLOEXEC), False
+                    fd, st.direct = os.open(st.path, os.O_RDONLY | O_CLOEXEC), False
                     got = self._read(fd, st, size)
             if st.verify:
                 payload, reason = parse_block(st._view[:got], st.key)
@@ -558,12 +362,12 @@ class StagingReader:
                 self._give_back(st)
 
     def _open(self, st: Staged) -> tuple[int, bool]:
-        flags = os.O_RDONLY | _O_CLOEXEC
+        flags = os.O_RDONLY | O_CLOEXEC
         if self.direct:
             parent = os.path.dirname(os.path.abspath(st.path)) if self._refused_dirs else ""
             if parent not in self._refused_dirs:
                 try:
-                    return os.open(st.path, flags | _O_DIRECT), True
+                    return os.open(st.path, flags | O_DIRECT), True
                 except OSError as exc:
                     if exc.errno != errno.EINVAL:
                         raise

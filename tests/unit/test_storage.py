@@ -37,7 +37,8 @@ from llmexplore.storage.blocks import (
     file_bytes,
     parse_block,
 )
-from llmexplore.storage.reader import DirectIOFallbackWarning, StagingReader, direct_io_supported
+from llmexplore.storage.reader import StagingReader
+from llmexplore.storage.reads import DirectIOFallbackWarning, direct_io_supported
 from llmexplore.sweeps import offload as sweeps_offload
 
 PROPS = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
