@@ -18,133 +18,32 @@ iteration by :meth:`Batcher.run`:
    retired (:meth:`~Batcher.retire`, the one place a request leaves).
 
 Requests are in arrival order and the state is a struct of lists (one entry per request), not an object per
-request: ``benchmarks/bench_serving.py`` guards the speed. A request's state is a :class:`RequestState`.
+request: ``benchmarks/bench_serving.py`` guards the speed. A request's state is a :class:`~.engines.RequestState`.
 Decoding requests are not touched each iteration: a decoding request's context is c0 + (it - it0) and it
 finishes at iteration ``fin_it``; ``bucket[k]`` counts decoding requests whose (context - iteration) mod
 block is k, so the blocks an iteration needs are ``bucket[-it mod block]``.
 
-What differs between serving engines sits behind one :class:`EnginePolicy`: the KV memory budget, the
+What differs between serving engines sits behind one :class:`~.engines.EnginePolicy`: the KV memory budget, the
 admission rule, the preemption victim, and host time per step and per request. Today's behaviour is
-:data:`DEFAULT_POLICY` (vLLM V1's scheduler: recompute the most recently admitted request, admit while the
+:data:`~.engines.DEFAULT_POLICY` (vLLM V1's scheduler: recompute the most recently admitted request, admit while the
 first chunk's blocks fit, no host time); an engine's semantics is one subclass.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from bisect import bisect_right as _bisect_right
 from heapq import heappop as _heappop, heappush as _heappush
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
-from ... import _check
-from ...errors import SpecError
-from ..step.decode import memory_per_rank
-from ..step.engine import Deployment
+from .engines import _DECODING, _DONE, _PREFILLING, _WAITING, DEFAULT_POLICY, EnginePolicy, Scheduler
 from .step_tables import StepTables
 
-__all__ = ["Scheduler", "RequestState", "EnginePolicy", "DEFAULT_POLICY", "Batcher", "kv_capacity_blocks"]
+__all__ = ["Batcher"]
 
 FF_NUMPY = 24  # pure-decode stretches of at least this many iterations advance as one vectorised span
-MAX_HOST_S = 10.0  # largest host time per step or per request [s]
-
-
-@dataclass(frozen=True)
-class Scheduler:
-    """Scheduler knobs of one instance (vLLM names).
-
-    ``max_num_seqs``: most requests running at once; ``max_num_batched_tokens``: token budget of one
-    iteration (decodes count one each; prefill chunks fill the rest); ``block_tokens``: KV block size;
-    ``kv_blocks``: KV capacity in blocks (None: from the deployment's memory, :func:`kv_capacity_blocks`).
-    """
-
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    block_tokens: int = 16
-    kv_blocks: int | None = None
-
-    def __post_init__(self) -> None:
-        seqs = _check.integer("max_num_seqs", self.max_num_seqs, lo=1, hi=1 << 16)
-        tok = _check.integer("max_num_batched_tokens", self.max_num_batched_tokens, lo=1, hi=1 << 20,
-                             unit="tokens")
-        if tok < seqs:
-            raise SpecError(f"max_num_batched_tokens must be >= max_num_seqs ({seqs}) so every running request "
-                            f"can decode in one iteration (vLLM's rule), got {tok}")
-        object.__setattr__(self, "max_num_seqs", seqs)
-        object.__setattr__(self, "max_num_batched_tokens", tok)
-        object.__setattr__(self, "block_tokens", _check.integer("block_tokens", self.block_tokens, lo=1,
-                                                                hi=65536, unit="tokens"))
-        if self.kv_blocks is not None:
-            object.__setattr__(self, "kv_blocks", _check.integer("kv_blocks", self.kv_blocks, lo=1, hi=1 << 40))
-
-
-def kv_capacity_blocks(dep: Deployment, scheduler: Scheduler = Scheduler()) -> int:
-    """KV blocks one instance holds: (usable HBM - weights - activations of a full token budget - runtime
-    reserve) per rank / (KV bytes per token per rank x ``block_tokens``), on the TP layout
-    (:func:`..step.decode.memory_per_rank`). 0 if the weights do not fit."""
-    page = dep.runtime.page_tokens
-    mem = memory_per_rank(dep, scheduler.max_num_batched_tokens, 1, "TP")
-    free = float(mem["usable_B"] - mem["weights_B"] - mem["activations_B"] - mem["reserve_B"])
-    per_token = float(memory_per_rank(dep, 1, page, "TP")["kv_B"]) / page
-    return max(0, int(free // (per_token * scheduler.block_tokens)))
-
-
-class RequestState(enum.IntEnum):
-    """Where a request is in one instance."""
-
-    WAITING = 0     # not arrived yet, queued, or preempted back to the queue
-    PREFILLING = 1  # admitted, its prompt (or its recompute) partly computed
-    DECODING = 2    # emitting a token every iteration
-    DONE = 3        # emitted its last token; its blocks are free
-
-
-# the states as plain ints for the loop (an IntEnum member compares equal to its int, but is slower to look up)
-_WAITING, _PREFILLING, _DECODING, _DONE = (int(s) for s in RequestState)
-
-
-class EnginePolicy:
-    """What differs between serving engines, behind one object (issue 18 §3): the KV memory budget, the
-    admission rule, the preemption victim and host time. The base class is today's behaviour
-    (:data:`DEFAULT_POLICY`); an engine's semantics is a subclass that overrides what it does differently.
-
-    ``step_host_s``: host time added to every iteration [s] (scheduling, sampling bookkeeping, detokenising);
-    ``request_host_s``: time a request spends in the serving stack before it reaches the scheduler [s]
-    (HTTP, tokenisation), which delays its arrival at the instance and so its TTFT.
-    """
-
-    name = "default"
-
-    def __init__(self, *, step_host_s: float = 0.0, request_host_s: float = 0.0) -> None:
-        self.step_host_s = _check.number("step_host_s", step_host_s, lo=0, hi=MAX_HOST_S, unit="s")
-        self.request_host_s = _check.number("request_host_s", request_host_s, lo=0, hi=MAX_HOST_S, unit="s")
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(step_host_s={self.step_host_s!r}, request_host_s={self.request_host_s!r})"
-
-    def kv_blocks(self, dep: Deployment, scheduler: Scheduler) -> int:
-        """KV blocks of one instance: the scheduler's ``kv_blocks`` if set, else what the memory left after
-        weights, activations and reserve holds (:func:`kv_capacity_blocks`)."""
-        return scheduler.kv_blocks if scheduler.kv_blocks is not None else kv_capacity_blocks(dep, scheduler)
-
-    def admits(self, need_blocks: int, free_blocks: int) -> bool:
-        """Whether a waiting request whose first chunk needs ``need_blocks`` is admitted when ``free_blocks``
-        are left after this iteration's demand: when they fit (vLLM V1)."""
-        return need_blocks <= free_blocks
-
-    def victim(self, running: list, state: list) -> int:
-        """The running request to preempt (by recompute) when an iteration's blocks do not fit: the most
-        recently admitted one (vLLM V1). ``running`` is in admission order and may hold finished or preempted
-        entries, which are dropped as they are met."""
-        while state[running[-1]] not in (_PREFILLING, _DECODING):
-            running.pop()
-        return running.pop()
-
-
-#: vLLM V1's scheduler, no host time: the behaviour every result so far was computed with
-DEFAULT_POLICY = EnginePolicy()
 
 
 def _fill_batch(cols, k0: int, B: int) -> None:

@@ -7,9 +7,9 @@ requests (:mod:`.workload`), and reports per-request TTFT, TPOT, inter-token lat
 latency, throughput, and the batch and KV-cache occupancy of every iteration.
 
 **Colocated** (:func:`simulate_colocated`): ``instances`` copies of a deployment, requests split round-robin.
-Each iteration of an instance, as vLLM V1's scheduler does (:class:`.batcher.Scheduler` holds its knobs; the
+Each iteration of an instance, as vLLM V1's scheduler does (:class:`.engines.Scheduler` holds its knobs; the
 loop is :class:`.batcher.Batcher`, whose methods are these steps, and what differs between engines sits in
-its :class:`.batcher.EnginePolicy`):
+its :class:`.engines.EnginePolicy`):
 
 1. requests that arrived join the FCFS waiting queue;
 2. the running requests are scheduled first: every decoding request one token, then the running partial
@@ -66,7 +66,8 @@ from ...errors import SpecError
 from ...specs import Link
 from ..step.engine import Deployment
 from ..step.kv_transfer import transfer_time
-from .batcher import DEFAULT_POLICY, Batcher, EnginePolicy, Scheduler
+from .batcher import Batcher
+from .engines import DEFAULT_POLICY, EnginePolicy, Scheduler
 from .step_tables import StepTables, step_tables
 from .workload import Traffic, requests
 
@@ -217,7 +218,7 @@ def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None
     ``output_tokens_per_s`` and ``requests_per_s`` (over first arrival to last finish), ``preemptions``,
     ``iterations``, ``mean_decode_batch`` (time-weighted over busy iterations) and ``makespan_s``.
     Deterministic for a ``seed``. ``tables``: precomputed :func:`.step_tables.step_tables` (built when None).
-    ``policy``: the serving engine's semantics (:class:`.batcher.EnginePolicy`; today's behaviour by default).
+    ``policy``: the serving engine's semantics (:class:`.engines.EnginePolicy`; today's behaviour by default).
     """
     k = _check_common(traffic, n_requests, instances)
     if not isinstance(scheduler, Scheduler):
@@ -273,7 +274,7 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     ``nics``, ``batched_ops``, ``op_overhead_us``) queues FIFO on the sending instance's NICs, which are busy
     for its bandwidth and operation time; it arrives ``transfer_s`` after it starts. Decode:
     ``decode_instances`` of ``decode_dep`` with ``decode_scheduler``, requests dealt round-robin in order of
-    arrival. TTFT = KV arrival - request arrival. ``policy`` (:class:`.batcher.EnginePolicy`): the engine's
+    arrival. TTFT = KV arrival - request arrival. ``policy`` (:class:`.engines.EnginePolicy`): the engine's
     semantics on both sides; its per-request host time delays a request's arrival at the prefill queue, its
     per-step host time lengthens every prefill batch and decode iteration. Returns a :class:`ServingResult`
     (``requests`` adds ``prefill_done_s``, ``transfer_s``, ``prefill_instance``).

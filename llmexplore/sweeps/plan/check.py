@@ -69,7 +69,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
     and KV occupancy over time, at most 2,000 points per instance) and ``config``."""
     from ...models.serving import simulator as sv
-    from ...models.serving.batcher import Scheduler
+    from ...models.serving.engines import Scheduler
     from ...models.serving.workload import LengthDist, Traffic
 
     cfg = DeploymentConfig.from_json(cfg)

@@ -14,8 +14,8 @@ import pytest
 
 from llmexplore.errors import SpecError
 from llmexplore.models.serving import simulator as sv
-from llmexplore.models.serving.batcher import (DEFAULT_POLICY, Batcher, EnginePolicy, RequestState, Scheduler,
-                                               kv_capacity_blocks)
+from llmexplore.models.serving.batcher import Batcher
+from llmexplore.models.serving.engines import DEFAULT_POLICY, EnginePolicy, RequestState, Scheduler, kv_capacity_blocks
 from llmexplore.models.serving.step_tables import step_tables
 from llmexplore.models.serving.workload import LengthDist, Traffic, requests
 from llmexplore.models.step.engine import Deployment

@@ -24,7 +24,7 @@ from llmexplore import presets
 from llmexplore.errors import SpecError
 from llmexplore.models.queueing import core as qz
 from llmexplore.models.serving import simulator as sv
-from llmexplore.models.serving.batcher import Scheduler, kv_capacity_blocks
+from llmexplore.models.serving.engines import Scheduler, kv_capacity_blocks
 from llmexplore.models.serving.step_tables import step_tables
 from llmexplore.models.step.decode import step_time
 from llmexplore.models.step.engine import Deployment
