@@ -69,8 +69,8 @@ def check_index_parameters(params) -> dict[str, str]:
 def check_fidelity_parameters(p) -> dict[str, str]:
     """Validate the parameters of ``notebooks/05_fidelity.ipynb`` (``{NAME: value}``); SpecError naming the
     parameter, the value and the rule. A GPU preset without kernel measurements does not apply here."""
-    fidelity._runtime_choice("PRICING", p["PRICING"])
-    fidelity._runtime_choice("BASELINE", p["BASELINE"])
+    fidelity.check_runtime_choice("PRICING", p["PRICING"])
+    fidelity.check_runtime_choice("BASELINE", p["BASELINE"])
     hw = preset_param("GPU", "hardware", p["GPU"])
     _check.choice("ENGINE", p["ENGINE"], fidelity.ENGINES)
     _check.number("BAND_PCT", p["BAND_PCT"], lo=0, lo_open=True, hi=1000, unit="%")
