@@ -360,6 +360,65 @@ def _low_latency_curves(md: MoEDeployment):
     return None if any(x is None for x in ab) else tuple(ab)
 
 
+def _routed_pure_tp(lp_e, n_tot, k: int, coeffs, out_shape) -> dict:
+    """Routed experts of one MoE layer under pure TP (:func:`step_time`'s ``ep == 1``): every GPU runs every
+    (token, expert) pair on its I_e/tp slice of every active expert, so there is no straggler and no all-to-all.
+    ``lp_e``: routing probabilities [..., L, E]; ``n_tot``: tokens routed in the step."""
+    a_f, w_slot, a_m, ovh = coeffs
+    pi = k * lp_e
+    log_idle = np.log1p(-np.minimum(pi, 1 - 1e-15))  # log P(a token does not pick e)
+    active = (-np.expm1(n_tot[..., None, None] * log_idle)).sum(-1)  # E[distinct experts], [..., L]
+    pairs = n_tot[..., None] * k
+    routed_l = np.maximum(a_f * pairs, w_slot * active + a_m * pairs) + ovh
+    routed = routed_l.mean(-1)
+    ones, zeros = np.ones(out_shape), np.zeros(out_shape)
+    return {"routed": routed, "routed_mean": routed, "max_pairs": n_tot * k, "mean_pairs": n_tot * k,
+            "load_strag": ones, "time_strag": ones, "imb": ones, "active_max": active.mean(-1), "dist": ones,
+            "dispatch": zeros, "combine": zeros}
+
+
+def _routed_ep(md: MoEDeployment, lp_e, skew, probs, n_tot, n_loc, coeffs, out_shape) -> dict:
+    """Routed experts of one MoE layer over ``md.ep`` ranks (:func:`step_time`'s ``ep > 1``): the expected
+    busiest rank's routed GEMMs (a normal approximation of each rank's pairs, ``stats.expected_max_piecewise``),
+    the mean rank, the load statistics, and the dispatch and combine all-to-all (DeepEP's measured low-latency
+    curves for per-expert dispatch where they exist, else the alpha-beta model)."""
+    a_f, w_slot, a_m, ovh = coeffs
+    k, H, ep = md.model.experts_per_token, md.model.hidden, md.ep
+    st = _stats_for(md, lp_e, skew, probs)  # [..., L, R]
+    n3 = n_tot[..., None, None]
+    mu = n3 * st["share"]
+    sd = np.sqrt(n3 * st["var"])
+    act = routing.active_slots(st["x"], n_tot[..., None])  # [..., L, R]
+    m0 = w_slot * act
+    emax_t = stats.expected_max_piecewise(mu, sd, a_f, m0, a_m)  # [..., L]
+    routed = emax_t.mean(-1) + ovh
+    routed_mean = np.maximum(a_f * mu, m0 + a_m * mu).mean(-1).mean(-1) + ovh
+    emax_x = stats.expected_max_normal(mu, sd)  # [..., L]
+    avg = n_tot * k / ep
+    max_pairs = emax_x.mean(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        load_strag = max_pairs / avg
+        time_strag = routed / routed_mean
+    share = st["share"]
+    u = st["hit"] if md.dispatch == "rank" else st["share"]
+    unit = _a2a_unit_s(md, u).mean(-1)  # [...], per token per byte
+    ll = _low_latency_curves(md) if md.dispatch == "expert" else None
+    if ll is not None:  # DeepEP's measured low-latency curves; routing skew scales the busiest rank's bytes
+        ratio = unit / _a2a_unit_s(md, np.full(ep, k / ep))
+        fp8 = dtype_bytes(md.weight_dtype) < 2.0
+        (a_d, B_d), (a_c, B_c) = ll
+        dispatch = a_d + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "dispatch", fp8=fp8) / B_d
+        combine = a_c + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "combine") / B_c
+    else:
+        alpha = _a2a_alpha_s(md)
+        dispatch = alpha + n_loc * dispatch_bytes_per_token(H) * unit
+        combine = alpha + n_loc * combine_bytes_per_token(H) * unit
+    return {"routed": routed, "routed_mean": routed_mean, "max_pairs": max_pairs,
+            "mean_pairs": np.broadcast_to(avg, out_shape), "load_strag": load_strag, "time_strag": time_strag,
+            "imb": (share.max(-1) / share.mean(-1)).mean(-1), "active_max": act.max(-1).mean(-1),
+            "dist": st["hit"].sum(-1).mean(-1), "dispatch": dispatch, "combine": combine}
+
+
 def step_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None) -> dict[str, np.ndarray]:
     """Decode step time of an MoE model on the worst GPU [s], by part, with skewed routing.
 
@@ -408,7 +467,6 @@ def step_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None) -> dic
     n_loc = expand(b_loc) * q  # tokens of the worst attention group
     dep = md.attn_dep
     ba = dtype_bytes(md.act_dtype)
-    a_f, w_slot, a_m, ovh = _routed_coeffs(md)
     # ---- per-layer non-routed MoE kernels (per group, TP over tp): norm, router, shared expert
     norm = elementwise_s(dep, 2 * n_loc * H * ba)
     router = gemm_s(dep, n_loc, H, E, b_w=EMB_BYTES)
@@ -417,56 +475,13 @@ def step_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None) -> dic
         Is = m.shared_experts * m.moe_intermediate / tp
         shared = gemm_s(dep, n_loc, H, 2 * Is) + gemm_s(dep, n_loc, Is, H)
     fixed = norm + router + shared
+    coeffs = _routed_coeffs(md)
     if ep == 1:  # pure TP: every GPU runs every pair on its I_e/tp slice of every active expert
-        pi = k * lp_e
-        log_idle = np.log1p(-np.minimum(pi, 1 - 1e-15))  # log P(a token does not pick e)
-        active = (-np.expm1(n_tot[..., None, None] * log_idle)).sum(-1)  # E[distinct experts], [..., L]
-        pairs = n_tot[..., None] * k
-        routed_l = np.maximum(a_f * pairs, w_slot * active + a_m * pairs) + ovh
-        routed = routed_l.mean(-1)
-        routed_mean = routed
-        max_pairs = mean_pairs = n_tot * k
-        load_strag = time_strag = np.ones(out_shape)
-        imb = np.ones(out_shape)
-        active_max = active.mean(-1)
-        dist = np.ones(out_shape)
-        dispatch = combine = np.zeros(out_shape)
-        allreduce = allreduce_s(n_loc * H * ba, tp, md.fabric)
+        r = _routed_pure_tp(lp_e, n_tot, k, coeffs, out_shape)
     else:
-        st = _stats_for(md, lp_e, skew, probs)  # [..., L, R]
-        n3 = n_tot[..., None, None]
-        mu = n3 * st["share"]
-        sd = np.sqrt(n3 * st["var"])
-        act = routing.active_slots(st["x"], n_tot[..., None])  # [..., L, R]
-        m0 = w_slot * act
-        emax_t = stats.expected_max_piecewise(mu, sd, a_f, m0, a_m)  # [..., L]
-        routed = emax_t.mean(-1) + ovh
-        routed_mean = np.maximum(a_f * mu, m0 + a_m * mu).mean(-1).mean(-1) + ovh
-        emax_x = stats.expected_max_normal(mu, sd)  # [..., L]
-        avg = n_tot * k / ep
-        max_pairs = emax_x.mean(-1)
-        mean_pairs = np.broadcast_to(avg, out_shape)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            load_strag = max_pairs / avg
-            time_strag = routed / routed_mean
-        share = st["share"]
-        imb = (share.max(-1) / share.mean(-1)).mean(-1)
-        active_max = act.max(-1).mean(-1)
-        dist = st["hit"].sum(-1).mean(-1)
-        u = st["hit"] if md.dispatch == "rank" else st["share"]
-        unit = _a2a_unit_s(md, u).mean(-1)  # [...], per token per byte
-        ll = _low_latency_curves(md) if md.dispatch == "expert" else None
-        if ll is not None:  # DeepEP's measured low-latency curves; routing skew scales the busiest rank's bytes
-            ratio = unit / _a2a_unit_s(md, np.full(ep, k / ep))
-            fp8 = dtype_bytes(md.weight_dtype) < 2.0
-            (a_d, B_d), (a_c, B_c) = ll
-            dispatch = a_d + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "dispatch", fp8=fp8) / B_d
-            combine = a_c + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "combine") / B_c
-        else:
-            alpha = _a2a_alpha_s(md)
-            dispatch = alpha + n_loc * dispatch_bytes_per_token(H) * unit
-            combine = alpha + n_loc * combine_bytes_per_token(H) * unit
-        allreduce = allreduce_s(n_loc * H * ba, tp, md.fabric)
+        r = _routed_ep(md, lp_e, skew, probs, n_tot, n_loc, coeffs, out_shape)
+    routed, routed_mean, dispatch, combine = r["routed"], r["routed_mean"], r["dispatch"], r["combine"]
+    allreduce = allreduce_s(n_loc * H * ba, tp, md.fabric)
     L_moe = m.moe_layers
     bc = lambda a: np.broadcast_to(np.asarray(a, dtype=float), out_shape)  # noqa: E731
     ffn_moe = L_moe * (fixed + routed)
@@ -483,9 +498,10 @@ def step_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None) -> dic
         "moe_layer_s": bc(fixed + routed + dispatch + combine + allreduce), "routed_layer_s": bc(routed),
         "routed_mean_layer_s": bc(routed_mean), "dispatch_layer_s": bc(dispatch),
         "combine_layer_s": bc(combine),
-        "time_straggler": bc(time_strag), "load_straggler": bc(load_strag), "expected_imbalance": bc(imb),
-        "max_pairs": bc(max_pairs), "mean_pairs": bc(mean_pairs), "active_slots_max": bc(active_max),
-        "distinct_ranks": bc(dist), "tokens_per_s": bc(b_e * q / total), "skew": bc(sk),
+        "time_straggler": bc(r["time_strag"]), "load_straggler": bc(r["load_strag"]),
+        "expected_imbalance": bc(r["imb"]), "max_pairs": bc(r["max_pairs"]), "mean_pairs": bc(r["mean_pairs"]),
+        "active_slots_max": bc(r["active_max"]), "distinct_ranks": bc(r["dist"]),
+        "tokens_per_s": bc(b_e * q / total), "skew": bc(sk),
     }
 
 
