@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from .. import presets
-from ..sweeps.fidelity import ENGINE_LABELS, CurveTables, runtime_label
+from ..labels import ENGINE_LABELS, runtime_label
+from ..sweeps.fidelity import CurveTables
 from . import join, num
 
 __all__ = ["how", "with_", "pct", "accuracy_sentence", "in_sample_sentence", "category_sentence", "gemm_sentence",

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..sweeps.fidelity import KIND_LABELS, CurveTables, runtime_label
+from ..labels import KIND_LABELS, runtime_label
 from . import RANK_KEY, RANK_SERIES, base, base_layout, fmt
 from .tables import PeopleTable, people_table
 
@@ -150,7 +150,7 @@ SUBTITLE_CHARS = 72  # longest line of a panel's small-print subtitle (about a p
 HEAD_CHARS = 85  # longest first line of a panel title (12 px) before its numbers move to the small print
 
 
-def _panel_title(ct: CurveTables, panel: str) -> str:
+def _panel_title(ct, panel: str) -> str:
     """The panel's title: its curves' median |error| and rows, then in small print whose curve it is (when not the
     engine's own) and the shapes drawn, wrapped at :data:`SUBTITLE_CHARS`."""
     rows = ct.curves[ct.curves["panel"] == panel]
@@ -186,7 +186,7 @@ def _panel_title(ct: CurveTables, panel: str) -> str:
     return "<br>".join(lines)
 
 
-def kernel_curves_figure(ct: CurveTables, *, title: str = "Fitted kernel curves against their kernel data") -> go.Figure:
+def kernel_curves_figure(ct, *, title: str = "Fitted kernel curves against their kernel data") -> go.Figure:
     """Measured kernel rows (points) and the fitted soft-roofline curve (lines) of one kernel class, a panel per
     dtype or variant (up to two per row), with the datasheet peak as a dotted line where it applies. ``ct``: a
     :class:`~llmexplore.sweeps.fidelity.CurveTables` (``gemm_curves``, ``moe_curves``,

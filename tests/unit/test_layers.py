@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parents[2] / "llmexplore"
 
 #: layer of each top-level part of the package (a sub-package or a module), lowest first
 LAYERS = {
-    "errors": 0, "units": 0, "deployment": 0, "_check": 0, "specs": 0, "presets": 0, "catalog": 0,
+    "errors": 0, "units": 0, "labels": 0, "deployment": 0, "_check": 0, "specs": 0, "presets": 0, "catalog": 0,
     "models": 1, "measured": 0, "lsq": 0,
     "transfer": 1,
     "launch": 1,
@@ -160,3 +160,12 @@ def test_the_models_rule_catches_a_wing_importing_a_wing():
     assert [b.split(" (")[0] for b in _models_violations("from ..queueing import core\n", ground)] == [
         "line 1: llmexplore.models.queueing.core"]
     assert _models_violations("from ...presets import resolve\n", DOOR) == []
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "plots").rglob("*.py")), ids=lambda p: p.name)
+def test_plots_import_no_sweeps(path):
+    """Plots draw tidy frames a sweep built; they never compute one (issue 18 §4)."""
+    rel = path.relative_to(PKG)
+    bad = [f"line {line}: {name}" for line, name in _imports(path.read_text(encoding="utf-8"), rel)
+           if _target_part(name) in ("sweeps", "findings")]
+    assert not bad, f"{rel} imports a sweep: {bad}"

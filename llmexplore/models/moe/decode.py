@@ -33,10 +33,25 @@ Layouts (G = tp x ep GPUs, ``MoEDeployment``)
     The non-MoE part of a step is exactly :func:`..step.decode.step_time` of a TP-``tp`` deployment serving one
     group's ceil(B/ep) sequences; its uniform-routing MoE parts are replaced by the ones here.
 MoE layer time
-    norm + router + shared expert + E[max over EP ranks of the routed grouped GEMMs] (two kernels, gate-up
-    and down, the engine's grouped-GEMM roofline) + dispatch + combine (+ TP AllReduce); averaged over the
-    MoE layers (each its own placement). Compute and communication do not overlap (no two-micro-batch
-    overlap), as in :mod:`..step.decode`.
+    norm + router + shared expert + the routed grouped GEMMs of the busiest EP rank (two kernels, gate-up and
+    down) + dispatch + combine (+ TP AllReduce); averaged over the MoE layers (each its own placement).
+    Compute and communication do not overlap (no two-micro-batch overlap), as in :mod:`..step.decode`. The
+    routed GEMMs are priced as the step engine prices them (:func:`..step.engine.moe_s`: the grouped GEMM's
+    fitted curve, rows padded to its M tile) with this routing's expected hit experts: under pure TP that is
+    the whole answer; under EP it prices the mean rank, and the busiest rank is that time x the straggler
+    E[max over ranks] / mean of the hard-roofline affine form t = max(a_f X, w A + a_m X) (X pairs, A active
+    slots of a rank), the form whose expected maximum has a closed form (:func:`..step.stats.expected_max_piecewise`).
+One vocabulary with the step engine
+    This wing is a view over :class:`..step.engine.Deployment` (``MoEDeployment.attn_dep``, the TP-``tp``
+    group): every non-routed part and every collective is the step engine's, and with uniform routing the two
+    agree: pure TP (ep = 1) equals :func:`..step.decode.step_time` of a ``moe_ep=1`` deployment to rounding,
+    and under DPA + EP (tp = 1) the mean rank equals a rank of the engine's DPA step with DeepEP dispatch and
+    data-parallel dense layers and LM head but for the engine's norm and router over the gathered batch
+    (up to 4 %), the busiest rank being slower by the straggler (routing noise: 1.05 at 128 sequences x 32 ranks);
+    ``tests/unit/models/moe/test_moe_engine_tie.py`` holds both. The planner prices MoE deployments with the step
+    engine alone (uniform routing, every layout and prefill); this wing answers what the engine does not
+    model: hot-expert skew, measured routing histograms, EPLB placements with redundant experts, and TP x EP
+    attention groups.
 
 Speed: everything broadcasts over batch, context and skew. Placements (EPLB) and their per-rank statistics
 depend only on the routing shares and the placement, so they are memoised (:func:`clear_memo`); a skew sweep
@@ -70,7 +85,8 @@ from ..step import stats
 from ...measured import DEEPEP_LL_OPS
 from ..step.collectives import (Fabric, allreduce_s, alpha_s, deepep_ll_bytes_per_selection, deepep_ll_params,
                           fp8_dispatch_bytes)
-from ..step.engine import EMB_BYTES, Deployment, check_batch_context, elementwise_s, gemm_s, kernel_rates, resolve_deployment
+from ..step.engine import (EMB_BYTES, Deployment, check_batch_context, elementwise_s, gemm_s, kernel_rates, moe_s,
+                           resolve_deployment)
 
 __all__ = ["MoEDeployment", "step_time", "expected_rank_shares", "memory_per_gpu", "dispatch_bytes_per_token",
            "combine_bytes_per_token", "clear_memo", "BALANCE", "DISPATCH"]
@@ -309,8 +325,10 @@ def _stats_for(md: MoEDeployment, lp: np.ndarray, skew, probs, *, balanced: bool
 def _routed_coeffs(md: MoEDeployment):
     """Per-GPU roofline coefficients of the routed grouped GEMMs: t = max(a_f X, m0_per_slot A + a_m X).
 
-    X is the pairs a rank computes and A its active slots; the rates are the engine's grouped-GEMM rates, so
-    this is the engine's roofline written in the affine form the expected maximum over ranks needs."""
+    X is the pairs a rank computes and A its active slots; the rates are the engine's grouped-GEMM rates
+    (:func:`..step.engine.kernel_rates`: the hard roofline, no knee and no M-tile padding), written in the
+    affine form whose expected maximum over ranks has a closed form. Only the ratio busiest / mean rank is
+    taken from it (:func:`_routed_ep`); the time itself is the engine's."""
     m, tp = md.model, md.tp
     r = kernel_rates(md.attn_dep, "grouped_gemm")
     H, Ie = m.hidden, m.moe_intermediate / tp
@@ -360,16 +378,19 @@ def _low_latency_curves(md: MoEDeployment):
     return None if any(x is None for x in ab) else tuple(ab)
 
 
-def _routed_pure_tp(lp_e, n_tot, k: int, coeffs, out_shape) -> dict:
+def _routed_pure_tp(dep: Deployment, lp_e, n_tot, k: int, out_shape) -> dict:
     """Routed experts of one MoE layer under pure TP (:func:`step_time`'s ``ep == 1``): every GPU runs every
-    (token, expert) pair on its I_e/tp slice of every active expert, so there is no straggler and no all-to-all.
-    ``lp_e``: routing probabilities [..., L, E]; ``n_tot``: tokens routed in the step."""
-    a_f, w_slot, a_m, ovh = coeffs
+    (token, expert) pair on its I_e/tp slice of every hit expert, so there is no straggler and no all-to-all,
+    and the layer is priced exactly as the step engine prices it (:func:`..step.engine.moe_s`, the grouped
+    GEMM's fitted curve with its M tile) with the expected hit experts of this routing instead of uniform
+    routing's. ``dep``: the TP attention deployment; ``lp_e``: routing probabilities [..., L, E]; ``n_tot``:
+    tokens routed in the step."""
+    m = dep.model
     pi = k * lp_e
     log_idle = np.log1p(-np.minimum(pi, 1 - 1e-15))  # log P(a token does not pick e)
     active = (-np.expm1(n_tot[..., None, None] * log_idle)).sum(-1)  # E[distinct experts], [..., L]
-    pairs = n_tot[..., None] * k
-    routed_l = np.maximum(a_f * pairs, w_slot * active + a_m * pairs) + ovh
+    routed_l = moe_s(dep, n_tot[..., None], experts=m.routed_experts, topk=k, hidden=m.hidden,
+                     inter=m.moe_intermediate, moe_tp=dep.ranks, moe_ep=1, active=active)
     routed = routed_l.mean(-1)
     ones, zeros = np.ones(out_shape), np.zeros(out_shape)
     return {"routed": routed, "routed_mean": routed, "max_pairs": n_tot * k, "mean_pairs": n_tot * k,
@@ -377,11 +398,12 @@ def _routed_pure_tp(lp_e, n_tot, k: int, coeffs, out_shape) -> dict:
             "dispatch": zeros, "combine": zeros}
 
 
-def _routed_ep(md: MoEDeployment, lp_e, skew, probs, n_tot, n_loc, coeffs, out_shape) -> dict:
-    """Routed experts of one MoE layer over ``md.ep`` ranks (:func:`step_time`'s ``ep > 1``): the expected
-    busiest rank's routed GEMMs (a normal approximation of each rank's pairs, ``stats.expected_max_piecewise``),
-    the mean rank, the load statistics, and the dispatch and combine all-to-all (DeepEP's measured low-latency
-    curves for per-expert dispatch where they exist, else the alpha-beta model)."""
+def _routed_ep(md: MoEDeployment, dep: Deployment, lp_e, skew, probs, n_tot, n_loc, coeffs, out_shape) -> dict:
+    """Routed experts of one MoE layer over ``md.ep`` ranks (:func:`step_time`'s ``ep > 1``): the mean rank's
+    routed GEMMs priced by the step engine, the expected busiest rank's as that time x the straggler of the
+    affine form (a normal approximation of each rank's pairs, ``stats.expected_max_piecewise``), the load
+    statistics, and the dispatch and combine all-to-all (DeepEP's measured low-latency curves for per-expert
+    dispatch where they exist, else the alpha-beta model)."""
     a_f, w_slot, a_m, ovh = coeffs
     k, H, ep = md.model.experts_per_token, md.model.hidden, md.ep
     st = _stats_for(md, lp_e, skew, probs)  # [..., L, R]
@@ -391,8 +413,14 @@ def _routed_ep(md: MoEDeployment, lp_e, skew, probs, n_tot, n_loc, coeffs, out_s
     act = routing.active_slots(st["x"], n_tot[..., None])  # [..., L, R]
     m0 = w_slot * act
     emax_t = stats.expected_max_piecewise(mu, sd, a_f, m0, a_m)  # [..., L]
-    routed = emax_t.mean(-1) + ovh
-    routed_mean = np.maximum(a_f * mu, m0 + a_m * mu).mean(-1).mean(-1) + ovh
+    # the busiest rank over the mean rank, both in the hard-roofline affine form the expected maximum needs
+    straggler = (emax_t.mean(-1) + ovh) / (np.maximum(a_f * mu, m0 + a_m * mu).mean(-1).mean(-1) + ovh)
+    # the mean rank priced as the step engine prices an EP rank (the grouped GEMM's fitted curve, rows padded to
+    # its M tile) with this routing's mean active slots per rank; uniform routing gives the engine's time
+    m = md.model
+    routed_mean = moe_s(dep, n_tot[..., None], experts=md.slots, topk=k, hidden=H, inter=m.moe_intermediate,
+                        moe_tp=md.tp, moe_ep=ep, active=act.mean(-1)).mean(-1)
+    routed = straggler * routed_mean
     emax_x = stats.expected_max_normal(mu, sd)  # [..., L]
     avg = n_tot * k / ep
     max_pairs = emax_x.mean(-1)
@@ -475,13 +503,12 @@ def step_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None) -> dic
         Is = m.shared_experts * m.moe_intermediate / tp
         shared = gemm_s(dep, n_loc, H, 2 * Is) + gemm_s(dep, n_loc, Is, H)
     fixed = norm + router + shared
-    coeffs = _routed_coeffs(md)
     if ep == 1:  # pure TP: every GPU runs every pair on its I_e/tp slice of every active expert
-        r = _routed_pure_tp(lp_e, n_tot, k, coeffs, out_shape)
+        r = _routed_pure_tp(dep, lp_e, n_tot, k, out_shape)
     else:
-        r = _routed_ep(md, lp_e, skew, probs, n_tot, n_loc, coeffs, out_shape)
+        r = _routed_ep(md, dep, lp_e, skew, probs, n_tot, n_loc, _routed_coeffs(md), out_shape)
     routed, routed_mean, dispatch, combine = r["routed"], r["routed_mean"], r["dispatch"], r["combine"]
-    allreduce = allreduce_s(n_loc * H * ba, tp, md.fabric)
+    allreduce = allreduce_s(n_loc * H * ba, tp, dep.fabric)  # with the runtime's fitted collectives
     L_moe = m.moe_layers
     bc = lambda a: np.broadcast_to(np.asarray(a, dtype=float), out_shape)  # noqa: E731
     ffn_moe = L_moe * (fixed + routed)

@@ -480,14 +480,16 @@ def gemm_s(dep: Deployment, m_tokens, k_in, n_out, *, groups: float = 1.0, b_w: 
 
 
 def moe_s(dep: Deployment, tokens, *, experts: float, topk: float, hidden: float, inter: float,
-          moe_tp: float = 1.0, moe_ep: float = 1.0) -> np.ndarray:
+          moe_tp: float = 1.0, moe_ep: float = 1.0, active=None) -> np.ndarray:
     """Routed-expert time of one MoE layer on one rank [s]: the gate-up and down grouped GEMMs of
     :func:`~.kernels.moe_block_work` (tokens entering the layer on the rank, uniform routing, rows padded to
-    the fitted curve's M tile), each half of the block's work."""
+    the fitted curve's M tile), each half of the block's work. ``active``: expected hit experts on the rank
+    for a routing that is not uniform (None: uniform)."""
     c = kernel_curve(dep, "grouped_gemm")
     bw = dep.b_w
     f, by = moe_block_work(tokens, experts, topk, hidden, inter, moe_tp=moe_tp, moe_ep=moe_ep, b_w=bw,
-                           b_a=bw if (c is not None and bw < 2.0) else dep.b_a, tile_m=c.tile_m if c else 1)
+                           b_a=bw if (c is not None and bw < 2.0) else dep.b_a, tile_m=c.tile_m if c else 1,
+                           active=active)
     return 2.0 * kernel_s(dep, "grouped_gemm", f / 2.0, by / 2.0)
 
 

@@ -172,7 +172,7 @@ def gemm_work(m, n, k, *, b_w: float, b_in: float, b_out: float = 2.0):
 
 
 def moe_block_work(tokens, experts, topk, hidden, inter, *, moe_tp=1, moe_ep=1, b_w: float, b_a: float = 2.0,
-                   tile_m: int = 1):
+                   tile_m: int = 1, active=None):
     """(FLOPs, HBM bytes) of one routed-MoE block on one GPU, each of its two grouped GEMMs (gate-up, down).
 
     ``tokens`` enter the layer on the GPU; uniform routing sends tokens x topk / ep token-expert pairs to its
@@ -180,6 +180,8 @@ def moe_block_work(tokens, experts, topk, hidden, inter, *, moe_tp=1, moe_ep=1, 
     are padded to the kernel's M tile: F = 2 A ceil(m_e / tile) tile 3 H I/tp (gated: gate, up, down), and the
     weights of the hit experts stream once: M = A 3 H (I/tp) b_w + pairs (2H + 3 I/tp) b_a. Returns the work of
     the *whole block*; the engine prices it as two equal kernels (:func:`llmexplore.models.step.engine.moe_s`).
+    ``active``: the expected hit experts on the GPU when routing is not uniform (the MoE wing's skewed routing,
+    :mod:`llmexplore.models.moe.decode`); None: the uniform-routing count above.
     """
     t = np.asarray(tokens, dtype=float)
     E = np.asarray(experts, dtype=float)
@@ -187,8 +189,9 @@ def moe_block_work(tokens, experts, topk, hidden, inter, *, moe_tp=1, moe_ep=1, 
     I_loc = np.asarray(inter, dtype=float) / moe_tp
     H = np.asarray(hidden, dtype=float)
     pairs = t * k / moe_ep
-    active = E / moe_ep * (1.0 - (1.0 - k / E) ** t)
-    active = np.maximum(active, np.minimum(pairs, 1.0))
+    if active is None:
+        active = E / moe_ep * (1.0 - (1.0 - k / E) ** t)
+    active = np.maximum(np.asarray(active, dtype=float), np.minimum(pairs, 1.0))
     with np.errstate(invalid="ignore", divide="ignore"):
         per_expert = np.where(active > 0, pairs / np.where(active > 0, active, 1.0), 0.0)
     padded = np.ceil(per_expert / tile_m) * tile_m if tile_m > 1 else per_expert

@@ -19,15 +19,15 @@ The package: :mod:`.accuracy` (end to end) and :mod:`.curves` (kernel by kernel)
 public API.
 """
 
-from .accuracy import (CALIBRATION_CSV, CALIBRATION_ENGINE, KIND_LABELS, RUNTIMES, accuracy_summary, accuracy_table,
+from .accuracy import (CALIBRATION_CSV, CALIBRATION_ENGINE, RUNTIMES, accuracy_summary, accuracy_table,
                        category_errors, check_runtime_choice, not_modelled, ranking_pairs, runtime_choices,
-                       runtime_label, sampler_effect)
-from .curves import (ENGINE_LABELS, ENGINES, SIZE_CLASSES, CurveTables, KernelData, allreduce_curves, curve_catalog,
+                       sampler_effect)
+from .curves import (ENGINES, SIZE_CLASSES, CurveTables, KernelData, allreduce_curves, curve_catalog,
                      curve_errors, decode_attention_curves, deepep_ll_curves, fit_error_pivot, gemm_curves,
                      kernel_data, moe_curves, rejected_curves)
 
-__all__ = ["RUNTIMES", "CALIBRATION_CSV", "CALIBRATION_ENGINE", "ENGINES", "ENGINE_LABELS", "KIND_LABELS",
-           "SIZE_CLASSES", "runtime_label", "runtime_choices", "accuracy_table", "accuracy_summary",
+__all__ = ["RUNTIMES", "CALIBRATION_CSV", "CALIBRATION_ENGINE", "ENGINES",
+           "SIZE_CLASSES", "runtime_choices", "accuracy_table", "accuracy_summary",
            "sampler_effect", "category_errors", "not_modelled", "ranking_pairs", "KernelData", "CurveTables",
            "kernel_data", "gemm_curves", "moe_curves", "decode_attention_curves", "allreduce_curves",
            "deepep_ll_curves", "curve_errors", "curve_catalog", "rejected_curves", "fit_error_pivot",

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ... import _check, calibrate, presets, validate
 from ...errors import SpecError
+from ...labels import runtime_label
 
 #: the runtime choices compared: each row's engine preset, the engine-neutral curves, the pre-curve model
 RUNTIMES = ("engine", "default", "scalar")
@@ -23,13 +24,6 @@ RUNTIMES = ("engine", "default", "scalar")
 CALIBRATION_CSV = presets.DATA_DIR / "calibration" / "aic-llama31-70b-tp8-h100.csv"
 #: the engine whose preset prices the in-sample points under the ``engine`` choice (the database's engine)
 CALIBRATION_ENGINE = "trtllm"
-KIND_LABELS = {"decode": "decode", "decode_loaded": "decode under load", "prefill": "prefill"}
-
-
-def runtime_label(choice: str) -> str:
-    """How a runtime choice reads in a legend or a sentence."""
-    return {"engine": "engine presets", "default": "engine-neutral curves (default)",
-            "scalar": "scalar, pre-curve"}.get(choice, f"runtime {choice}")
 
 
 def runtime_choices(*first: str) -> tuple[str, ...]:

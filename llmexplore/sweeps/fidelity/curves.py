@@ -18,10 +18,10 @@ import pandas as pd
 
 from ... import _check, kernelfit, presets
 from ...errors import SpecError
+from ...labels import ENGINE_LABELS
 from ...models.step.kernels import Curve, gemm_work
 #: the kernel sets: one engine's rows, or the three engines' pooled (``any``)
 ENGINES = kernelfit.ENGINES + ("any",)
-ENGINE_LABELS = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang", "any": "engine-neutral"}
 #: the three GEMM / MoE shapes drawn per panel: these quantiles of the weight size among the measured shapes
 SIZE_CLASSES = {"small": 0.15, "medium": 0.5, "large": 0.85}
 _VARIANT_ORDER = [("plain", "bf16"), ("plain", "fp8"), ("block", "fp8"), ("plain", "fp4")]

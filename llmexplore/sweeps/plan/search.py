@@ -105,85 +105,103 @@ def _label(mode: str, wd: str, kd: str, p: _Instance | None, d: _Instance, chunk
     return f"disagg P:{_shape(p)} D:{_shape(d)} {wd}/{kd}"
 
 
+@dataclass(frozen=True)
+class _ColocatedPoint:
+    """One colocated configuration (an instance's step tables at one chunk budget) priced at per-instance
+    rates: the mixed-iteration latency model, its TTFT and TPOT at the question's statistic."""
+
+    dec: object  # the instance's decode step table (batches, step_s)
+    t_mix: object  # its mixed-iteration times at this chunk budget
+    wl: dg.Workload
+    chunk: int
+    mean: bool  # the targets are on means (else on the question's percentile)
+    T_ttft: float  # targets [s]
+    T_tpot: float
+
+    def at(self, lam, n: int) -> tuple:
+        """(latency result, TTFT [s], TPOT [s]) at per-instance rates ``lam`` [req/s] with ``n`` instances:
+        requests dealt round-robin over the n instances arrive with Erlang-n gaps (arrival SCV 1/n)."""
+        r = dg.colocated_from_tables(self.dec, self.t_mix, self.wl, lam, self.chunk, arrival_scv=1.0 / max(n, 1))
+        ttft = r["ttft_mean_s"] if self.mean else r["ttft_s"]
+        tpot = r["tpot_mean_s"] if self.mean else r["tpot_s"]  # per-request TPOT, as engines report
+        return r, ttft, tpot
+
+    def ok(self, ttft, tpot):
+        return (ttft <= self.T_ttft) & (tpot <= self.T_tpot)
+
+    def lam_star(self, lam: np.ndarray, n: int, ok_n=None) -> float:
+        """Highest per-instance rate [req/s] within the targets with ``n`` instances: the last feasible rate
+        of the grid ``lam`` (``ok_n``: its feasibility, if already known), refined up to the next."""
+        okn = self.ok(*self.at(lam, n)[1:]) if ok_n is None else ok_n
+        if not okn.any():
+            return 0.0
+        j = int(np.nonzero(okn)[0].max())
+        lo, hi = lam[j], lam[j + 1] if j + 1 < lam.size else lam[j]
+        if hi > lo:  # refine between the last feasible grid rate and the next
+            fine = np.linspace(lo, hi, 33)
+            _, t1, t2 = self.at(fine, n)
+            lo = float(fine[self.ok(t1, t2)].max())
+        return lo
+
+
 def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[list[dict], list[dict]]:
     rows, front = [], []
-    T_ttft, T_tpot = q.ttft_ms * 1e-3, q.tpot_ms * 1e-3
-    mean = q.stat == "mean"
     for inst in insts:
         if inst.dep is None or inst.layout != "TP" or inst.reason:
             continue
         dep = inst.dep
         dec, t_mix = _colocated_tables(q.model, q.gpu, q.runtime, dep.ranks, dep.weight_dtype, dep.kv_dtype,
                                        q.isl, q.osl, q.chunks, dep.moe_ep)
-        b_cap = dec.batches[-1]
         lam_cap = float(np.max(dec.batches / (q.osl * np.asarray(dec.step_s))))  # pure-decode capacity
         lam = np.geomspace(lam_cap * 1e-4, lam_cap, RATE_POINTS)
-        n_max = q.gpus // dep.ranks
         for i, chunk in enumerate(q.chunks):
-            base = dict(mode="colocated", weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
-                        prefill_ranks=np.nan, prefill_layout="", prefill_ep=np.nan, decode_ranks=dep.ranks,
-                        decode_layout="TP", decode_ep=_ep(inst),
-                        chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst,
-                                                         chunk))
-            def at(l, n=n_max, dec=dec, t_mix=t_mix[i], chunk=chunk):
-                # requests dealt round-robin over the n instances: Erlang-n gaps (arrival SCV 1/n)
-                r = dg.colocated_from_tables(dec, t_mix, wl, l, chunk, arrival_scv=1.0 / max(n, 1))
-                ttft = r["ttft_mean_s"] if mean else r["ttft_s"]
-                tpot = r["tpot_mean_s"] if mean else r["tpot_s"]  # per-request TPOT, as engines report
-                return r, ttft, tpot
-
-            r, ttft, tpot = at(lam)
-            ok = (ttft <= T_ttft) & (tpot <= T_tpot)
-            good = np.isfinite(ttft) & (ttft <= T_ttft) & np.isfinite(tpot)
-            if good.any():
-                front += [dict(base, tokens_per_s_per_user=1.0 / tpot[j],
-                               tokens_per_s_per_gpu=lam[j] * q.osl / dep.ranks) for j in np.nonzero(good)[0]]
-            if not ok.any():
-                why = _colocated_reason(dec, t_mix[i], r, ttft, tpot, T_ttft, T_tpot)
-                rows.append(dict(base, feasible=False, reason=why))
-                continue
-
-            def lam_star_of(n, ok=ok, at=at):
-                """Highest per-instance rate within the targets with n instances (grid, then refined)."""
-                okn = ok if n == n_max else np.array([(a <= T_ttft) & (b <= T_tpot) for a, b in
-                                                      zip(*at(lam, n)[1:])])
-                if not okn.any():
-                    return 0.0
-                j = int(np.nonzero(okn)[0].max())
-                lo, hi = lam[j], lam[j + 1] if j + 1 < lam.size else lam[j]
-                if hi > lo:  # refine between the last feasible grid rate and the next
-                    fine = np.linspace(lo, hi, 33)
-                    _, t1, t2 = at(fine, n)
-                    lo = float(fine[(t1 <= T_ttft) & (t2 <= T_tpot)].max())
-                return lo
-
-            lam_star = lam_star_of(n_max)
-            if q.rate_per_s is None:
-                n_c = n_max
-                rate = n_c * lam_star
-            else:  # fewer instances see burstier arrivals: settle n with its own round-robin smoothing
-                n_c = math.ceil(q.rate_per_s / lam_star * (1 - 1e-12))
-                for _ in range(4):
-                    if n_c < 1 or n_c > n_max:
-                        break
-                    lam_n = lam_star_of(n_c)
-                    if lam_n * n_c >= q.rate_per_s * (1 - 1e-12):
-                        break
-                    n_c += 1
-                rate = q.rate_per_s
-            if n_c < 1 or n_c > n_max:
-                rows.append(dict(base, feasible=False, instances=n_c, gpus=n_c * dep.ranks,
-                                 reason=f"needs {n_c} instances of {dep.ranks} GPUs, over the budget of {q.gpus}"
-                                 if n_c > n_max else f"one instance needs {dep.ranks} GPUs > {q.gpus}"))
-                continue
-            r, ttft, tpot = at(np.array([rate / n_c]), n_c)
-            rows.append(dict(base, feasible=True, reason="", n_prefill=0, n_decode=n_c, gpus=n_c * dep.ranks,
-                             rate_per_s=rate, ttft_ms=float(ttft[0]) * 1e3, tpot_ms=float(tpot[0]) * 1e3,
-                             tpot_mean_ms=float(r["tpot_mean_s"][0]) * 1e3,
-                             decode_batch=float(r["decode_batch"][0]),
-                             max_num_seqs=_seqs_cap(float(r["decode_batch"][0]), b_cap),
-                             capacity_per_s=lam_star * n_max))
+            point = _ColocatedPoint(dec, t_mix[i], wl, chunk, q.stat == "mean", q.ttft_ms * 1e-3, q.tpot_ms * 1e-3)
+            row, pts = _colocated_row(q, inst, point, lam)
+            rows.append(row)
+            front += pts
     return rows, front
+
+
+def _colocated_row(q: Question, inst: _Instance, point: _ColocatedPoint, lam: np.ndarray) -> tuple[dict, list]:
+    """The planner's row of one colocated configuration (the most instances within the budget, or the fewest
+    that serve the question's rate) and its frontier points over the rate grid ``lam``."""
+    dep, chunk = inst.dep, point.chunk
+    n_max = q.gpus // dep.ranks
+    base = dict(mode="colocated", weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
+                prefill_ranks=np.nan, prefill_layout="", prefill_ep=np.nan, decode_ranks=dep.ranks,
+                decode_layout="TP", decode_ep=_ep(inst),
+                chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst, chunk))
+    r, ttft, tpot = point.at(lam, n_max)
+    ok = point.ok(ttft, tpot)
+    good = np.isfinite(ttft) & (ttft <= point.T_ttft) & np.isfinite(tpot)
+    front = [dict(base, tokens_per_s_per_user=1.0 / tpot[j], tokens_per_s_per_gpu=lam[j] * q.osl / dep.ranks)
+             for j in np.nonzero(good)[0]]
+    if not ok.any():
+        why = _colocated_reason(point.dec, point.t_mix, r, ttft, tpot, point.T_ttft, point.T_tpot)
+        return dict(base, feasible=False, reason=why), front
+    lam_star = point.lam_star(lam, n_max, ok)
+    if q.rate_per_s is None:
+        n_c = n_max
+        rate = n_c * lam_star
+    else:  # fewer instances see burstier arrivals: settle n with its own round-robin smoothing
+        n_c = math.ceil(q.rate_per_s / lam_star * (1 - 1e-12))
+        for _ in range(4):
+            if n_c < 1 or n_c > n_max:
+                break
+            if point.lam_star(lam, n_c, ok if n_c == n_max else None) * n_c >= q.rate_per_s * (1 - 1e-12):
+                break
+            n_c += 1
+        rate = q.rate_per_s
+    if n_c < 1 or n_c > n_max:
+        return dict(base, feasible=False, instances=n_c, gpus=n_c * dep.ranks,
+                    reason=f"needs {n_c} instances of {dep.ranks} GPUs, over the budget of {q.gpus}"
+                    if n_c > n_max else f"one instance needs {dep.ranks} GPUs > {q.gpus}"), front
+    r, ttft, tpot = point.at(np.array([rate / n_c]), n_c)
+    return dict(base, feasible=True, reason="", n_prefill=0, n_decode=n_c, gpus=n_c * dep.ranks,
+                rate_per_s=rate, ttft_ms=float(ttft[0]) * 1e3, tpot_ms=float(tpot[0]) * 1e3,
+                tpot_mean_ms=float(r["tpot_mean_s"][0]) * 1e3, decode_batch=float(r["decode_batch"][0]),
+                max_num_seqs=_seqs_cap(float(r["decode_batch"][0]), point.dec.batches[-1]),
+                capacity_per_s=lam_star * n_max), front
 
 
 def _colocated_reason(dec, t_mix, r, ttft, tpot, T_ttft, T_tpot) -> str:
