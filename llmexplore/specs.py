@@ -11,14 +11,14 @@ d_r qk_rope_head_dim, d_v v_head_dim; MoE: E routed experts, k experts per token
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Mapping
 
 from . import _check
 from .errors import SpecError
 from .units import dtype_bytes
+from ._spec_base import (MAX_EXPERTS, MAX_FFN, MAX_GIB, MAX_LAYERS, MAX_RATE, MAX_VOCAB, MAX_WIDTH, MIN_POSITIVE, Spec,
+                         check_numbers, freeze_sources, meta)
 
 __all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "StorageTier", "Targets", "ATTENTION_KINDS", "LINK_KINDS",
            "STORAGE_KINDS", "TARGET_STATS"]
@@ -32,111 +32,9 @@ STORAGE_KINDS = ("dram", "ssd", "network")
 TARGET_STATS = ("mean", "p50", "p90", "p99")
 
 
-def _meta(unit: str = "", help: str = "", *, min: float | None = None, max: float | None = None,
-          integer: bool = False, optional: bool = False, open_min: bool = False) -> dict:
-    """Field metadata: unit, help, and the rule [min, max] (``open_min``: (min, max]), integral or not."""
-    return {"unit": unit, "help": help, "min": min, "max": max, "integer": integer, "optional": optional,
-            "open_min": open_min}
-
-
-#: upper bounds of the size fields: far beyond any real model or accelerator, small enough that nothing derived
-#: from them allocates or overflows (an MoE step holds arrays of layers x experts)
-MAX_LAYERS = 1024
-MAX_WIDTH = 1 << 20  # hidden size, heads, head dims, latent ranks
-MAX_FFN = 1 << 22  # FFN and expert intermediate sizes
-MAX_VOCAB = 1 << 24
-MAX_EXPERTS = 16384
-#: bounds of the device and link numbers: generous, so that what-if studies ("a free link", "unlimited memory")
-#: can still be expressed, but finite
-MAX_GIB = 1e9  # memory [GiB]
-MIN_POSITIVE = 1e-6  # smallest memory, bandwidth, peak compute and efficiency: > 0, and far from underflow
-MAX_RATE = 1e12  # bandwidths [TB/s, GB/s], peak compute [TFLOP/s], latencies and overheads [us, ms]
-
-
-def _numeric_fields(cls) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if "unit" in f.metadata]
-
-
-def _check_numbers(obj) -> None:
-    """Validate every numeric field against its metadata (type, integrality, bounds) with :mod:`._check`,
-    every boolean field (``true``/``false`` only) and every text field; store the checked values."""
-    kind = type(obj).__name__
-    where = f"{kind} {_check.shown(obj.name)}"
-    _check.text(f"{kind} name", obj.name)
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if "unit" in f.metadata:
-            m = f.metadata
-            if m["integer"]:
-                value = _check.integer(f"{where}: {f.name}", value, lo=m["min"], hi=m["max"], unit=m["unit"])
-            else:
-                checked = _check.number(f"{where}: {f.name}", value, lo=m["min"], hi=m["max"],
-                                        lo_open=m["open_min"], unit=m["unit"])
-                value = value if type(value) in (int, float) else checked  # numpy scalars become floats
-            object.__setattr__(obj, f.name, value)
-        elif f.type in ("bool", bool):
-            object.__setattr__(obj, f.name, _check.boolean(f"{where}: {f.name}", value))
-        elif f.type in ("str", str) and f.name != "name":
-            _check.text(f"{where}: {f.name}", value, allow_empty=True)
-
-
-def _freeze_sources(obj) -> None:
-    src = obj.sources
-    where = f"{type(obj).__name__} {_check.shown(obj.name)}: sources"
-    if not isinstance(src, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in src.items()):
-        raise SpecError(f"{where} must be a mapping field -> text, got {_check.shown(src)}")
-    object.__setattr__(obj, "sources", MappingProxyType(dict(src)))
-
-
-class _Spec:
-    """Shared behaviour: construction from a dict with unknown keys rejected, and source lookup."""
-
-    name: str
-    sources: Mapping[str, str]
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]):
-        """Build from a preset mapping. Unknown keys are rejected with the list of allowed ones."""
-        if not isinstance(d, Mapping):
-            raise SpecError(f"a {cls.__name__} preset must be a mapping, got {type(d).__name__}")
-        allowed = set(cls.field_names())
-        unknown = sorted(map(str, set(d) - allowed))
-        if unknown:
-            raise SpecError(f"{cls.__name__} {d.get('name', '?')!r}: unknown keys {unknown}; "
-                            f"allowed keys are {sorted(allowed)}")
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-                   and f.name not in d]
-        if missing:
-            raise SpecError(f"{cls.__name__} {d.get('name', '?')!r}: missing required keys {missing}")
-        return cls(**dict(d))
-
-    def source_of(self, field_name: str) -> str:
-        """Where the value of ``field_name`` comes from ('' if no source is recorded)."""
-        return self.sources.get(field_name) or self.sources.get("*", "")
-
-    def unsourced_fields(self) -> list[str]:
-        """Numeric fields that are set (non-default or required) but carry no source or assumption note."""
-        out = []
-        for f in _numeric_fields(type(self)):
-            if f.metadata.get("optional") and getattr(self, f.name) == f.default:
-                continue
-            if not self.source_of(f.name).strip():
-                out.append(f.name)
-        return out
-
-    def replace(self, **changes):
-        """A copy with some fields changed (re-validated)."""
-        return dataclasses.replace(self, **changes)
-
-
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class ModelSpec(_Spec):
+class ModelSpec(Spec):
     """Architecture of a decoder-only transformer (dense or MoE; GQA or MLA attention).
 
     Every field is read from the model's published ``config.json``; derived counts are properties.
@@ -145,38 +43,38 @@ class ModelSpec(_Spec):
 
     name: str
     attention: str = field(metadata={"help": "'gqa' (grouped-query, incl. MHA/MQA) or 'mla' (DeepSeek latent)"})
-    layers: int = field(metadata=_meta("", "decoder layers L", min=1, max=MAX_LAYERS, integer=True))
-    hidden: int = field(metadata=_meta("", "hidden size H", min=1, max=MAX_WIDTH, integer=True))
-    heads: int = field(metadata=_meta("", "query heads h_q", min=1, max=MAX_WIDTH, integer=True))
-    intermediate: int = field(metadata=_meta("", "dense FFN intermediate size I (SwiGLU)", min=1, max=MAX_FFN,
+    layers: int = field(metadata=meta("", "decoder layers L", min=1, max=MAX_LAYERS, integer=True))
+    hidden: int = field(metadata=meta("", "hidden size H", min=1, max=MAX_WIDTH, integer=True))
+    heads: int = field(metadata=meta("", "query heads h_q", min=1, max=MAX_WIDTH, integer=True))
+    intermediate: int = field(metadata=meta("", "dense FFN intermediate size I (SwiGLU)", min=1, max=MAX_FFN,
                                              integer=True))
-    vocab: int = field(metadata=_meta("", "vocabulary size V", min=1, max=MAX_VOCAB, integer=True))
+    vocab: int = field(metadata=meta("", "vocabulary size V", min=1, max=MAX_VOCAB, integer=True))
     tie_embeddings: bool = False
-    kv_heads: int = field(default=0, metadata=_meta("", "KV heads h_kv (GQA)", min=0, max=MAX_WIDTH, integer=True,
+    kv_heads: int = field(default=0, metadata=meta("", "KV heads h_kv (GQA)", min=0, max=MAX_WIDTH, integer=True,
                                                     optional=True))
-    head_dim: int = field(default=0, metadata=_meta("", "head dim d (GQA)", min=0, max=MAX_WIDTH, integer=True,
+    head_dim: int = field(default=0, metadata=meta("", "head dim d (GQA)", min=0, max=MAX_WIDTH, integer=True,
                                                     optional=True))
     qk_norm: bool = False
-    q_lora_rank: int = field(default=0, metadata=_meta("", "MLA r_q (0: no query compression)", min=0, max=MAX_WIDTH,
+    q_lora_rank: int = field(default=0, metadata=meta("", "MLA r_q (0: no query compression)", min=0, max=MAX_WIDTH,
                                                        integer=True, optional=True))
-    kv_lora_rank: int = field(default=0, metadata=_meta("", "MLA r_kv", min=0, max=MAX_WIDTH, integer=True,
+    kv_lora_rank: int = field(default=0, metadata=meta("", "MLA r_kv", min=0, max=MAX_WIDTH, integer=True,
                                                         optional=True))
-    qk_nope_head_dim: int = field(default=0, metadata=_meta("", "MLA d_n", min=0, max=MAX_WIDTH, integer=True,
+    qk_nope_head_dim: int = field(default=0, metadata=meta("", "MLA d_n", min=0, max=MAX_WIDTH, integer=True,
                                                             optional=True))
-    qk_rope_head_dim: int = field(default=0, metadata=_meta("", "MLA d_r", min=0, max=MAX_WIDTH, integer=True,
+    qk_rope_head_dim: int = field(default=0, metadata=meta("", "MLA d_r", min=0, max=MAX_WIDTH, integer=True,
                                                             optional=True))
-    v_head_dim: int = field(default=0, metadata=_meta("", "MLA d_v", min=0, max=MAX_WIDTH, integer=True, optional=True))
-    moe_layers: int = field(default=0, metadata=_meta("", "number of MoE layers (the last ones)", min=0, max=MAX_LAYERS,
+    v_head_dim: int = field(default=0, metadata=meta("", "MLA d_v", min=0, max=MAX_WIDTH, integer=True, optional=True))
+    moe_layers: int = field(default=0, metadata=meta("", "number of MoE layers (the last ones)", min=0, max=MAX_LAYERS,
                                                       integer=True, optional=True))
-    routed_experts: int = field(default=0, metadata=_meta("", "routed experts E", min=0, max=MAX_EXPERTS, integer=True,
+    routed_experts: int = field(default=0, metadata=meta("", "routed experts E", min=0, max=MAX_EXPERTS, integer=True,
                                                           optional=True))
-    shared_experts: int = field(default=0, metadata=_meta("", "shared experts", min=0, max=MAX_EXPERTS, integer=True,
+    shared_experts: int = field(default=0, metadata=meta("", "shared experts", min=0, max=MAX_EXPERTS, integer=True,
                                                           optional=True))
-    experts_per_token: int = field(default=0, metadata=_meta("", "top-k routed experts per token", min=0,
+    experts_per_token: int = field(default=0, metadata=meta("", "top-k routed experts per token", min=0,
                                                              max=MAX_EXPERTS, integer=True, optional=True))
-    moe_intermediate: int = field(default=0, metadata=_meta("", "expert intermediate size I_e", min=0, max=MAX_FFN,
+    moe_intermediate: int = field(default=0, metadata=meta("", "expert intermediate size I_e", min=0, max=MAX_FFN,
                                                             integer=True, optional=True))
-    expert_groups: int = field(default=1, metadata=_meta("", "expert groups (group-limited routing)", min=1,
+    expert_groups: int = field(default=1, metadata=meta("", "expert groups (group-limited routing)", min=1,
                                                          max=MAX_EXPERTS, integer=True, optional=True))
     router_bias: bool = False
     weight_dtype: str = field(default="bf16", metadata={"help": "dtype the weights are released in (the "
@@ -185,12 +83,12 @@ class ModelSpec(_Spec):
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _freeze_sources(self)
+        freeze_sources(self)
         where = f"ModelSpec {self.name!r}"
         if self.attention not in ATTENTION_KINDS:
             raise SpecError(f"{where}: attention must be one of {list(ATTENTION_KINDS)}, got {self.attention!r}")
         dtype_bytes(self.weight_dtype, f"{where}: weight_dtype")
-        _check_numbers(self)
+        check_numbers(self)
         if self.attention == "gqa":
             if self.kv_heads < 1 or self.head_dim < 1:
                 raise SpecError(f"{where}: kv_heads and head_dim must be >= 1 for GQA attention, "
@@ -364,21 +262,21 @@ class ModelSpec(_Spec):
 
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Hardware(_Spec):
+class Hardware(Spec):
     """One accelerator SKU: memory, bandwidth, dense peak compute, and the links it uses."""
 
     name: str
-    hbm_GiB: float = field(metadata=_meta("GiB", "device memory as the driver reports it (nvidia-smi)",
+    hbm_GiB: float = field(metadata=meta("GiB", "device memory as the driver reports it (nvidia-smi)",
                                           min=MIN_POSITIVE, max=MAX_GIB))
-    hbm_bw_TBps: float = field(metadata=_meta("TB/s", "HBM bandwidth (datasheet)", min=MIN_POSITIVE, max=MAX_RATE))
-    bf16_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense BF16 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
-    fp8_TFLOPS: float = field(metadata=_meta("TFLOP/s", "dense FP8 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
-    fp4_TFLOPS: float = field(default=0.0, metadata=_meta("TFLOP/s", "dense FP4 (NVFP4) tensor peak; 0: no FP4 "
+    hbm_bw_TBps: float = field(metadata=meta("TB/s", "HBM bandwidth (datasheet)", min=MIN_POSITIVE, max=MAX_RATE))
+    bf16_TFLOPS: float = field(metadata=meta("TFLOP/s", "dense BF16 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
+    fp8_TFLOPS: float = field(metadata=meta("TFLOP/s", "dense FP8 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
+    fp4_TFLOPS: float = field(default=0.0, metadata=meta("TFLOP/s", "dense FP4 (NVFP4) tensor peak; 0: no FP4 "
                                                           "tensor cores", min=0, max=MAX_RATE, optional=True))
     scale_up_link: str = ""
-    scale_up_size: int = field(default=8, metadata=_meta("GPUs", "GPUs in one scale-up (NVLink/xGMI) domain",
+    scale_up_size: int = field(default=8, metadata=meta("GPUs", "GPUs in one scale-up (NVLink/xGMI) domain",
                                                          min=1, max=65536, integer=True))
-    sms: int = field(default=0, metadata=_meta("SMs", "streaming multiprocessors (compute units); 0: not known, "
+    sms: int = field(default=0, metadata=meta("SMs", "streaming multiprocessors (compute units); 0: not known, "
                                                "then communication kernels are not charged the SMs they take",
                                                min=0, max=65536, integer=True, optional=True))
     scale_out_link: str = ""
@@ -386,8 +284,8 @@ class Hardware(_Spec):
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _freeze_sources(self)
-        _check_numbers(self)
+        freeze_sources(self)
+        check_numbers(self)
         if 0 < self.fp4_TFLOPS < MIN_POSITIVE:  # a subnormal peak would turn every FP4 time into an overflow
             raise SpecError(f"Hardware {self.name!r}: fp4_TFLOPS must be 0 (no FP4 tensor cores) or in "
                             f"[{MIN_POSITIVE:g}, {MAX_RATE:g}] [TFLOP/s], got {self.fp4_TFLOPS!r}")
@@ -426,7 +324,7 @@ class Hardware(_Spec):
 
 
 @dataclass(frozen=True)
-class Link(_Spec):
+class Link(Spec):
     """An interconnect, per GPU and per direction.
 
     Collective times use ``achievable_GBps`` as the NCCL *bus* bandwidth and an alpha(p) = latency_us +
@@ -435,21 +333,21 @@ class Link(_Spec):
 
     name: str
     kind: str = field(metadata={"help": "'scale-up', 'scale-out' or 'host'"})
-    line_rate_GBps: float = field(metadata=_meta("GB/s", "signalling rate per direction", min=MIN_POSITIVE,
+    line_rate_GBps: float = field(metadata=meta("GB/s", "signalling rate per direction", min=MIN_POSITIVE,
                                                  max=MAX_RATE))
-    achievable_GBps: float = field(metadata=_meta("GB/s", "achievable bandwidth per direction (bus bandwidth "
+    achievable_GBps: float = field(metadata=meta("GB/s", "achievable bandwidth per direction (bus bandwidth "
                                                    "for collectives)", min=MIN_POSITIVE, max=MAX_RATE))
-    latency_us: float = field(metadata=_meta("us", "base latency alpha0 of one operation", min=0, max=MAX_RATE))
-    latency_per_rank_us: float = field(default=0.0, metadata=_meta("us", "extra latency per additional rank",
+    latency_us: float = field(metadata=meta("us", "base latency alpha0 of one operation", min=0, max=MAX_RATE))
+    latency_per_rank_us: float = field(default=0.0, metadata=meta("us", "extra latency per additional rank",
                                                                    min=0, max=MAX_RATE, optional=True))
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _freeze_sources(self)
+        freeze_sources(self)
         if self.kind not in LINK_KINDS:
             raise SpecError(f"Link {self.name!r}: kind must be one of {list(LINK_KINDS)}, got {self.kind!r}")
-        _check_numbers(self)
+        check_numbers(self)
         if self.achievable_GBps > self.line_rate_GBps:
             raise SpecError(f"Link {self.name!r}: achievable_GBps ({self.achievable_GBps}) must be <= "
                             f"line_rate_GBps ({self.line_rate_GBps})")
@@ -465,41 +363,41 @@ class Link(_Spec):
 
 
 @dataclass(frozen=True)
-class Runtime(_Spec):
+class Runtime(Spec):
     """Serving-runtime efficiencies and memory policy: the knobs a calibration fits.
 
     Defaults are marked assumptions in ``data/runtime.yaml`` until calibrated against measurements.
     """
 
     name: str
-    eta_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth", min=MIN_POSITIVE, max=1))
-    eta_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of GEMMs", min=MIN_POSITIVE, max=1))
-    eta_attn_compute: float = field(metadata=_meta("", "achieved / dense peak FLOP/s of the attention kernel",
+    eta_mem: float = field(metadata=meta("", "achieved / datasheet HBM bandwidth", min=MIN_POSITIVE, max=1))
+    eta_compute: float = field(metadata=meta("", "achieved / dense peak FLOP/s of GEMMs", min=MIN_POSITIVE, max=1))
+    eta_attn_compute: float = field(metadata=meta("", "achieved / dense peak FLOP/s of the attention kernel",
                                                    min=MIN_POSITIVE, max=1))
-    eta_attn_mem: float = field(metadata=_meta("", "achieved / datasheet HBM bandwidth of the attention kernel "
+    eta_attn_mem: float = field(metadata=meta("", "achieved / datasheet HBM bandwidth of the attention kernel "
                                                "(paged KV reads)", min=MIN_POSITIVE, max=1))
-    kernel_overhead_us: float = field(metadata=_meta("us", "fixed time per kernel (launch gap, tail)", min=0,
+    kernel_overhead_us: float = field(metadata=meta("us", "fixed time per kernel (launch gap, tail)", min=0,
                                                      max=MAX_RATE))
-    step_overhead_ms: float = field(metadata=_meta("ms", "fixed time per decode step (scheduling, sampling)",
+    step_overhead_ms: float = field(metadata=meta("ms", "fixed time per decode step (scheduling, sampling)",
                                                    min=0, max=MAX_RATE))
-    usable_hbm_fraction: float = field(metadata=_meta("", "fraction of HBM the runtime may use",
+    usable_hbm_fraction: float = field(metadata=meta("", "fraction of HBM the runtime may use",
                                                       min=MIN_POSITIVE, max=1))
-    reserve_GiB: float = field(metadata=_meta("GiB", "CUDA context, NCCL buffers, graphs, fragmentation",
+    reserve_GiB: float = field(metadata=meta("GiB", "CUDA context, NCCL buffers, graphs, fragmentation",
                                               min=0, max=MAX_GIB))
-    page_tokens: int = field(metadata=_meta("tokens", "KV page (block) size", min=1, max=65536, integer=True))
+    page_tokens: int = field(metadata=meta("tokens", "KV page (block) size", min=1, max=65536, integer=True))
     #: engine whose fitted kernel curves price the kernels (data/kernel_efficiency.yaml: trtllm, vllm, sglang,
     #: or any = pooled); "" = the scalar efficiencies above price every kernel
     kernel_set: str = ""
     #: 0 = the fitted curves; i >= 1 = the i-th deterministic draw of their parameters from the fit's bootstrap
     #: covariance (llmexplore.models.step.uncertainty: error bands are the spread over draws)
-    kernel_draw: int = field(default=0, metadata=_meta("", "draw of the kernel-curve parameters (0: the fit)",
+    kernel_draw: int = field(default=0, metadata=meta("", "draw of the kernel-curve parameters (0: the fit)",
                                                         min=0, max=1_000_000, integer=True, optional=True))
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _freeze_sources(self)
-        _check_numbers(self)  # efficiencies and the usable fraction in [1e-6, 1]
+        freeze_sources(self)
+        check_numbers(self)  # efficiencies and the usable fraction in [1e-6, 1]
         if not isinstance(self.kernel_set, str):
             raise SpecError(f"Runtime {self.name!r}: kernel_set must be an engine name (text), got "
                             f"{self.kernel_set!r}")
@@ -507,7 +405,7 @@ class Runtime(_Spec):
 
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class StorageTier(_Spec):
+class StorageTier(Spec):
     """Where cached KV blocks live, and how fast they come back (docs/models.md §6.1).
 
     A read of ``io`` bytes at queue depth QD sees the device at its effective bandwidth (Little's law)
@@ -519,26 +417,26 @@ class StorageTier(_Spec):
 
     name: str
     kind: str = field(metadata={"help": "'dram', 'ssd' or 'network'"})
-    read_GBps: float = field(metadata=_meta("GB/s", "sustained read bandwidth of the device (at high queue depth)",
+    read_GBps: float = field(metadata=meta("GB/s", "sustained read bandwidth of the device (at high queue depth)",
                                             min=MIN_POSITIVE, max=MAX_RATE))
-    latency_us: float = field(metadata=_meta("us", "latency of one read request at queue depth 1", min=0,
+    latency_us: float = field(metadata=meta("us", "latency of one read request at queue depth 1", min=0,
                                              max=MAX_RATE))
-    link_GBps: float = field(metadata=_meta("GB/s", "cap of the path from the device to host memory (PCIe lanes, "
+    link_GBps: float = field(metadata=meta("GB/s", "cap of the path from the device to host memory (PCIe lanes, "
                                             "NIC); 0: none", min=0, max=MAX_RATE))
-    h2d_GBps: float = field(metadata=_meta("GB/s", "host-memory to GPU copy bandwidth of the second hop; 0 for "
+    h2d_GBps: float = field(metadata=meta("GB/s", "host-memory to GPU copy bandwidth of the second hop; 0 for "
                                            "a dram tier (one hop)", min=0, max=MAX_RATE))
-    queue_depth: int = field(metadata=_meta("", "reads kept in flight", min=1, max=4096, integer=True))
-    io_KiB: int = field(metadata=_meta("KiB", "size of one read request", min=4, max=1 << 20, integer=True))
-    block_overhead_us: float = field(default=0.0, metadata=_meta("us", "fixed cost per block (open, lookup)",
+    queue_depth: int = field(metadata=meta("", "reads kept in flight", min=1, max=4096, integer=True))
+    io_KiB: int = field(metadata=meta("KiB", "size of one read request", min=4, max=1 << 20, integer=True))
+    block_overhead_us: float = field(default=0.0, metadata=meta("us", "fixed cost per block (open, lookup)",
                                                                  min=0, max=MAX_RATE, optional=True))
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _freeze_sources(self)
+        freeze_sources(self)
         if self.kind not in STORAGE_KINDS:
             raise SpecError(f"StorageTier {self.name!r}: kind must be one of {list(STORAGE_KINDS)}, got {self.kind!r}")
-        _check_numbers(self)
+        check_numbers(self)
         if self.kind == "dram" and self.h2d_GBps:
             raise SpecError(f"StorageTier {self.name!r}: h2d_GBps must be 0 for a dram tier (its read is the copy "
                             f"to the GPU), got {self.h2d_GBps}")
@@ -563,7 +461,7 @@ class StorageTier(_Spec):
 
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Targets(_Spec):
+class Targets(Spec):
     """Latency targets (a service-level objective) a deployment must meet: time to first token and time per
     output token, optionally end-to-end, each bounding the statistic ``stat`` over requests (``p99``: 99 % of
     requests at or below the target). MLPerf Inference's server scenarios are the built-in ones
@@ -571,22 +469,22 @@ class Targets(_Spec):
     """
 
     name: str
-    ttft_ms: float = field(metadata=_meta("ms", "time to first token (queueing + prefill)", min=MIN_POSITIVE,
+    ttft_ms: float = field(metadata=meta("ms", "time to first token (queueing + prefill)", min=MIN_POSITIVE,
                                           max=MAX_RATE))
-    tpot_ms: float = field(metadata=_meta("ms", "time per output token after the first (decode)", min=MIN_POSITIVE,
+    tpot_ms: float = field(metadata=meta("ms", "time per output token after the first (decode)", min=MIN_POSITIVE,
                                           max=MAX_RATE))
     stat: str = field(metadata={"help": "statistic over requests the targets bound: 'mean', 'p50', 'p90' or 'p99'"})
-    e2e_ms: float = field(default=0.0, metadata=_meta("ms", "end-to-end request latency; 0: no target", min=0,
+    e2e_ms: float = field(default=0.0, metadata=meta("ms", "end-to-end request latency; 0: no target", min=0,
                                                       max=MAX_RATE, optional=True))
     display_name: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _freeze_sources(self)
+        freeze_sources(self)
         if not isinstance(self.stat, str) or self.stat not in TARGET_STATS:
             raise SpecError(f"Targets {_check.shown(self.name)}: stat must be one of {list(TARGET_STATS)}, got "
                             f"{_check.shown(self.stat)}")
-        _check_numbers(self)
+        check_numbers(self)
         if 0 < self.e2e_ms < MIN_POSITIVE:  # a subnormal target would turn every ratio into an overflow
             raise SpecError(f"Targets {self.name!r}: e2e_ms must be 0 (no end-to-end target) or in "
                             f"[{MIN_POSITIVE:g}, {MAX_RATE:g}] [ms], got {self.e2e_ms!r}")

@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parents[2] / "llmexplore"
 
 #: layer of each top-level part of the package (a sub-package or a module), lowest first
 LAYERS = {
-    "errors": 0, "units": 0, "labels": 0, "deployment": 0, "_check": 0, "specs": 0, "presets": 0, "catalog": 0,
+    "errors": 0, "units": 0, "labels": 0, "_spec_base": 0, "deployment": 0, "_check": 0, "specs": 0, "presets": 0, "catalog": 0,
     "models": 1, "measured": 0, "lsq": 0,
     "transfer": 1,
     "launch": 1,
