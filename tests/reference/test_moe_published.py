@@ -14,6 +14,7 @@ import pytest
 from llmexplore import presets
 from llmexplore.errors import SpecError
 from llmexplore.models.moe import eplb
+from llmexplore.models.moe import alltoall
 from llmexplore.models.moe import decode as moe
 from llmexplore.models.moe import routing
 from llmexplore.specs import Link
@@ -41,8 +42,8 @@ def test_dsv3_expert_params():
 
 def test_dispatch_and_combine_bytes_per_token():
     # FP8 dispatch, one FP32 scale per 1x128 block: 7168 + 4 * 56 = 7,392 B; BF16 combine: 2 * 7168 = 14,336 B
-    assert moe.dispatch_bytes_per_token(DSV3.hidden) == 7_392
-    assert moe.combine_bytes_per_token(DSV3.hidden) == 14_336
+    assert alltoall.dispatch_bytes_per_token(DSV3.hidden) == 7_392
+    assert alltoall.combine_bytes_per_token(DSV3.hidden) == 14_336
 
 
 @pytest.mark.parametrize("ep", sorted(DEEPEP_LL))

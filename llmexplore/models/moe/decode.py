@@ -9,15 +9,7 @@ Glossary: E routed experts, k experts per token, H hidden, I_e expert intermedia
 in the step (all attention groups), N_loc tokens of one attention group, P physical expert slots.
 
 Dispatch / combine
-    Each token is sent to every *distinct* remote EP rank among its picks (``dispatch="rank"``; DeepEP
-    normal kernels) or once per remote pick (``dispatch="expert"``; DeepEP low-latency kernels, whose
-    published bandwidths equal tokens x k x bytes / latency). Dispatch sends FP8 with 1x128 scales
-    (H + 4H/128 B per token), combine BF16 (2H). Per GPU the intra-node leg uses the scale-up link, the
-    inter-node leg the GPU's own NIC, the two legs overlap (DeepEP forwarding) and the busiest rank (send or
-    receive, expected bytes) sets the time; alpha as :func:`..step.collectives.alltoall_s`. Low-latency dispatch of a
-    DPA + EP deployment (tp = 1) on a GPU with measured kernel curves (:func:`..step.collectives.deepep_ll_params`:
-    H100, H200, B200, GB200) is instead a + N_loc k bytes x rho / B, rho the busiest rank's all-to-all time
-    per byte over that of uniform routing (1 without skew), a and B the kernels' fitted latency and bandwidth.
+    :mod:`.alltoall` (payloads, the busiest rank's time per byte, DeepEP's low-latency curves).
 Layouts (G = tp x ep GPUs, ``MoEDeployment``)
     * ep = 1, tp = G: pure TP. Attention, dense FFN and every expert are split over all G GPUs (an expert's
       intermediate I_e/G per GPU); every GPU processes every token; per layer one AllReduce after attention
@@ -79,17 +71,14 @@ from ...errors import SpecError
 from ...specs import Hardware, ModelSpec, Runtime
 from ...units import dtype_bytes
 from ..step import decode as att
-from . import eplb
-from . import routing
+from . import alltoall, eplb, routing
 from ..step import stats
-from ...measured import DEEPEP_LL_OPS
-from ..step.collectives import (Fabric, allreduce_s, alpha_s, deepep_ll_bytes_per_selection, deepep_ll_params,
-                          fp8_dispatch_bytes)
+from ..step.collectives import Fabric, allreduce_s, deepep_ll_bytes_per_selection
 from ..step.engine import (EMB_BYTES, Deployment, check_batch_context, elementwise_s, gemm_s, kernel_rates, moe_s,
                            resolve_deployment)
 
-__all__ = ["MoEDeployment", "step_time", "expected_rank_shares", "memory_per_gpu", "dispatch_bytes_per_token",
-           "combine_bytes_per_token", "clear_memo", "BALANCE", "DISPATCH"]
+__all__ = ["MoEDeployment", "step_time", "expected_rank_shares", "memory_per_gpu", "clear_memo", "BALANCE",
+           "DISPATCH"]
 
 BALANCE = ("none", "eplb")
 DISPATCH = ("rank", "expert")
@@ -118,21 +107,6 @@ def _memo(key, compute):
 def clear_memo() -> None:
     """Forget memoised placements (for timing cold starts)."""
     _MEMO.clear()
-
-
-
-# ---- dispatch / combine bytes ---------------------------------------------------------------------------
-def dispatch_bytes_per_token(hidden: int, *, scale_block: int = 128) -> int:
-    """FP8 dispatch payload per token and destination [B]: H bytes + one FP32 scale per 1x128 block.
-
-    H + 4 ceil(H/128): DeepSeek-V3 (H = 7168): 7,392 B (DeepEP FP8 dispatch, docs/models.md §4.8).
-    """
-    return fp8_dispatch_bytes(hidden, scale_block=scale_block)
-
-
-def combine_bytes_per_token(hidden: int) -> int:
-    """BF16 combine payload per token and source [B]: 2H (DeepSeek-V3: 14,336 B)."""
-    return 2 * int(hidden)
 
 
 
@@ -339,45 +313,6 @@ def _routed_coeffs(md: MoEDeployment):
     return a_f, w_slot, a_m, 2 * r.overhead_s  # two kernels (gate-up, down)
 
 
-def _a2a_unit_s(md: MoEDeployment, u: np.ndarray) -> np.ndarray:
-    """Bandwidth time of an all-to-all per token per byte, busiest rank; u [..., R] messages per token to r.
-
-    Rank r (node r // ranks_per_node) sends N_loc u_s to every other rank s and receives N_loc u_r from every
-    other rank; the intra-node leg uses the scale-up link, the inter-node leg the GPU's NIC; legs overlap.
-    """
-    R, Rn = md.ep, md.ranks_per_node
-    nodes = R // Rn
-    up = md.fabric.scale_up.achievable_GBps * 1e9
-    node_sum = u.reshape(u.shape[:-1] + (nodes, Rn)).sum(-1)
-    own = np.repeat(node_sum, Rn, axis=-1)
-    intra = np.maximum(own - u, (Rn - 1) * u) / up
-    if nodes > 1:
-        out = md.fabric.scale_out.achievable_GBps * 1e9
-        inter = np.maximum(u.sum(-1, keepdims=True) - own, (R - Rn) * u) / out
-        intra = np.maximum(intra, inter)
-    return intra.max(-1)
-
-
-def _a2a_alpha_s(md: MoEDeployment) -> float:
-    Rn = md.ranks_per_node
-    nodes = md.ep // Rn
-    a = alpha_s(Rn, md.fabric.scale_up)
-    if nodes > 1:
-        a += alpha_s(nodes, md.fabric.scale_out)
-    return a
-
-
-def _low_latency_curves(md: MoEDeployment):
-    """((a, B) dispatch, (a, B) combine) of DeepEP's low-latency kernels for a DPA + EP deployment (tp = 1, one
-    GPU per EP rank, as the kernels were measured), or None: TP x EP groups, or a GPU without measured curves,
-    keep the link-based all-to-all."""
-    if md.tp != 1:
-        return None
-    draw = md.runtime.kernel_draw
-    ab = [deepep_ll_params(md.hardware.name, op, md.ep, md.fabric, draw) for op in DEEPEP_LL_OPS]
-    return None if any(x is None for x in ab) else tuple(ab)
-
-
 def _routed_pure_tp(dep: Deployment, lp_e, n_tot, k: int, out_shape) -> dict:
     """Routed experts of one MoE layer under pure TP (:func:`step_time`'s ``ep == 1``): every GPU runs every
     (token, expert) pair on its I_e/tp slice of every hit expert, so there is no straggler and no all-to-all,
@@ -429,18 +364,18 @@ def _routed_ep(md: MoEDeployment, dep: Deployment, lp_e, skew, probs, n_tot, n_l
         time_strag = routed / routed_mean
     share = st["share"]
     u = st["hit"] if md.dispatch == "rank" else st["share"]
-    unit = _a2a_unit_s(md, u).mean(-1)  # [...], per token per byte
-    ll = _low_latency_curves(md) if md.dispatch == "expert" else None
+    unit = alltoall.unit_s(md, u).mean(-1)  # [...], per token per byte
+    ll = alltoall.low_latency_curves(md) if md.dispatch == "expert" else None
     if ll is not None:  # DeepEP's measured low-latency curves; routing skew scales the busiest rank's bytes
-        ratio = unit / _a2a_unit_s(md, np.full(ep, k / ep))
+        ratio = unit / alltoall.unit_s(md, np.full(ep, k / ep))
         fp8 = dtype_bytes(md.weight_dtype) < 2.0
         (a_d, B_d), (a_c, B_c) = ll
         dispatch = a_d + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "dispatch", fp8=fp8) / B_d
         combine = a_c + n_loc * k * ratio * deepep_ll_bytes_per_selection(H, "combine") / B_c
     else:
-        alpha = _a2a_alpha_s(md)
-        dispatch = alpha + n_loc * dispatch_bytes_per_token(H) * unit
-        combine = alpha + n_loc * combine_bytes_per_token(H) * unit
+        alpha = alltoall.alpha_s_of(md)
+        dispatch = alpha + n_loc * alltoall.dispatch_bytes_per_token(H) * unit
+        combine = alpha + n_loc * alltoall.combine_bytes_per_token(H) * unit
     return {"routed": routed, "routed_mean": routed_mean, "max_pairs": max_pairs,
             "mean_pairs": np.broadcast_to(avg, out_shape), "load_strag": load_strag, "time_strag": time_strag,
             "imb": (share.max(-1) / share.mean(-1)).mean(-1), "active_max": act.max(-1).mean(-1),

@@ -19,6 +19,7 @@ from llmexplore.errors import SpecError
 from llmexplore.models.step import decode as att
 from llmexplore.models.step import engine
 from llmexplore.models.moe import eplb
+from llmexplore.models.moe import alltoall
 from llmexplore.models.moe import decode as moe
 from llmexplore.models.moe import routing
 from llmexplore.models.step import stats as lstats
@@ -117,9 +118,9 @@ def test_layer_probs_permute_per_layer_with_a_fixed_seed():
 # ---- dispatch bytes and E[d] -------------------------------------------------------------------------------
 
 def test_bytes_per_token_dsv3():
-    assert moe.dispatch_bytes_per_token(DSV3.hidden) == 7_392  # 7168 FP8 + 56 FP32 scales (1x128 blocks)
-    assert moe.combine_bytes_per_token(DSV3.hidden) == 14_336  # 7168 BF16
-    assert moe.dispatch_bytes_per_token(100) == 100 + 4  # one partial block still carries a scale
+    assert alltoall.dispatch_bytes_per_token(DSV3.hidden) == 7_392  # 7168 FP8 + 56 FP32 scales (1x128 blocks)
+    assert alltoall.combine_bytes_per_token(DSV3.hidden) == 14_336  # 7168 BF16
+    assert alltoall.dispatch_bytes_per_token(100) == 100 + 4  # one partial block still carries a scale
 
 
 @pytest.mark.parametrize("R", [1, 2, 8, 16, 32, 256])

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from llmexplore import presets
+from llmexplore.models.moe import alltoall
 from llmexplore.models.moe import decode as moe
 from llmexplore.models.step.decode import deepep_layer_s
 from llmexplore.measured import DEEPEP_LL_CSV, DEEPEP_LL_MIN_EXPERTS, DEEPEP_LL_OPS, deepep_ll_fit
@@ -122,4 +123,4 @@ def test_moe_expert_dispatch_uses_the_curves_and_skew_raises_it():
     r3 = moe.step_time(md, 256, 4096, skew=3.0)
     assert float(r3["dispatch_layer_s"]) > float(r1["dispatch_layer_s"])
     grouped = moe.MoEDeployment.build("deepseek-v3", "h200", 16, tp=2, ep=8, dispatch="expert")
-    assert moe._low_latency_curves(grouped) is None
+    assert alltoall.low_latency_curves(grouped) is None
