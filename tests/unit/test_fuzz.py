@@ -63,7 +63,7 @@ EXPENSIVE = {("pd", "--prompt-sigma")}
 #: calibrate-disk writes --size-mb MB for real: the fuzz gives it only values the rule rejects (and the
 #: small_disk_runs fixture makes the default small, for when the flag is dropped)
 EXPENSIVE |= {("calibrate-disk", "--size-mb")}
-#: plan: worker pools, a cluster address and simulator re-checks cost seconds each (tests/unit/test_plan.py runs
+#: plan: worker pools, a cluster address and simulator re-checks cost seconds each (tests/unit/sweeps/test_plan.py runs
 #: them); simulate: request counts up to a million
 EXPENSIVE |= {("plan", "--workers"), ("plan", "--scheduler"), ("plan", "--simulate"), ("simulate", "--requests"),
               ("plan", "--gpus")}

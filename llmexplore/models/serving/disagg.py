@@ -345,7 +345,7 @@ def colocated_from_tables(dec: DecodeSide, t_mix: np.ndarray, wl: Workload, lam_
     ``arrival_scv`` is the squared coefficient of variation of an instance's inter-arrival times: 1 for a
     random (Poisson) split of the traffic, 1/n for round-robin over n instances (Erlang-n gaps). The prompt
     wait is the M/D/1 one scaled by Kingman's factor (c_a^2 + c_s^2) / (1 + c_s^2) = c_a^2 (deterministic
-    service), an approximation checked against the serving simulator (tests/unit/test_plan.py)."""
+    service), an approximation checked against the serving simulator (tests/unit/sweeps/test_plan.py)."""
     lam_c = np.asarray(lam_c, dtype=float)
     S, P = wl.prompt_tokens, wl.prefix_tokens
     b_grid = dec.batches
