@@ -39,6 +39,22 @@ def int_param(name: str, value, lo: int, hi: int) -> int:
     return _check.integer(name, value, lo=lo, hi=hi)
 
 
+def range_param(name: str, value, lo: float, hi: float, *, unit: str = "", integer: bool = False,
+                lo_open: bool = False) -> tuple:
+    """A grid extent ``[first, last]``: two numbers with ``lo <= first < last <= hi`` (``lo_open``: first > lo);
+    SpecError naming the parameter, the value and the rule."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise SpecError(f"{name} must be a grid extent [first, last]{' [' + unit + ']' if unit else ''}, got "
+                        f"{_check.shown(value)}")
+    check = _check.integer if integer else _check.number
+    kw = {} if integer else {"lo_open": lo_open}
+    a = check(f"{name}[0]", value[0], lo=lo, hi=hi, unit=unit, **kw)
+    b = check(f"{name}[1]", value[1], lo=lo, hi=hi, unit=unit, **kw)
+    if not a < b:
+        raise SpecError(f"{name} must be a grid extent [first, last] with first < last, got {_check.shown(value)}")
+    return a, b
+
+
 def built(names: str, make, rename: dict[str, str] | None = None):
     """``make()`` with any error re-worded to name the notebook parameters involved: a message that starts
     with an argument in ``rename`` (``"ranks (3) must divide ..."``) gets the parameter's name instead."""
@@ -161,6 +177,9 @@ def check_disagg_parameters(p) -> dict[str, str]:
             int_param(f"{name}[{i}]", v, 1, 1 << 24)
     int_param("GRID_MAX", p["GRID_MAX"], 1, 256)
     int_param("SIM_REQUESTS", p["SIM_REQUESTS"], 1000, 20_000_000)
+    range_param("RATE_SPAN", p["RATE_SPAN"], 0, 100, lo_open=True)
+    for name in ("TRANSFER_GBPS", "ONE_NIC_GBPS", "NIC_PER_GPU_GBPS"):
+        range_param(name, p[name], 0, 1e6, unit="GB/s", lo_open=True)
     sig = p["PROMPT_SIGMAS"]
     if not isinstance(sig, (list, tuple)) or not 1 <= len(sig) <= 20:
         raise SpecError(f"PROMPT_SIGMAS must be a list of 1 to 20 log-sds, e.g. [0.0, 0.5], got {sig!r}")
@@ -211,6 +230,10 @@ def check_moe_parameters(p) -> dict[str, str]:
         int_param(f"BATCHES[{i}]", b, 1, 1 << 24)
     int_param("N_SKEWS", p["N_SKEWS"], 2, 500)
     int_param("MC_TRIALS", p["MC_TRIALS"], 1, 100_000)
+    if not isinstance(p["MC_TOKENS"], (list, tuple)) or not 1 <= len(p["MC_TOKENS"]) <= 16:
+        raise SpecError(f"MC_TOKENS must be a list of 1 to 16 token counts, got {p['MC_TOKENS']!r}")
+    for i, t in enumerate(p["MC_TOKENS"]):
+        int_param(f"MC_TOKENS[{i}]", t, 1, 1 << 16)
     red = max(p["REDUNDANT"])
     if red == 0:
         raise SpecError(f"REDUNDANT must hold at least one count > 0 to compare against, got {p['REDUNDANT']!r}")
@@ -231,6 +254,7 @@ def check_transfer_parameters(p) -> dict[str, str]:
         sizes[name] = int_param(name, p[name], 1, hi)
     int_param("PAGE_SIZE", p["PAGE_SIZE"], 1, MAX_PAGE_TOKENS)
     int_param("PROMPT_TOKENS", p["PROMPT_TOKENS"], 1, 1 << 24)
+    range_param("PROMPT_RANGE", p["PROMPT_RANGE"], 1, 1 << 24, unit="tokens", integer=True)
     pairing = p["DP_PAIRING"]
     if not isinstance(pairing, str) or pairing not in transfer.DP_PAIRINGS:
         raise SpecError(f"DP_PAIRING must be one of {', '.join(transfer.DP_PAIRINGS)}, got {pairing!r}")
@@ -263,6 +287,12 @@ def check_offload_parameters(p) -> dict[str, str]:
     int_param("PROMPT_TOKENS", p["PROMPT_TOKENS"], 1, of.MAX_PREFIX)
     _check.number("TTFT_SLO_MS", p["TTFT_SLO_MS"], lo=0, lo_open=True, hi=1e9)
     _check.number("STAGING_GB", p["STAGING_GB"], lo=0, hi=1e6)
+    block = int(p["BLOCK_TOKENS"])
+    int_param("PREFIX_MAX", p["PREFIX_MAX"], block + 1, of.MAX_PREFIX)
+    int_param("NEAR_PREFIX_MAX", p["NEAR_PREFIX_MAX"], block, min(of.MAX_PREFIX, 100_000 * block))
+    range_param("BANDWIDTH_RANGE_GBPS", p["BANDWIDTH_RANGE_GBPS"], 0, 1e6, unit="GB/s", lo_open=True)
+    range_param("LATENCY_RANGE_US", p["LATENCY_RANGE_US"], 0, 1e9, unit="us", lo_open=True)
+    range_param("QUEUE_WAIT_RANGE_MS", p["QUEUE_WAIT_RANGE_MS"], 0, 1e9, unit="ms")
     s = built("MODEL, GPU, TP", lambda: offload.setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp,
                                                       kv_dtype=p["KV_DTYPE"], block_tokens=p["BLOCK_TOKENS"],
                                                       runtime=p["RUNTIME"]),

@@ -184,6 +184,12 @@ def record(name: str, value: Any) -> None:
             raw=True)
 
 
+def record_all(values: Mapping[str, Any]) -> None:
+    """:func:`record` every ``{name: value}`` of ``values``, in order (a findings function's headline records)."""
+    for name, value in values.items():
+        record(name, value)
+
+
 def read_records(path: str | os.PathLike) -> dict[str, Any]:
     """Return ``{name: value}`` for every :func:`record` call in an executed notebook (last one wins)."""
     import nbformat

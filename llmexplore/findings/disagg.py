@@ -196,3 +196,11 @@ def queue_sentence(check: pd.DataFrame) -> str:
     if approx:
         parts.append(f"the Allen-Cunneen pool approximation within {max(approx.values()):.1f}%")
     return f"Over {check['requests'].iloc[0]:,.0f} simulated requests per point, " + ", and ".join(parts) + "."
+
+
+def best_goodput_per_gpu(grid: dict) -> float:
+    """The highest rate per GPU [req/s/GPU] over the goodput grid's pool sizes (section 7)."""
+    return float(np.asarray(grid["rate_per_gpu"]).max())
+
+
+__all__ += ['best_goodput_per_gpu']

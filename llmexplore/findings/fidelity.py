@@ -393,3 +393,38 @@ def recap_sentence(acc: pd.DataFrame, summary: pd.DataFrame, cats: pd.DataFrame,
             f"{pct(b['median_abs_error_pct'])} {with_(baseline)}, over {a['modelled']} of {a['rows']} published "
             f"measurements never fitted; the weakest category is `{worst['category']}` "
             f"({pct(worst[f'{runtime}_error_pct'], sign=True)}{': ' + why if why else ''}).")
+
+
+# ---- headline records (notebook 05's record() values) -------------------------------------------------------
+def accuracy_records(summary: pd.DataFrame, runtime: str, baseline: str) -> dict:
+    """Section 1's records: rows and modelled rows, and per runtime choice the median and P90 |error| [%], the
+    rows within the band and the in-sample maximum |error| [%], and the two compared choices' medians."""
+    by = summary.set_index("choice")
+    return {"rows": int(by["rows"].iloc[0]), "modelled": int(by["modelled"].iloc[0]),
+            "median_abs_error_pct": by["median_abs_error_pct"].to_dict(),
+            "p90_abs_error_pct": by["p90_abs_error_pct"].to_dict(), "within_band": by["within_band"].to_dict(),
+            "in_sample_max_abs_error_pct": by["in_sample_max_abs_error_pct"].to_dict(),
+            "compared": {"runtime": runtime, "baseline": baseline,
+                         "runtime_median_abs_error_pct": by.loc[runtime, "median_abs_error_pct"],
+                         "baseline_median_abs_error_pct": by.loc[baseline, "median_abs_error_pct"]}}
+
+
+def category_records(cats: pd.DataFrame, runtime: str) -> dict:
+    """Section 2's records: the worst category under ``runtime`` (``cats`` sorted worst first, as
+    :func:`~llmexplore.sweeps.fidelity.category_errors` returns it) and every category's median |error| [%]."""
+    return {"worst_category": {"category": cats["category"].iloc[0], "rows": int(cats["rows"].iloc[0]),
+                               "median_error_pct": cats[f"{runtime}_error_pct"].iloc[0]},
+            "category_abs_error_pct": cats.set_index("category")[f"{runtime}_abs_error_pct"].to_dict()}
+
+
+def validation_rows(summary: pd.DataFrame) -> int:
+    """The validation rows of the accuracy summary (modelled or not)."""
+    return int(summary["rows"].iloc[0])
+
+
+def ranking_record(pairs: pd.DataFrame) -> dict:
+    """The ranking check's counts: pairs over the margin, pairs the model resolves, pairs it orders right."""
+    return {"pairs": len(pairs), "resolved": int(pairs["resolved"].sum()), "agrees": int(pairs["agrees"].sum())}
+
+
+__all__ += ['accuracy_records', 'category_records', 'validation_rows', 'ranking_record']

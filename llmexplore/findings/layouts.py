@@ -201,3 +201,11 @@ def schedule_title(result: dict, policy: str) -> str:
     capped = int(result["capped_segments"])
     cap = f", capped the batch in {capped} segment{'s' * (capped != 1)}" if capped else ", never capped the batch"
     return f"The {policy} schedule switched layout {int(result['switches'])} times{cap}"
+
+
+def switches(results: dict, policies=("aware", "myopic")) -> dict:
+    """Layout switches per policy of a schedule comparison (``{policy: result}`` of the policy sweep)."""
+    return {p: results[p]["switches"] for p in policies}
+
+
+__all__ += ['switches']

@@ -354,3 +354,53 @@ def measured_sentence(measured: pd.DataFrame | None, *, short: bool = False) -> 
     lo, hi = np.percentile(ratio, [10, 90])
     return (f"Over {len(ratio):,} loads read from the disk, the measured time is {num(np.median(ratio))} × the modelled "
             f"one at the median ({num(lo)}–{num(hi)} × from p10 to p90).")
+
+
+# ---- headline records (notebook 50's record() values) -------------------------------------------------------
+def per_token_us(point: dict) -> dict:
+    """The marginal cost per token [us] of recomputing and of loading, at the decided point."""
+    return {"recompute": point["a_us_per_token"], "load": point["c_us_per_token"]}
+
+
+def curve_near(near: pd.DataFrame) -> dict:
+    """The cost curves near the break-even as lists (prefix tokens, recompute and load time [ms])."""
+    return near[["prefix_tokens", "recompute_ms", "load_ms"]].to_dict("list")
+
+
+def precision_break_even(precision: pd.DataFrame, tier: str) -> dict:
+    """``{dtype variant: break-even tokens}`` on one storage tier."""
+    rows = precision[precision["tier"] == tier]
+    return dict(zip(rows["variant"], rows["break_even_tokens"]))
+
+
+def map_tokens_range(bmap: pd.DataFrame) -> list:
+    """[smallest, largest] break-even prefix [tokens] over the bandwidth x latency map."""
+    return [bmap["tokens"].min(), bmap["tokens"].max()]
+
+
+def preload_break_even(curve: pd.DataFrame) -> dict:
+    """``{queue wait [ms], 3 decimals: break-even tokens}`` of the preload curve."""
+    return dict(zip(curve["queue_wait_ms"].round(3).astype(str), curve["break_even_tokens"]))
+
+
+def staging_record(replay: dict) -> dict:
+    """The bounded-staging replay: peak staged and budget [GB], the share of requests preloaded, and mean TTFT
+    [ms] with and without preloading."""
+    req = replay["requests"]
+    return {"peak_GB": replay["occupancy"]["staged_GB"].max(), "budget_GB": replay["budget_GB"],
+            "preloaded_share": req["preloaded"].mean(), "mean_ttft_ms": req["ttft_ms"].mean(),
+            "mean_ttft_no_preload_ms": req["ttft_no_preload_ms"].mean()}
+
+
+def gpus_by_hit_ratio(gpus: pd.DataFrame) -> dict:
+    """``{hit ratio, 4 decimals: prefill GPUs}`` of the hit-ratio sweep."""
+    return dict(zip(gpus["hit_ratio"].round(4).astype(str), gpus["gpus"]))
+
+
+def saved_gpu_s_at(saved: pd.DataFrame, hit_ratio: float) -> dict:
+    """``{tier: GPU-seconds saved per second [s]}`` at one hit ratio."""
+    rows = saved[saved["hit_ratio"] == hit_ratio]
+    return dict(zip(rows["tier"], rows["saved_gpu_ms"] / 1e3))
+
+
+__all__ += ['per_token_us', 'curve_near', 'precision_break_even', 'map_tokens_range', 'preload_break_even', 'staging_record', 'gpus_by_hit_ratio', 'saved_gpu_s_at']

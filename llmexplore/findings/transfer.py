@@ -249,3 +249,16 @@ def prompt_sentence(by_prompt: pd.DataFrame, *, short: bool = False) -> str:
                 f"costs at most {num(hi)}% more than batched writes" if lo >= 0 else
                 f"ranges from {num(-lo)}% faster to {num(hi)}% slower than batched writes")
     return text + "."
+
+
+def fragment_sizes(frags: pd.DataFrame) -> list:
+    """The distinct fragment sizes per page [B], ascending."""
+    return sorted(set(frags["bytes_per_page"]))
+
+
+def serial_ms_by_prompt(by_prompt: pd.DataFrame) -> dict:
+    """``{prompt tokens: serial transfer time [ms]}`` of the prompt sweep."""
+    return dict(zip(by_prompt["prompt_tokens"].astype(int).astype(str), by_prompt["serial_ms"]))
+
+
+__all__ += ['fragment_sizes', 'serial_ms_by_prompt']

@@ -383,6 +383,14 @@ def measured_load(result=None) -> pd.DataFrame | None:
     return df.reset_index(drop=True)
 
 
+def block_grid(block_tokens: int, hi_tokens: int) -> np.ndarray:
+    """Every whole-block prefix from one block to ``hi_tokens`` [tokens]: block_tokens, 2 block_tokens, ...
+    (a curve drawn block by block, near the break-even)."""
+    block = _check.integer("block_tokens", block_tokens, lo=1, hi=1 << 16)
+    hi = _check.integer("hi_tokens", hi_tokens, lo=block, hi=100_000 * block)
+    return np.arange(block, hi + 1, block)
+
+
 def grid_with(lo: float, hi: float, n: int, *marks, log: bool = False) -> np.ndarray:
     """``n`` evenly (``log``: log-) spaced values from ``lo`` to ``hi`` together with the finite ``marks`` (sorted,
     unique): the axis of a curve or map that must pass exactly through the values a notebook marks on it.

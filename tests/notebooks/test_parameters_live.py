@@ -242,6 +242,11 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
           "OUTPUT": rec("decode_step_ms")}),
         # the runtime preset reprices every kernel (every time moves): alone
         (dict(RUNTIME="scalar"), {"RUNTIME": rec("prefill_ms")}),
+        # the grid extents: each moves the axis of its own figure (or the break-even its grid brackets)
+        (dict(RATE_SPAN=[0.5, 1.2], TRANSFER_GBPS=[1, 400], ONE_NIC_GBPS=[2, 200], NIC_PER_GPU_GBPS=[0.5, 200]),
+         {"RATE_SPAN": fig("latency_figure(", "x"), "TRANSFER_GBPS": fig("exposed_transfer_figure(", "x"),
+          "ONE_NIC_GBPS": fig("gpus_vs_bandwidth_figure(", "x"),
+          "NIC_PER_GPU_GBPS": rec("breakeven_GBps_nic_per_gpu")}),
     ],
     "30_moe_expert_parallel": [
         (dict(MODEL="qwen3-30b-a3b"), {"MODEL": rec("step_ms_at_batch")}),
@@ -254,6 +259,7 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         (dict(SKEW=3.0, REDUNDANT=[16]),
          {"SKEW": rec("dispatch_combine_us_at_batch"), "REDUNDANT": rec("rank_load_max_before_after", sorted)}),
         (dict(RUNTIME="scalar"), {"RUNTIME": rec("step_ms_at_batch")}),
+        (dict(MC_TOKENS=[128, 512]), {"MC_TOKENS": rec("max_load_error_pct")}),
     ],
     "40_kv_transfer": [
         # the link alone sets the latency, the GPU alone the prefill time, the decode TP the sources per rank
@@ -271,6 +277,7 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
          {"PAGE_SIZE": rec("fragment_bytes_per_page"), "PROMPT_TOKENS": rec("plan", lambda p: p["request_MB"])}),
         # the runtime prices the prefill the pipelined transfer overlaps (the plan's bytes and links stay)
         (dict(RUNTIME="scalar"), {"RUNTIME": rec("plan", lambda p: p["prefill_ms"])}),
+        (dict(PROMPT_RANGE=[1024, 65536]), {"PROMPT_RANGE": rec("serial_ms_by_prompt")}),
     ],
     "50_ssd_offload": [
         # the deployment: the recorded label names model, GPU, ranks and KV dtype
@@ -292,6 +299,12 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         # the request rate and the TTFT target both size the pool: one run each
         (dict(RATE=2.0), {"RATE": rec("queue", lambda q: q["instances"])}),
         (dict(TTFT_SLO_MS=6000.0), {"TTFT_SLO_MS": rec("queue", lambda q: q["instances"])}),
+        # the grid extents: each moves the axis of its own figure or curve
+        (dict(PREFIX_MAX=262144, NEAR_PREFIX_MAX=32768, BANDWIDTH_RANGE_GBPS=[0.5, 100], LATENCY_RANGE_US=[10, 10000],
+              QUEUE_WAIT_RANGE_MS=[0, 500]),
+         {"PREFIX_MAX": fig("cost_curves_figure(", "x"), "NEAR_PREFIX_MAX": rec("curve_near"),
+          "BANDWIDTH_RANGE_GBPS": rec("map_tokens_range"), "LATENCY_RANGE_US": fig("break_even_map_figure(", "y"),
+          "QUEUE_WAIT_RANGE_MS": rec("preload_break_even_tokens")}),
     ],
     "60_deployment_planner": [
         # the question: its recorded text names each part (the planner answers that question), and the TPOT
@@ -333,6 +346,10 @@ REJECTED = [
     ("50_ssd_offload", dict(STORAGE="floppy"), r"STORAGE must name a preset in data/storage.yaml"),
     ("50_ssd_offload", dict(TP=3), r"TP \(3\) must divide the query heads of llama-3-70b"),
     ("50_ssd_offload", dict(HIT_RATIO=1.5), r"HIT_RATIO must be a probability in \[0, 1\]"),
+    ("50_ssd_offload", dict(LATENCY_RANGE_US=[100, 10]),
+     r"LATENCY_RANGE_US must be a grid extent \[first, last\] with first < last"),
+    ("20_pd_disaggregation", dict(TRANSFER_GBPS=400),
+     r"TRANSFER_GBPS must be a grid extent \[first, last\] \[GB/s\], got 400"),
     ("50_ssd_offload", dict(TTFT_SLO_MS=500.0), r"TTFT_SLO_MS must exceed the prefill of one PROMPT_TOKENS"),
     ("60_deployment_planner", dict(STAT="p95"), r"STAT must be one of mean, p50, p90, p99"),
     ("60_deployment_planner", dict(WEIGHT_DTYPES=["fp4"]), r"WEIGHT_DTYPES must be a dtype h200 supports"),

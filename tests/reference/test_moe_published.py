@@ -63,6 +63,13 @@ def _ll_model(ep):
     return float(r["dispatch_layer_s"]) * 1e6, float(r["combine_layer_s"]) * 1e6
 
 
+#: golden partner (issue 18 §5): the model's value when written, to 1e-9; a deliberate change shows here
+#: (dispatch, combine) [us] of one MoE layer per EP size
+LL_PINNED_US = {8: (71.249759339309, 142.021069294657), 16: (101.447008838969, 182.942872210158),
+                32: (144.469617058059, 269.137444488963), 64: (167.100796933276, 305.670606656288),
+                128: (167.100796933276, 305.670606656288), 256: (167.100796933276, 305.670606656288)}
+
+
 @pytest.mark.parametrize("ep", [16, 32, 64, 128, 256])
 def test_deepep_low_latency_internode_within_20_percent(ep):
     """Inter-node EP (2-32 nodes of 8 GPUs), an independent check of the low-latency curves: the model prices
@@ -74,6 +81,7 @@ def test_deepep_low_latency_internode_within_20_percent(ep):
     d, c = _ll_model(ep)
     assert d == pytest.approx(d_us, rel=0.20)
     assert c == pytest.approx(c_us, rel=0.20)
+    assert (d, c) == pytest.approx(LL_PINNED_US[ep], rel=1e-9)
 
 
 def test_deepep_low_latency_intranode_within_30_percent():
@@ -84,6 +92,7 @@ def test_deepep_low_latency_intranode_within_30_percent():
     d, c = _ll_model(8)
     assert d == pytest.approx(d_us, rel=0.30)
     assert c == pytest.approx(c_us, rel=0.30)
+    assert (d, c) == pytest.approx(LL_PINNED_US[8], rel=1e-9)
 
 
 def test_deepep_decode_range_at_128_tokens():

@@ -209,6 +209,10 @@ def test_fitted_allreduce_replaces_the_link_assumption():
     assert 2.5 < t < 6.0
     assert float(allreduce_s(1 << 20, 8, dep.fabric)) * 1e6 == pytest.approx(26.0, rel=0.15)
     assert float(allreduce_s(1 << 28, 8, dep.fabric)) * 1e6 == pytest.approx(1089.6, rel=0.15)
+    # golden partner (issue 18 §5): the model's value when written, to 1e-9; a deliberate change shows here
+    pinned_us = [3.6301546888166603, 25.37490008426628, 1120.7212708907255]
+    assert [float(allreduce_s(n, 8, dep.fabric)) * 1e6 for n in (16384, 1 << 20, 1 << 28)] == pytest.approx(
+        pinned_us, rel=1e-9)
     scalar = Deployment.build("llama-3-70b", "h100-sxm", 8, runtime="scalar")
     assert scalar.fabric.fitted == ()
     assert float(allreduce_s(16384, 8, scalar.fabric)) * 1e6 == pytest.approx(11.5 + 2 * 7 / 8 * 16384 / 370e3, rel=1e-6)
@@ -451,6 +455,8 @@ def test_mi300x_gemm_curve_is_pinned_to_its_data():
     assert measured * 1e6 == pytest.approx(60.6, abs=0.1)
     overhead = len(shapes) * dep.runtime.kernel_overhead_us * 1e-6  # the runtime's gap between kernels
     assert t - overhead == pytest.approx(measured, rel=0.15)
+    # golden partner (issue 18 §5): the model's value when written, to 1e-9; a deliberate change shows here
+    assert t - overhead == pytest.approx(5.679161919206374e-05, rel=1e-9)
     weights = sum(n * k for n, k in shapes) / (dep.hardware.hbm_bw_TBps * 1e12)
     assert t > 2.5 * weights
 

@@ -42,6 +42,8 @@ def test_cited_rows_reproduced_by_the_fit():
     t = sampler_s("torch_sort", [512, 1024], 32768) * 1e3
     assert t[0] == pytest.approx((2.252 + 2.572) / 2, rel=0.25)
     assert t[1] == pytest.approx((4.236 + 5.04) / 2, rel=0.25)
+    # golden partner (issue 18 §5): the model's value when written, to 1e-9; a deliberate change shows here
+    assert list(t) == pytest.approx([2.90283868990892, 5.681868873549653], rel=1e-9)
 
 
 def test_fused_is_free_and_the_sort_grows_with_rows_and_vocab():
