@@ -169,3 +169,74 @@ def test_plots_import_no_sweeps(path):
     bad = [f"line {line}: {name}" for line, name in _imports(path.read_text(encoding="utf-8"), rel)
            if _target_part(name) in ("sweeps", "findings")]
     assert not bad, f"{rel} imports a sweep: {bad}"
+
+
+def _module_file(name: str) -> Path | None:
+    """The file of a dotted llmexplore name (a module, or the module a ``from m import name`` names)."""
+    parts = name.split(".")[1:]
+    while parts:
+        f = PKG.joinpath(*parts)
+        if f.with_suffix(".py").is_file():
+            return f.with_suffix(".py")
+        if (f / "__init__.py").is_file():
+            return f / "__init__.py"
+        parts = parts[:-1]
+    return None
+
+
+def _import_graph() -> dict[Path, set[Path]]:
+    """Module -> the modules it imports (anywhere in it, functions included); a package's ``__init__`` is left
+    out on both ends: it gathers its submodules' public API, the one place a package may import its own parts."""
+    graph = {}
+    for path in _modules():
+        if path.name == "__init__.py":
+            continue
+        rel = path.relative_to(PKG)
+        targets = {_module_file(n) for _, n in _imports(path.read_text(encoding="utf-8"), rel)
+                   if n.startswith("llmexplore.")}
+        graph[path] = {t for t in targets if t is not None and t.name != "__init__.py" and t != path}
+    return graph
+
+
+def _cycles(graph: dict) -> list[list]:
+    """Every strongly connected set of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    """No module imports, directly or through others, a module that imports it back (issue 18: "no import
+    cycle"); imports inside functions count, as in the layer rule."""
+    cycles = [[str(p.relative_to(PKG)) for p in c] for c in _cycles(_import_graph())]
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_cycle_check_finds_a_cycle():
+    a, b, c = Path("a"), Path("b"), Path("c")
+    assert _cycles({a: {b}, b: {a, c}, c: set()}) == [[a, b]]
+    assert _cycles({a: {b}, b: {c}, c: set()}) == []

@@ -1,6 +1,7 @@
 """The MoE all-to-all of :mod:`.decode` (docs/models.md §4.8): dispatch and combine payloads, the busiest EP
 rank's time per byte over the scale-up and scale-out legs, its latency, and DeepEP's measured low-latency
-kernel curves.
+kernel curves. ``md`` is a :class:`~.decode.MoEDeployment` throughout (read for its fabric, EP size, ranks per
+node, hardware and runtime; not imported, so the step imports this module and not the other way round).
 
 Each token is sent to every *distinct* remote EP rank among its picks (``dispatch="rank"``; DeepEP
 normal kernels) or once per remote pick (``dispatch="expert"``; DeepEP low-latency kernels, whose
@@ -15,15 +16,10 @@ per byte over that of uniform routing (1 without skew), a and B the kernels' fit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ...measured import DEEPEP_LL_OPS
 from ..step.collectives import alpha_s, deepep_ll_params, fp8_dispatch_bytes
-
-if TYPE_CHECKING:
-    from .decode import MoEDeployment
 
 __all__ = ["dispatch_bytes_per_token", "combine_bytes_per_token", "unit_s", "alpha_s_of", "low_latency_curves"]
 
@@ -43,7 +39,7 @@ def combine_bytes_per_token(hidden: int) -> int:
 
 
 # ---- the busiest rank ---------------------------------------------------------------------------------------
-def unit_s(md: MoEDeployment, u: np.ndarray) -> np.ndarray:
+def unit_s(md, u: np.ndarray) -> np.ndarray:
     """Bandwidth time of an all-to-all per token per byte, busiest rank; u [..., R] messages per token to r.
 
     Rank r (node r // ranks_per_node) sends N_loc u_s to every other rank s and receives N_loc u_r from every
@@ -62,7 +58,7 @@ def unit_s(md: MoEDeployment, u: np.ndarray) -> np.ndarray:
     return intra.max(-1)
 
 
-def alpha_s_of(md: MoEDeployment) -> float:
+def alpha_s_of(md) -> float:
     Rn = md.ranks_per_node
     nodes = md.ep // Rn
     a = alpha_s(Rn, md.fabric.scale_up)
@@ -71,7 +67,7 @@ def alpha_s_of(md: MoEDeployment) -> float:
     return a
 
 
-def low_latency_curves(md: MoEDeployment):
+def low_latency_curves(md):
     """((a, B) dispatch, (a, B) combine) of DeepEP's low-latency kernels for a DPA + EP deployment (tp = 1, one
     GPU per EP rank, as the kernels were measured), or None: TP x EP groups, or a GPU without measured curves,
     keep the link-based all-to-all."""
