@@ -28,6 +28,8 @@ LINK_KINDS = ("scale-up", "scale-out", "host")
 #: where a storage tier keeps KV blocks: host DRAM (one hop over PCIe to the GPU), a local SSD or a network file
 #: system (two hops: device -> host memory -> GPU)
 STORAGE_KINDS = ("dram", "ssd", "network")
+#: the serving engines whose scheduler a runtime preset may name ("" = engine-neutral)
+RUNTIME_ENGINES = ("", "trtllm", "vllm", "sglang")
 #: the statistic over requests a latency target bounds: the mean, or the 50th, 90th or 99th percentile
 TARGET_STATS = ("mean", "p50", "p90", "p99")
 
@@ -388,6 +390,9 @@ class Runtime(Spec):
     #: engine whose fitted kernel curves price the kernels (data/kernel_efficiency.yaml: trtllm, vllm, sglang,
     #: or any = pooled); "" = the scalar efficiencies above price every kernel
     kernel_set: str = ""
+    #: serving engine whose scheduler semantics the serving simulator follows (llmexplore.models.serving.engines:
+    #: trtllm, vllm, sglang); "" = engine-neutral (the base policy)
+    engine: str = ""
     #: 0 = the fitted curves; i >= 1 = the i-th deterministic draw of their parameters from the fit's bootstrap
     #: covariance (llmexplore.models.step.uncertainty: error bands are the spread over draws)
     kernel_draw: int = field(default=0, metadata=meta("", "draw of the kernel-curve parameters (0: the fit)",
@@ -401,6 +406,9 @@ class Runtime(Spec):
         if not isinstance(self.kernel_set, str):
             raise SpecError(f"Runtime {self.name!r}: kernel_set must be an engine name (text), got "
                             f"{self.kernel_set!r}")
+        if self.engine not in RUNTIME_ENGINES:
+            raise SpecError(f"Runtime {self.name!r}: engine must be one of {', '.join(map(repr, RUNTIME_ENGINES))}, "
+                            f"got {self.engine!r}")
 
 
 # ----------------------------------------------------------------------------------------------------------------

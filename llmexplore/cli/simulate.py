@@ -8,7 +8,7 @@ the throughput.
 
 from __future__ import annotations
 
-from ._framework import (EXIT_OK, Checked, Col, command, format_table, int_in, number_in, preset_name, print_json,
+from ._framework import (EXIT_OK, Checked, Col, command, format_table, one_of, int_in, number_in, preset_name, print_json,
                          sampler_option, text_value)
 
 __all__ = ["add", "run", "FLAGS"]
@@ -16,7 +16,7 @@ __all__ = ["add", "run", "FLAGS"]
 FLAGS = {"rate_per_s": "--rate", "concurrency": "--concurrency", "requests": "--requests", "isl": "--isl",
          "osl": "--osl", "isl_sigma": "--isl-sigma", "osl_sigma": "--osl-sigma", "seed": "--seed",
          "runtime": "--runtime", "config": "--config", "trace": "--trace", "prefix_ratio": "--prefix-ratio",
-         "sampler": "--sampler"}
+         "sampler": "--sampler", "capacity_scheduler_policy": "--capacity-policy"}
 
 STAT_COLS = [Col("metric", "metric"), Col("mean", "mean ms", ".4g"), Col("p50", "p50 ms", ".4g"),
              Col("p90", "p90 ms", ".4g"), Col("p99", "p99 ms", ".4g")]
@@ -57,6 +57,12 @@ def add(sub) -> None:
     p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
                    help="runtime preset (default: default)")
     sampler_option(p)
+    p.add_argument("--capacity-policy", default=None, action=Checked,
+                   check=one_of(("GUARANTEED_NO_EVICT", "MAX_UTILIZATION")), metavar="P",
+                   help="TensorRT-LLM's capacity_scheduler_policy, with a runtime of that engine (--runtime trtllm): "
+                        "GUARANTEED_NO_EVICT admits a request only when the KV blocks to complete it fit (its "
+                        "default), MAX_UTILIZATION packs what fits and pauses requests when blocks run out "
+                        "(default: the engine's)")
     p.add_argument("--json", action="store_true",
                    help='JSON: {"summary": {ttft/tpot/itl/e2e _mean/_p50/_p90/_p99 _ms, throughput, ...}, '
                         '"cdf": {"ttft_ms": [...], ...}, "quantiles": [...], "config", "inputs"}')
@@ -115,7 +121,8 @@ def run(args) -> int:
     out = sp.simulate_config(cfg, isl=args.isl, osl=args.osl, rate_per_s=args.rate, concurrency=args.concurrency,
                              n_requests=args.requests, runtime=args.runtime, isl_sigma=args.isl_sigma,
                              osl_sigma=args.osl_sigma, seed=args.seed, trace=args.trace,
-                             prefix_ratio=args.prefix_ratio, sampler=args.sampler)
+                             prefix_ratio=args.prefix_ratio, sampler=args.sampler,
+                             capacity_scheduler_policy=args.capacity_policy)
     s = out["summary"]
     summ = {(k[:-2] + "_ms" if _is_duration_s(k) else k): (v * 1e3 if _is_duration_s(k) else v) for k, v in s.items()}
     if args.json:
@@ -123,7 +130,8 @@ def run(args) -> int:
                     "inputs": {"isl": args.isl, "osl": args.osl, "rate": args.rate, "concurrency": args.concurrency,
                                "requests": args.requests, "isl_sigma": args.isl_sigma, "osl_sigma": args.osl_sigma,
                                "trace": args.trace, "prefix_ratio": args.prefix_ratio,
-                               "seed": args.seed, "runtime": args.runtime, "sampler": args.sampler}})
+                               "seed": args.seed, "runtime": args.runtime, "sampler": args.sampler,
+                               "capacity_policy": args.capacity_policy}})
         return EXIT_OK
     load = (f"{args.rate:g} req/s (Poisson)" if args.rate is not None else f"concurrency {args.concurrency}"
             if args.concurrency is not None else f"the arrivals of {args.trace}")

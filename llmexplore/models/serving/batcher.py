@@ -97,7 +97,7 @@ class Batcher:
                  "arr", "host_s", "ready", "first", "finish", "last_tok", "fresh", "g", "x", "Lc", "state", "it0",
                  "c0", "g0", "key", "fin_it", "npre", "extra", "bucket", "heap", "waiting", "running", "prefilling",
                  "n_running", "B", "sum_ctx", "used", "now", "it", "ptr", "released", "done", "rec", "_ff", "_dec",
-                 "_price")
+                 "_price", "reserve", "final", "committed")
 
     def __init__(self, tables: StepTables, scheduler: Scheduler, kv_blocks: int, arrival, prompt, output, prefix,
                  *, have_kv: bool = False, concurrency: int = 0, policy: EnginePolicy = DEFAULT_POLICY) -> None:
@@ -146,6 +146,11 @@ class Batcher:
         self.released = n                   # requests that exist so far (closed loop: released)
         self.done = 0
         self.rec = _Recorder()
+        # reservation to completion (EnginePolicy.reserve_to_completion): each request's blocks at its last token,
+        # and the sum of those of the admitted requests, which never exceeds the capacity
+        self.reserve = bool(policy.reserve_to_completion)
+        self.final = [-(-(p + o) // self.bt) for p, o in zip(self.P, self.O)] if self.reserve else []
+        self.committed = 0
         # what fast_forward reads on every call, none of it ever rebound: one attribute load instead of many
         self._ff = (self.heap, self.state, self.fin_it, self.bucket, self.bt, self.waiting, self.fresh, self.P,
                     self.x, self.Lc, tables.shared_s, tables.head_s, tables._ctx, tables._dec_rows, self.rec.cols,
@@ -234,7 +239,8 @@ class Batcher:
                 need = -(-(P[h] + 1) // bt)
             else:
                 need = -(-(x[h] + min(Lc[h] - x[h], self.budget_all - B)) // bt)
-            if admits(need, kv_blocks - used - bucket[(-it) % bt]):
+            if admits(need, kv_blocks - used - bucket[(-it) % bt]) and (
+                    not self.reserve or self.committed + self.final[h] <= kv_blocks):
                 return False
         ptr, rel = self.ptr, self.released
         now, sum_ctx = self.now, self.sum_ctx
@@ -359,6 +365,8 @@ class Batcher:
             self.used -= -(-self.x[r] // self.bt)
             self.prefilling.remove(r)
         self.state[r] = _WAITING
+        if self.reserve:
+            self.committed -= self.final[r]
         self.Lc[r] = self.P[r] + self.g[r]
         self.x[r] = min(self.X0[r], self.Lc[r] - 1)
         self.fresh[r] = False
@@ -374,8 +382,11 @@ class Batcher:
         admitted = []
         state, P, Lc, x = self.state, self.P, self.Lc, self.x
         bt, admits = self.bt, self.policy.admits
+        reserve, final = self.reserve, self.final
         while waiting and self.n_running < self.max_seqs and budget > 0:
             r = waiting[0]
+            if reserve and self.committed + final[r] > self.kv_blocks:
+                break  # its blocks to completion do not fit beside the admitted requests' (no eviction later)
             free = self.kv_blocks - self.used - demand
             if self.fresh[r]:
                 need = -(-(P[r] + 1) // bt)
@@ -406,6 +417,8 @@ class Batcher:
                 budget -= c
             self.running.append(r)
             self.n_running += 1
+            if reserve:
+                self.committed += final[r]
         if len(self.running) > 2 * self.n_running + 64:  # drop the finished and preempted entries now and then
             self.running = [r for r in self.running if state[r] in (_PREFILLING, _DECODING)]
         return demand, admitted
@@ -499,6 +512,8 @@ class Batcher:
         """Request ``r`` emitted its last token at ``end``: free its ``blocks``, mark it done and, in a closed
         loop, release the next request (it reaches the scheduler after the per-request host time)."""
         self.used -= blocks
+        if self.reserve:
+            self.committed -= self.final[r]
         self.state[r] = _DONE
         self.finish[r] = end
         self.n_running -= 1

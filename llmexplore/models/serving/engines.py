@@ -15,7 +15,8 @@ from ...errors import SpecError
 from ..step.decode import memory_per_rank
 from ..step.engine import Deployment
 
-__all__ = ["Scheduler", "RequestState", "EnginePolicy", "DEFAULT_POLICY", "kv_capacity_blocks", "MAX_HOST_S"]
+__all__ = ["Scheduler", "RequestState", "EnginePolicy", "TrtllmPolicy", "DEFAULT_POLICY", "ENGINE_POLICIES",
+           "policy_for", "kv_capacity_blocks", "MAX_HOST_S"]
 
 MAX_HOST_S = 10.0  # largest host time per step or per request [s]
 
@@ -84,6 +85,9 @@ class EnginePolicy:
     """
 
     name = "default"
+    #: whether admission reserves the KV blocks of a request's whole sequence (prompt + every output token)
+    #: beside those of the requests already admitted, so that nothing admitted is ever preempted
+    reserve_to_completion = False
 
     def __init__(self, *, step_host_s: float = 0.0, request_host_s: float = 0.0) -> None:
         self.step_host_s = _check.number("step_host_s", step_host_s, lo=0, hi=MAX_HOST_S, unit="s")
@@ -113,3 +117,45 @@ class EnginePolicy:
 
 #: vLLM V1's scheduler, no host time: the behaviour every result so far was computed with
 DEFAULT_POLICY = EnginePolicy()
+
+
+class TrtllmPolicy(EnginePolicy):
+    """TensorRT-LLM's default capacity scheduler, ``GUARANTEED_NO_EVICT`` (``SchedulerConfig.capacity_scheduler_policy``
+    in ``tensorrt_llm/llmapi/llm_args.py``; the policies in ``cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp``;
+    data/engines.yaml cites both). A waiting request is scheduled only when the KV blocks it needs to complete
+    (its prompt and every output token it may generate) fit beside the blocks the running requests still need to
+    complete theirs; a scheduled request is therefore never paused or evicted, and no iteration ever runs out of
+    blocks. The engine pays for that with a smaller batch than vLLM's optimistic admission at long outputs, and
+    gains what vLLM loses to recompute preemptions when memory is tight (issue 19: 20,000-token prompts).
+    The other knobs (KV budget, host time) are the base class's."""
+
+    name = "trtllm"
+    #: TensorRT-LLM's capacity scheduler policies modelled here: GUARANTEED_NO_EVICT (the default) reserves to
+    #: completion; MAX_UTILIZATION packs what fits now and pauses requests when blocks run out (the base
+    #: policy's preemption by recompute)
+    CAPACITY_POLICIES = ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION")
+
+    def __init__(self, *, capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT", **host) -> None:
+        super().__init__(**host)
+        self.capacity_scheduler_policy = _check.choice("capacity_scheduler_policy", capacity_scheduler_policy,
+                                                       self.CAPACITY_POLICIES)
+        self.reserve_to_completion = self.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"
+
+    def __repr__(self) -> str:
+        return (f"TrtllmPolicy(capacity_scheduler_policy={self.capacity_scheduler_policy!r}, "
+                f"step_host_s={self.step_host_s!r}, request_host_s={self.request_host_s!r})")
+
+
+#: the serving engines' semantics by engine name (a runtime preset's ``engine``; "" = engine-neutral, the
+#: base policy). vLLM V1 is the base policy; SGLang's scheduler is not modelled apart yet (the base policy)
+ENGINE_POLICIES = {"": EnginePolicy, "vllm": EnginePolicy, "sglang": EnginePolicy, "trtllm": TrtllmPolicy}
+
+
+def policy_for(engine: str, **knobs) -> EnginePolicy:
+    """The :class:`EnginePolicy` of a serving engine (``""``: engine-neutral) with its ``knobs`` (the host times
+    ``step_host_s`` and ``request_host_s``; for ``trtllm`` also ``capacity_scheduler_policy``); SpecError naming
+    the engines for an unknown one."""
+    if engine not in ENGINE_POLICIES:
+        raise SpecError(f"engine must be one of {', '.join(repr(e) for e in ENGINE_POLICIES)} (a runtime preset's "
+                        f"engine), got {engine!r}")
+    return ENGINE_POLICIES[engine](**knobs)

@@ -67,7 +67,7 @@ from ...specs import Link
 from ..step.engine import Deployment
 from ..step.kv_transfer import transfer_time
 from .batcher import Batcher
-from .engines import DEFAULT_POLICY, EnginePolicy, Scheduler
+from .engines import EnginePolicy, Scheduler, policy_for
 from .step_tables import StepTables, step_tables
 from .workload import Traffic, requests
 
@@ -165,9 +165,12 @@ def _check_fit(req: dict, kv_blocks: int, bt: int, where: str) -> None:
                         "holds: it could never finish (shorten it, or give the instance more memory)")
 
 
-def _check_policy(policy) -> EnginePolicy:
+def _check_policy(policy, dep: Deployment) -> EnginePolicy:
+    """``policy``, or with None the policy of the engine ``dep``'s runtime preset names (``Runtime.engine``)."""
+    if policy is None:
+        return policy_for(dep.runtime.engine)
     if not isinstance(policy, EnginePolicy):
-        raise SpecError(f"policy must be an EnginePolicy (llmexplore.models.serving.batcher), got "
+        raise SpecError(f"policy must be an EnginePolicy (llmexplore.models.serving.engines) or None, got "
                         f"{type(policy).__name__}")
     return policy
 
@@ -209,7 +212,7 @@ def _assemble(req: dict, first, finish, npre, inst, extra_all, series_parts, kv_
 
 def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None = None, *, instances: int = 1,
                        scheduler: Scheduler = Scheduler(), seed=0, tables: StepTables | None = None,
-                       policy: EnginePolicy = DEFAULT_POLICY) -> ServingResult:
+                       policy: EnginePolicy | None = None) -> ServingResult:
     """Simulate ``n_requests`` of ``traffic`` on ``instances`` colocated instances of ``dep`` (continuous
     batching with chunked prefill, the loop of the module docstring); request i goes to instance
     i mod ``instances`` (a closed-loop ``concurrency`` is split the same way).
@@ -218,14 +221,16 @@ def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None
     ``output_tokens_per_s`` and ``requests_per_s`` (over first arrival to last finish), ``preemptions``,
     ``iterations``, ``mean_decode_batch`` (time-weighted over busy iterations) and ``makespan_s``.
     Deterministic for a ``seed``. ``tables``: precomputed :func:`.step_tables.step_tables` (built when None).
-    ``policy``: the serving engine's semantics (:class:`.engines.EnginePolicy`; today's behaviour by default).
+    ``policy``: the serving engine's semantics (:class:`.engines.EnginePolicy`); None: those of the engine the
+    runtime preset names (``dep.runtime.engine``: ``trtllm`` reserves blocks to completion, the others and
+    engine-neutral presets run the base policy).
     """
     k = _check_common(traffic, n_requests, instances)
     if not isinstance(scheduler, Scheduler):
         raise SpecError(f"scheduler must be a Scheduler, got {type(scheduler).__name__}")
     if not isinstance(dep, Deployment):
         raise SpecError(f"dep must be a Deployment, got {type(dep).__name__}")
-    _check_policy(policy)
+    policy = _check_policy(policy, dep)
     req = requests(traffic, n_requests, seed)
     kv = _blocks(dep, scheduler, "instance", policy)
     _check_fit(req, kv, scheduler.block_tokens, "instance")
@@ -265,7 +270,7 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
                            n_requests: int | None = None, *, prefill_instances: int = 1, decode_instances: int = 1,
                            prefill_tokens: int = 8192, decode_scheduler: Scheduler = Scheduler(), seed=0,
                            nics: int | None = None, batched_ops: bool = True, op_overhead_us: float = 1.0,
-                           policy: EnginePolicy = DEFAULT_POLICY) -> ServingResult:
+                           policy: EnginePolicy | None = None) -> ServingResult:
     """Simulate ``n_requests`` of open-loop ``traffic`` on a disaggregated deployment (module docstring).
 
     Prefill: ``prefill_instances`` of ``prefill_dep`` behind one FCFS queue, each running batches of whole
@@ -274,8 +279,8 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     ``nics``, ``batched_ops``, ``op_overhead_us``) queues FIFO on the sending instance's NICs, which are busy
     for its bandwidth and operation time; it arrives ``transfer_s`` after it starts. Decode:
     ``decode_instances`` of ``decode_dep`` with ``decode_scheduler``, requests dealt round-robin in order of
-    arrival. TTFT = KV arrival - request arrival. ``policy`` (:class:`.engines.EnginePolicy`): the engine's
-    semantics on both sides; its per-request host time delays a request's arrival at the prefill queue, its
+    arrival. TTFT = KV arrival - request arrival. ``policy`` (:class:`.engines.EnginePolicy`; None: that of
+    the engine ``decode_dep``'s runtime preset names): the engine's semantics on both sides; its per-request host time delays a request's arrival at the prefill queue, its
     per-step host time lengthens every prefill batch and decode iteration. Returns a :class:`ServingResult`
     (``requests`` adds ``prefill_done_s``, ``transfer_s``, ``prefill_instance``).
     """
@@ -295,7 +300,7 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
         raise SpecError(f"prefill_dep and decode_dep must serve the same model, got {prefill_dep.model.name} and "
                         f"{decode_dep.model.name}")
     budget = _check.integer("prefill_tokens", prefill_tokens, lo=1, hi=1 << 20, unit="tokens")
-    _check_policy(policy)
+    policy = _check_policy(policy, decode_dep)
     req = requests(traffic, n_requests, seed)
     kv = _blocks(decode_dep, decode_scheduler, "decode instance", policy)
     _check_fit(req, kv, decode_scheduler.block_tokens, "decode instance")

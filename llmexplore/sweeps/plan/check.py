@@ -57,19 +57,22 @@ CDF_POINTS = np.linspace(0.01, 0.99, 99)  # quantiles of the distributions retur
 def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                     concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
                     isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
-                    prefix_ratio: float = 0.0, sampler: str = "fused") -> dict:
+                    prefix_ratio: float = 0.0, sampler: str = "fused",
+                    capacity_scheduler_policy: str | None = None) -> dict:
     """Simulate one configuration (a :class:`~llmexplore.deployment.DeploymentConfig` or its JSON) under Poisson
     arrivals at ``rate_per_s``, a closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
     :func:`llmexplore.traces.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
     size the step tables' context); lengths fixed or lognormal (median ``isl``/``osl`` and log-sd); a share
     ``prefix_ratio`` of each prompt is a cached shared prefix; ``sampler`` is ``Deployment.sampler`` of every
-    side (docs/models.md §1.1b).
+    side (docs/models.md §1.1b). The scheduler's semantics are those of the engine the runtime preset names
+    (:func:`llmexplore.models.serving.engines.policy_for`); ``capacity_scheduler_policy`` sets TensorRT-LLM's
+    (``GUARANTEED_NO_EVICT``, its default, or ``MAX_UTILIZATION``) and needs a runtime of that engine.
 
     Returns ``summary`` (the simulator's: mean/p50/p90/p99 of TTFT, TPOT, ITL and E2E [s], throughput,
     preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
     and KV occupancy over time, at most 2,000 points per instance) and ``config``."""
     from ...models.serving import simulator as sv
-    from ...models.serving.engines import Scheduler
+    from ...models.serving.engines import Scheduler, policy_for
     from ...models.serving.workload import LengthDist, Traffic
 
     cfg = DeploymentConfig.from_json(cfg)
@@ -96,6 +99,14 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                             f"{s.layout!r}")
 
     moe = presets.model(cfg.model).is_moe
+    engine = presets.runtime(runtime).engine
+    knobs = {}
+    if capacity_scheduler_policy is not None:
+        if engine != "trtllm":
+            raise SpecError(f"capacity_scheduler_policy is TensorRT-LLM's: it needs a runtime preset of that engine "
+                            f"(engine 'trtllm'), got runtime {runtime!r} (engine {engine!r})")
+        knobs["capacity_scheduler_policy"] = capacity_scheduler_policy
+    policy = policy_for(engine, **knobs)
 
     def dep(s):
         return Deployment.build(cfg.model, cfg.gpu, s.ranks, runtime=runtime, weight_dtype=cfg.weight_dtype,
@@ -108,7 +119,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
         chunk = max(s.chunk_tokens or 2048, seqs)
         res = sv.simulate_colocated(dep(s), traffic, n_requests, instances=s.instances,
                                     scheduler=Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
-                                    seed=seed)
+                                    seed=seed, policy=policy)
     else:
         p, d = cfg.side("prefill"), cfg.side("decode")
         link = presets.link(cfg.link or presets.hardware(cfg.gpu).scale_out_link or "roce-400g")
@@ -118,7 +129,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                                         prefill_tokens=max(isl, 1),
                                         decode_scheduler=Scheduler(max_num_seqs=seqs,
                                                                       max_num_batched_tokens=max(seqs, 2048)),
-                                        seed=seed)
+                                        seed=seed, policy=policy)
     req = res.requests
     cdf = {}
     for name in ("ttft_s", "tpot_s", "e2e_s"):

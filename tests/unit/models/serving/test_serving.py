@@ -24,7 +24,8 @@ from llmexplore import presets
 from llmexplore.errors import SpecError
 from llmexplore.models.queueing import core as qz
 from llmexplore.models.serving import simulator as sv
-from llmexplore.models.serving.engines import Scheduler, kv_capacity_blocks
+from llmexplore.models.serving.engines import (ENGINE_POLICIES, EnginePolicy, Scheduler, TrtllmPolicy,
+                                               kv_capacity_blocks, policy_for)
 from llmexplore.models.serving.step_tables import step_tables
 from llmexplore.models.step.decode import step_time
 from llmexplore.models.step.engine import Deployment
@@ -135,9 +136,12 @@ def test_deterministic_for_a_seed():
 
 # ---- preemption ------------------------------------------------------------------------------------------------
 def test_tiny_kv_memory_preempts_by_recompute_and_still_finishes():
+    """vLLM V1's semantics (the base policy; the trtllm runtime's own is the test below)."""
     tr = mixed_traffic(3.0)
-    roomy = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables())
-    tiny = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), scheduler=Scheduler(kv_blocks=900))
+    vllm = EnginePolicy()
+    roomy = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), policy=vllm)
+    tiny = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), scheduler=Scheduler(kv_blocks=900),
+                                 policy=vllm)
     assert roomy.summary["preemptions"] == 0
     assert tiny.summary["preemptions"] > 10 and tiny.requests["preemptions"].max() >= 1
     assert np.isfinite(tiny.requests["finish_s"]).all()
@@ -149,6 +153,46 @@ def test_tiny_kv_memory_preempts_by_recompute_and_still_finishes():
     hit = (R["preemptions"] > 0) & (R["output_tokens"] > 1)
     assert np.nanmean(R["tpot_s"][hit]) > np.nanmean(R["tpot_s"][~hit & (R["output_tokens"] > 1)])
     assert tiny.itl_weight.sum() == pytest.approx(float((tiny.requests["output_tokens"] - 1).sum()))
+
+
+def test_trtllm_reserves_blocks_to_completion_and_never_preempts():
+    """TensorRT-LLM's GUARANTEED_NO_EVICT (the trtllm runtime's engine): on the same tiny memory that makes the
+    base policy preempt, no request is ever preempted, the blocks admitted to completion never exceed the
+    capacity, and every request finishes with the same output."""
+    tr = mixed_traffic(3.0)
+    tiny = Scheduler(kv_blocks=900)
+    assert dep().runtime.engine == "trtllm"
+    trt = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), scheduler=tiny)  # the runtime's policy
+    same = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), scheduler=tiny, policy=TrtllmPolicy())
+    assert trt.summary == same.summary
+    vllm = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), scheduler=tiny, policy=EnginePolicy())
+    assert trt.summary["preemptions"] == 0 < vllm.summary["preemptions"]
+    assert np.isfinite(trt.requests["finish_s"]).all()
+    assert trt.summary["output_tokens"] == vllm.summary["output_tokens"]
+    assert trt.series["kv_blocks"].max() <= 900
+    # admitting only what can finish keeps fewer requests running than vLLM's optimistic admission
+    assert trt.summary["mean_decode_batch"] < vllm.summary["mean_decode_batch"]
+
+
+def test_the_engine_policies_cover_the_runtime_engines():
+    from llmexplore.specs import RUNTIME_ENGINES
+
+    assert sorted(ENGINE_POLICIES) == sorted(RUNTIME_ENGINES)
+    assert isinstance(policy_for("trtllm"), TrtllmPolicy) and type(policy_for("vllm")) is EnginePolicy
+    with pytest.raises(SpecError, match=r"engine must be one of .* got 'tgi'"):
+        policy_for("tgi")
+    assert not policy_for("trtllm", capacity_scheduler_policy="MAX_UTILIZATION").reserve_to_completion
+    with pytest.raises(SpecError, match=r"capacity_scheduler_policy must be one of \['GUARANTEED_NO_EVICT', "
+                                        r"'MAX_UTILIZATION'\], got 'STATIC_BATCH'"):
+        TrtllmPolicy(capacity_scheduler_policy="STATIC_BATCH")
+
+
+def test_trtllm_max_utilization_preempts_like_the_base_policy():
+    tr, tiny = mixed_traffic(3.0), Scheduler(kv_blocks=900)
+    mu = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), scheduler=tiny,
+                               policy=TrtllmPolicy(capacity_scheduler_policy="MAX_UTILIZATION"))
+    base = sv.simulate_colocated(dep(), tr, 600, seed=1, tables=tables(), scheduler=tiny, policy=EnginePolicy())
+    assert mu.summary == base.summary and mu.summary["preemptions"] > 0
 
 
 def test_a_request_that_can_never_fit_is_an_error():
