@@ -46,7 +46,7 @@ _COLUMNS = {
               "latency_per_rank_us"],
     "runtime": ["name", "eta_mem", "eta_compute", "eta_attn_compute", "eta_attn_mem", "kernel_overhead_us",
                 "step_overhead_ms",
-                "usable_hbm_fraction", "reserve_GiB", "page_tokens"],
+                "usable_hbm_fraction", "memory_fraction_of", "reserve_GiB", "page_tokens", "engine"],
     "storage": ["name", "kind", "read_GBps", "latency_us", "link_GBps", "h2d_GBps", "queue_depth", "io_KiB",
                 "effective_read_GBps", "block_overhead_us"],
     "targets": ["name", "ttft_ms", "tpot_ms", "stat", "e2e_ms"],

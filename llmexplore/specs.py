@@ -28,6 +28,8 @@ LINK_KINDS = ("scale-up", "scale-out", "host")
 #: where a storage tier keeps KV blocks: host DRAM (one hop over PCIe to the GPU), a local SSD or a network file
 #: system (two hops: device -> host memory -> GPU)
 STORAGE_KINDS = ("dram", "ssd", "network")
+#: what a runtime's usable_hbm_fraction is a fraction of (Runtime.memory_fraction_of)
+MEMORY_FRACTIONS_OF = ("total", "free")
 #: the serving engines whose scheduler a runtime preset may name ("" = engine-neutral)
 RUNTIME_ENGINES = ("", "trtllm", "vllm", "sglang")
 #: the statistic over requests a latency target bounds: the mean, or the 50th, 90th or 99th percentile
@@ -382,7 +384,9 @@ class Runtime(Spec):
                                                      max=MAX_RATE))
     step_overhead_ms: float = field(metadata=meta("ms", "fixed time per decode step (scheduling, sampling)",
                                                    min=0, max=MAX_RATE))
-    usable_hbm_fraction: float = field(metadata=meta("", "fraction of HBM the runtime may use",
+    usable_hbm_fraction: float = field(metadata=meta("", "fraction of HBM the runtime may use (of the total, or "
+                                                      "with memory_fraction_of 'free' of the memory free after "
+                                                      "weights, activations and reserve: the KV cache's share)",
                                                       min=MIN_POSITIVE, max=1))
     reserve_GiB: float = field(metadata=meta("GiB", "CUDA context, NCCL buffers, graphs, fragmentation",
                                               min=0, max=MAX_GIB))
@@ -390,6 +394,10 @@ class Runtime(Spec):
     #: engine whose fitted kernel curves price the kernels (data/kernel_efficiency.yaml: trtllm, vllm, sglang,
     #: or any = pooled); "" = the scalar efficiencies above price every kernel
     kernel_set: str = ""
+    #: what usable_hbm_fraction is a fraction of: "total" HBM (vLLM gpu_memory_utilization, SGLang
+    #: mem_fraction_static: weights, activations and KV within that share) or the memory "free" after the weights,
+    #: activations and reserve (TensorRT-LLM free_gpu_memory_fraction: the KV cache's share of what is left)
+    memory_fraction_of: str = "total"
     #: serving engine whose scheduler semantics the serving simulator follows (llmexplore.models.serving.engines:
     #: trtllm, vllm, sglang); "" = engine-neutral (the base policy)
     engine: str = ""
@@ -406,6 +414,9 @@ class Runtime(Spec):
         if not isinstance(self.kernel_set, str):
             raise SpecError(f"Runtime {self.name!r}: kernel_set must be an engine name (text), got "
                             f"{self.kernel_set!r}")
+        if self.memory_fraction_of not in MEMORY_FRACTIONS_OF:
+            raise SpecError(f"Runtime {self.name!r}: memory_fraction_of must be one of "
+                            f"{', '.join(map(repr, MEMORY_FRACTIONS_OF))}, got {self.memory_fraction_of!r}")
         if self.engine not in RUNTIME_ENGINES:
             raise SpecError(f"Runtime {self.name!r}: engine must be one of {', '.join(map(repr, RUNTIME_ENGINES))}, "
                             f"got {self.engine!r}")

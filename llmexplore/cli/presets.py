@@ -44,8 +44,8 @@ PRESET_VIEWS: dict[str, list[Col]] = {
         Col("eta_attn_compute", "eta_attn_compute", "g"), Col("eta_attn_mem", "eta_attn_mem", "g"),
         Col("kernel_overhead_us", "kernel_overhead_us", "g"),
         Col("step_overhead_ms", "step_overhead_ms", "g"),
-        Col("usable_hbm_fraction", "usable_hbm_fraction", "g"), Col("reserve_GiB", "reserve_GiB", "g"),
-        Col("page_tokens", "page_tokens", "d"),
+        Col("usable_hbm_fraction", "usable_hbm_fraction", "g"), Col("memory_fraction_of", "of"),
+        Col("reserve_GiB", "reserve_GiB", "g"), Col("page_tokens", "page_tokens", "d"), Col("engine", "engine"),
     ],
     "storage": [
         Col("name", "name"), Col("kind", "kind"), Col("read_GBps", "read_GBps", "g"),

@@ -504,8 +504,10 @@ def memory_per_gpu(md: MoEDeployment, batch, context) -> dict[str, np.ndarray]:
     weights = sum(wb.values()) - routed_tp + routed_here
     total = base["total_B"] - base["weights_B"] + weights
     shape = total.shape
+    budget = np.broadcast_to(dep.kv_budget_B(np.float64(weights), base["activations_B"]), shape)
+    ok = total <= base["usable_B"] if dep.runtime.memory_fraction_of == "total" else base["kv_B"] <= budget
     return {
         "weights_B": np.broadcast_to(np.float64(weights), shape), "kv_B": base["kv_B"],
         "activations_B": base["activations_B"], "reserve_B": base["reserve_B"], "total_B": total,
-        "usable_B": base["usable_B"], "feasible": total <= base["usable_B"],
+        "usable_B": base["usable_B"], "kv_budget_B": budget, "feasible": ok,
     }

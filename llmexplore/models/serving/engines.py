@@ -51,12 +51,13 @@ class Scheduler:
 
 
 def kv_capacity_blocks(dep: Deployment, scheduler: Scheduler = Scheduler()) -> int:
-    """KV blocks one instance holds: (usable HBM - weights - activations of a full token budget - runtime
-    reserve) per rank / (KV bytes per token per rank x ``block_tokens``), on the TP layout
-    (:func:`..step.decode.memory_per_rank`). 0 if the weights do not fit."""
+    """KV blocks one instance holds: the KV budget per rank beside the weights and the activations of a full
+    token budget (the runtime's memory rule, :meth:`..step.engine.Deployment.kv_budget_B`: vLLM's share of the
+    total, TensorRT-LLM's share of what is free) / (KV bytes per token per rank x ``block_tokens``), on the TP
+    layout (:func:`..step.decode.memory_per_rank`). 0 if the weights do not fit."""
     page = dep.runtime.page_tokens
     mem = memory_per_rank(dep, scheduler.max_num_batched_tokens, 1, "TP")
-    free = float(mem["usable_B"] - mem["weights_B"] - mem["activations_B"] - mem["reserve_B"])
+    free = float(mem["kv_budget_B"])  # the runtime's memory rule (Deployment.kv_budget_B)
     per_token = float(memory_per_rank(dep, 1, page, "TP")["kv_B"]) / page
     return max(0, int(free // (per_token * scheduler.block_tokens)))
 

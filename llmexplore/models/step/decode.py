@@ -81,7 +81,8 @@ def memory_per_rank(dep: Deployment, batch, context, layout: str) -> dict[str, n
     transient peak of one decode step (hidden states, projection outputs, FP32 logits).
 
     Returns a dict of arrays: ``weights_B``, ``kv_B``, ``activations_B``, ``reserve_B``, ``total_B``,
-    ``usable_B``, ``feasible`` (bool).
+    ``usable_B``, ``kv_budget_B`` (what the KV cache may hold by the runtime's memory rule,
+    :meth:`~.engine.Deployment.kv_budget_B`) and ``feasible`` (bool: the KV fits its budget).
     """
     dep.check_layout(layout)
     b, s = check_batch_context(batch, context)
@@ -99,6 +100,9 @@ def memory_per_rank(dep: Deployment, batch, context, layout: str) -> dict[str, n
     act = _activation_bytes(dep, b, layout)
     total = w + kv + act + dep.reserve_B
     shape = np.broadcast_shapes(b.shape, s.shape)
+    budget = dep.kv_budget_B(np.float64(w), act)
+    # "total" rule: the same test as total <= usable, written as before (bit for bit at the boundary)
+    ok = total <= dep.usable_B if dep.runtime.memory_fraction_of == "total" else kv <= budget
     return {
         "weights_B": np.broadcast_to(np.float64(w), shape),
         "kv_B": np.broadcast_to(kv, shape),
@@ -106,7 +110,8 @@ def memory_per_rank(dep: Deployment, batch, context, layout: str) -> dict[str, n
         "reserve_B": np.broadcast_to(np.float64(dep.reserve_B), shape),
         "total_B": np.broadcast_to(total, shape),
         "usable_B": np.broadcast_to(np.float64(dep.usable_B), shape),
-        "feasible": np.broadcast_to(total <= dep.usable_B, shape),
+        "kv_budget_B": np.broadcast_to(budget, shape),
+        "feasible": np.broadcast_to(ok, shape),
     }
 
 

@@ -244,8 +244,23 @@ class Deployment:
 
     @property
     def usable_B(self) -> float:
-        """HBM the runtime may use per rank [B]."""
+        """HBM the runtime may use per rank [B]: ``usable_hbm_fraction`` of the total (with
+        ``memory_fraction_of`` "free" the rank's whole HBM: the fraction then applies to what is left for the
+        KV cache, :meth:`kv_budget_B`)."""
+        if self.runtime.memory_fraction_of == "free":
+            return self.hardware.hbm_GiB * GiB
         return self.runtime.usable_hbm_fraction * self.hardware.hbm_GiB * GiB
+
+    def kv_budget_B(self, weights_B, activations_B):
+        """Bytes the KV cache may hold per rank [B] beside ``weights_B`` and ``activations_B`` (arrays
+        broadcast), by the runtime's memory rule: with ``memory_fraction_of`` "total" what ``usable_hbm_fraction``
+        of HBM leaves after weights, activations and reserve (vLLM ``gpu_memory_utilization``); with "free" that
+        fraction of the HBM left after them (TensorRT-LLM ``free_gpu_memory_fraction``, of the memory free
+        after the model loaded and a profiling run). Negative: nothing fits."""
+        if self.runtime.memory_fraction_of == "free":
+            left = self.usable_B - weights_B - activations_B - self.reserve_B
+            return np.where(left > 0, self.runtime.usable_hbm_fraction * left, left)
+        return self.usable_B - weights_B - activations_B - self.reserve_B
 
     @property
     def reserve_B(self) -> float:
