@@ -157,4 +157,10 @@ def run(args) -> int:
         print(s["sentence"])
     if doc["simulated_sentence"]:
         print(doc["simulated_sentence"])
+    v = doc["best_simulated_deployment"]
+    if v is not None and b is not None and v["label"] != b["label"]:
+        print(f"launch ({args.engine}) of {v['label']}, the best that meets both targets in the simulation:")
+        for e in v["launch"][args.engine]:
+            print(f"  {e['role']}: {e['instances']} x {e['gpus_per_instance']} GPUs"
+                  + (f"\n    {e['command']}" if e.get("command") else ""))
     return EXIT_OK

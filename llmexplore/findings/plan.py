@@ -98,20 +98,28 @@ def simulation_sentence(check: dict, q: sp.Question) -> str:
             f"over {check['requests']:,} requests: it {verdict} and {meets} the targets.")
 
 
+def _planner_best(checks: list[dict]) -> dict | None:
+    """The check of the planner's best configuration (``planner_rank`` 1; the first check without ranks)."""
+    return next((c for c in checks if c.get("planner_rank") == 1), checks[0] if checks else None)
+
+
 def verified_sentence(checks: list[dict], res: dict) -> str:
-    """Which of the simulated configurations (best first) also meets the targets in the simulation."""
+    """Which simulated configuration is the best that also meets the targets in the simulation (the checks
+    ranked by :func:`llmexplore.sweeps.plan.rank_checks`, or in the planner's order), said plainly when the
+    planner's best misses."""
     t = res["table"]
     ok = [c for c in checks if c.get("meets_targets_sim")]
     if not ok:
         return (f"None of the {len(checks)} configurations simulated meets both targets in the simulation; "
                 "loosen the targets or add GPUs.")
-    c = ok[0]
-    if c["label"] == checks[0]["label"]:
+    c = min(ok, key=lambda x: x.get("planner_rank", 0))
+    best = _planner_best(checks)
+    if c["label"] == best["label"]:
         return f"The simulation confirms the best configuration, {c['label']}, within both targets."
     row = t[t["label"] == c["label"]].iloc[0]
-    return (f"The best configuration misses a target in the simulation; the best one that meets both there is "
-            f"{c['label']} ({row['gpus']:.0f} GPUs, {num(row['tokens_per_s_per_gpu'])} tokens/s per GPU, "
-            f"{num(row['rate_per_s'])} req/s).")
+    return (f"The planner's best configuration, {best['label']}, misses a target in the simulation; the best one "
+            f"that meets both there is {c['label']} ({row['gpus']:.0f} GPUs, {num(row['tokens_per_s_per_gpu'])} "
+            f"tokens/s per GPU, {num(row['rate_per_s'])} req/s): deploy that one.")
 
 
 def launch_of(row: dict, q: sp.Question) -> dict:
@@ -142,7 +150,11 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
     checks = sp.simulate_top(res, simulate) if simulate else []
     for c in checks:
         c["sentence"] = simulation_sentence(c, q)
-    verified = next((c["label"] for c in checks if c.get("meets_targets_sim")), None)
+    verified = next((c["label"] for c in checks if c.get("meets_targets_sim")), None)  # checks: ranked
+    verified_row = None
+    if verified is not None:
+        row = t[t["label"] == verified].iloc[0].to_dict()
+        verified_row = {"label": verified, "config": sp.config_of(row, q).to_json(), "launch": launch_of(row, q)}
     bad = t[~t["feasible"]]
     reasons = (bad.groupby("reason").size().sort_values(ascending=False).reset_index(name="configurations")
                .to_dict("records") if len(bad) else [])
@@ -153,7 +165,8 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
         "frontiers": {k: v.to_dict("records") for k, v in res["frontiers"].items()},
         "top": t[t["feasible"]].head(int(top)).to_dict("records"), "infeasible": reasons,
         "configurations": int(len(t)), "feasible": int(t["feasible"].sum()), "simulation": checks,
-        "best_simulated": verified, "simulated_sentence": verified_sentence(checks, res) if checks else "",
+        "best_simulated": verified, "best_simulated_deployment": verified_row,
+        "simulated_sentence": verified_sentence(checks, res) if checks else "",
         "question_text": question_text(q),
         "sentences": [best_sentence(res), ratio_sentence(res), frontier_sentence(res)],
         "inputs": {f: getattr(q, f) for f in ("model", "gpu", "gpus", "isl", "osl", "ttft_ms", "tpot_ms", "stat",
@@ -166,7 +179,7 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
 # ---- notebooks/60_deployment_planner.ipynb: titles, the simulator, the rate sweep ------------------------------
 
 __all__ += ["headline", "searched", "frontier_title", "launch_texts", "launch_sentence", "simulated_record", "simulated_sentence",
-            "checks_sentence", "rate_record", "rate_sentence"]
+            "best_in_simulation", "checks_sentence", "rate_record", "rate_sentence"]
 
 HEADLINE_FIELDS = ("label", "mode", "gpus", "n_prefill", "n_decode", "rate_per_s", "tokens_per_s_per_gpu",
                    "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "max_num_seqs")
@@ -275,25 +288,54 @@ def simulated_sentence(sim: dict, q: sp.Question, *, short: bool = False) -> str
                "allows can land on either side of them)" if miss else "") + ".")
 
 
+def best_in_simulation(checks: list[dict]) -> dict:
+    """What the notebook records of the ranked checks: the best configuration that meets both targets in the
+    simulation (None if none does), its rank by the planner, and whether the planner's best meets them."""
+    meets = [c for c in checks if c.get("meets_targets_sim")]
+    first = min(meets, key=lambda c: c.get("planner_rank", 0)) if meets else None
+    best = _planner_best(checks)
+    return {"label": None if first is None else first["label"],
+            "planner_rank": None if first is None else first.get("planner_rank"),
+            "planner_best_meets_targets": bool(best is not None and best.get("meets_targets_sim"))}
+
+
 def checks_sentence(checks: list[dict], q: sp.Question) -> str:
-    """Where the simulator and the analytic estimate of the best configurations disagree by more than 10%."""
+    """The simulator's verdict on the best configurations: how many meet both targets in the simulation, which is
+    the best that does (and whether the planner's best misses, with by how much), and where the simulation and
+    the analytic estimate are more than 10% apart."""
     done = [c for c in checks if c["status"] == "simulated"]
     if not checks:
         return "No configuration meets the targets, so none was simulated."
     if not done:
         return f"None of the {len(checks)} best configurations could be simulated: {checks[0]['status']}."
-    bad = [c for c in done if c["disagrees"]]
+    meets = [c for c in done if c.get("meets_targets_sim")]
     head = (f"Of the {len(done)} best configurations simulated ({done[0]['requests']:,} requests each), "
-            f"{len(done) - len(bad)} agree with the planner's {q.stat} TTFT and TPOT within 10%")
-    if not bad:
-        return head + "."
+            f"{len(meets)} meet{'s' if len(meets) == 1 else ''} both {q.stat} targets in the simulation")
+    best = _planner_best(checks)
+    parts = []
+    if best is not None and best["status"] == "simulated" and not best.get("meets_targets_sim"):
+        over = [f"{m} {num(best[f'{k}_sim_ms'])} ms against the {t:,g} ms target, planner "
+                f"{num(best[f'{k}_model_ms'])} ms"
+                for m, k, t in (("TTFT", "ttft", q.ttft_ms), ("TPOT", "tpot", q.tpot_ms))
+                if best[f"{k}_sim_ms"] > t]
+        parts.append(f"the planner's best, {best['label']}, misses there ({join(over)})")
+        if meets:
+            first = min(meets, key=lambda c: c.get("planner_rank", 0))
+            parts.append(f"the best that meets both is {first['label']}" +
+                         (f" (the planner's number {first['planner_rank']})" if "planner_rank" in first else ""))
+    elif best is not None and best.get("meets_targets_sim"):
+        parts.append(f"the planner's best, {best['label']}, among them")
+    bad = [c for c in done if c["disagrees"]]
 
     def gaps(c):
         out = [f"{m} {c[f'{m.lower()}_gap_pct']:+.0f}%" for m in ("TTFT", "TPOT")
                if abs(c[f"{m.lower()}_gap_pct"]) > 10]
         return f"{c['label']} ({join(out)})"
 
-    return head + "; more than 10% apart: " + join([gaps(c) for c in bad]) + "."
+    n_agree = len(done) - len(bad)
+    agree = (f"{n_agree} agree{'s' if n_agree == 1 else ''} with the planner's estimates within 10%"
+             + ("; more than 10% apart: " + join([gaps(c) for c in bad]) if bad else ""))
+    return head + (": " + "; ".join(parts) if parts else "") + ". " + agree[0].upper() + agree[1:] + "."
 
 
 def rate_record(sweep) -> dict:

@@ -196,6 +196,7 @@ def top_people_table(top: pd.DataFrame, stat: str = "p90") -> PeopleTable:
 def check_people_table(checks: pd.DataFrame, stat: str = "p90") -> PeopleTable:
     """The analytic estimates against the simulator (:func:`llmexplore.sweeps.plan.check_table`) for people."""
     return people_table(checks, {
+        "sim_rank": "rank, simulated", "planner_rank": "rank, planner",
         "label": "configuration", "status": "status", "ttft_model_ms": f"TTFT {stat}, planner [ms]",
         "ttft_sim_ms": f"TTFT {stat}, simulated [ms]", "ttft_gap_pct": "TTFT gap [%]",
         "tpot_model_ms": f"TPOT {stat}, planner [ms]", "tpot_sim_ms": f"TPOT {stat}, simulated [ms]",

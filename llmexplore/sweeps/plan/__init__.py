@@ -27,7 +27,8 @@ is the planner's public API; the code lives in the modules.
 """
 
 from .capacity import capacity_plan, capacity_task
-from .check import CDF_POINTS, SIM_REQUESTS, SIM_TOLERANCE, simulate_config, simulate_row, simulate_top
+from .check import (CDF_POINTS, SIM_REQUESTS, SIM_TOLERANCE, rank_checks, simulate_config, simulate_row,
+                    simulate_top)
 from .question import CHUNKS, Question
 from .search import (TABLE_COLUMNS, best, config_of, configurations, frontiers, order_table, plan, question_tasks,
                      run_task)
@@ -36,7 +37,7 @@ from .tables import (CHECK_COLUMNS, CHECK_TOP, N_RATES, SWEEP_COLUMNS, TOP, chec
                      rate_grid, rate_sweep, shared_flags, simulate_best, top_table)
 
 __all__ = ["Question", "CHUNKS", "plan", "configurations", "frontiers", "best", "config_of", "question_tasks",
-           "run_task", "order_table", "TABLE_COLUMNS", "simulate_row", "simulate_top", "simulate_config",
+           "run_task", "order_table", "TABLE_COLUMNS", "simulate_row", "simulate_top", "rank_checks", "simulate_config",
            "CDF_POINTS", "SIM_REQUESTS", "SIM_TOLERANCE", "capacity_task", "capacity_plan", "highest_rate",
            "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "shared_flags", "top_table",
            "simulate_best", "check_table", "SWEEP_COLUMNS", "CHECK_COLUMNS", "CHECK_TOP", "TOP", "N_RATES"]

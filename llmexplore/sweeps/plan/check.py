@@ -13,7 +13,8 @@ from ...models.step.engine import Deployment
 from .question import Question
 from .search import config_of
 
-__all__ = ["simulate_row", "simulate_top", "simulate_config", "CDF_POINTS", "SIM_REQUESTS", "SIM_TOLERANCE"]
+__all__ = ["simulate_row", "simulate_top", "rank_checks", "simulate_config", "CDF_POINTS", "SIM_REQUESTS",
+           "SIM_TOLERANCE"]
 
 
 SIM_REQUESTS = 2000  # requests per simulated check (the summary covers all of them, from an empty start)
@@ -45,10 +46,26 @@ def simulate_row(row: dict, q: Question, *, n_requests: int = SIM_REQUESTS, seed
 
 
 def simulate_top(result: dict, k: int = 3, **kw) -> list[dict]:
-    """:func:`simulate_row` for the ``k`` best feasible configurations of a :func:`plan` result."""
+    """:func:`simulate_row` for the ``k`` best feasible configurations of a :func:`plan` result, ranked by the
+    simulation (:func:`rank_checks`): each carries ``planner_rank`` (1 = the planner's best) and ``sim_rank``."""
     q = result["question"]
     ok = result["table"][result["table"]["feasible"]].head(int(k))
-    return [simulate_row(r, q, **kw) for r in ok.to_dict("records")]
+    return rank_checks([{**simulate_row(r, q, **kw), "planner_rank": i + 1}
+                        for i, r in enumerate(ok.to_dict("records"))])
+
+
+def rank_checks(checks: list[dict]) -> list[dict]:
+    """The simulator checks ranked by what the simulation says (issue 19 §3: the promise must hold in the
+    simulator): configurations that meet both targets in the simulation first, then those that miss one, then
+    those not simulated, each group in the planner's order. Adds ``sim_rank`` (1 = the best the simulation
+    confirms, if any does)."""
+    def group(c):
+        if c.get("status") != "simulated":
+            return 2
+        return 0 if c.get("meets_targets_sim") else 1
+
+    ranked = sorted(checks, key=lambda c: (group(c), c.get("planner_rank", 0)))
+    return [{**c, "sim_rank": i + 1} for i, c in enumerate(ranked)]
 
 
 CDF_POINTS = np.linspace(0.01, 0.99, 99)  # quantiles of the distributions returned for plotting

@@ -162,8 +162,8 @@ def simulate_best(res: dict, *, n_requests: int = SIM_REQUESTS, seed: int = 0) -
     return {**out, **sim, "status": "simulated"}
 
 
-CHECK_COLUMNS = ["label", "status", "ttft_model_ms", "ttft_sim_ms", "ttft_gap_pct", "tpot_model_ms", "tpot_sim_ms",
-                 "tpot_gap_pct", "disagrees", "meets_targets_sim"]
+CHECK_COLUMNS = ["sim_rank", "planner_rank", "label", "status", "ttft_model_ms", "ttft_sim_ms", "ttft_gap_pct",
+                 "tpot_model_ms", "tpot_sim_ms", "tpot_gap_pct", "disagrees", "meets_targets_sim"]
 
 
 def check_table(checks: list[dict]) -> pd.DataFrame:
