@@ -207,8 +207,11 @@ def test_a_request_that_can_never_fit_is_an_error():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 40), rate=st.floats(0.5, 200.0), isl=st.integers(1, 600), osl=st.integers(1, 80),
        sigma=st.sampled_from([0.0, 0.8]), prefix=st.sampled_from([0.0, 0.5]), seqs=st.integers(1, 8),
-       budget=st.integers(8, 256), spare=st.integers(0, 200), seed=st.integers(0, 2**31), closed=st.booleans())
-def test_invariants(n, rate, isl, osl, sigma, prefix, seqs, budget, spare, seed, closed):
+       budget=st.integers(8, 256), spare=st.integers(0, 200), seed=st.integers(0, 2**31), closed=st.booleans(),
+       reserve=st.booleans())
+def test_invariants(n, rate, isl, osl, sigma, prefix, seqs, budget, spare, seed, closed, reserve):
+    """Under both admission rules: vLLM's optimistic one (the base policy) and TensorRT-LLM's reservation to
+    completion, which must never preempt."""
     isl_d = LengthDist.lognormal(isl, sigma, 1200) if sigma else LengthDist.fixed(isl)
     osl_d = LengthDist.lognormal(osl, sigma, 200) if sigma else LengthDist.fixed(osl)
     kw = dict(concurrency=seqs + 1) if closed else dict(rate_per_s=rate)
@@ -216,8 +219,11 @@ def test_invariants(n, rate, isl, osl, sigma, prefix, seqs, budget, spare, seed,
     longest = isl_d.max + osl_d.max
     sched = Scheduler(max_num_seqs=seqs, max_num_batched_tokens=max(budget, seqs),
                          kv_blocks=-(-longest // 16) + spare)
-    r = sv.simulate_colocated(dep(), tr, n, seed=seed, scheduler=sched, tables=small_tables())
+    policy = TrtllmPolicy() if reserve else EnginePolicy()
+    r = sv.simulate_colocated(dep(), tr, n, seed=seed, scheduler=sched, tables=small_tables(), policy=policy)
     R, s = r.requests, r.series
+    if reserve:
+        assert r.summary["preemptions"] == 0
     assert np.isfinite(R["finish_s"]).all() and np.isfinite(R["first_token_s"]).all()
     assert (R["ttft_s"] > 0).all() and (R["ttft_s"] <= R["e2e_s"] + 1e-12).all()
     assert (R["first_token_s"] >= R["arrival_s"]).all()
