@@ -134,18 +134,23 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
         s = cfg.side("colocated")
         seqs = s.max_num_seqs
         chunk = max(s.chunk_tokens or 2048, seqs)
-        res = sv.simulate_colocated(dep(s), traffic, n_requests, instances=s.instances,
-                                    scheduler=Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk),
+        d = dep(s)
+        # KV blocks of the runtime's page size (the one the memory model pages with)
+        res = sv.simulate_colocated(d, traffic, n_requests, instances=s.instances,
+                                    scheduler=Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk,
+                                                        block_tokens=d.runtime.page_tokens),
                                     seed=seed, policy=policy)
     else:
         p, d = cfg.side("prefill"), cfg.side("decode")
         link = presets.link(cfg.link or presets.hardware(cfg.gpu).scale_out_link or "roce-400g")
         seqs = d.max_num_seqs
-        res = sv.simulate_disaggregated(dep(p), dep(d), link, traffic, n_requests,
+        dd = dep(d)
+        res = sv.simulate_disaggregated(dep(p), dd, link, traffic, n_requests,
                                         prefill_instances=p.instances, decode_instances=d.instances,
                                         prefill_tokens=max(isl, 1),
                                         decode_scheduler=Scheduler(max_num_seqs=seqs,
-                                                                      max_num_batched_tokens=max(seqs, 2048)),
+                                                                   max_num_batched_tokens=max(seqs, 2048),
+                                                                   block_tokens=dd.runtime.page_tokens),
                                         seed=seed, policy=policy)
     req = res.requests
     cdf = {}
