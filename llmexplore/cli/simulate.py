@@ -57,8 +57,10 @@ def add(sub) -> None:
     p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
                    help="runtime preset (default: default)")
     sampler_option(p)
+    from ..models.serving.engines import TrtllmPolicy
+
     p.add_argument("--capacity-policy", default=None, action=Checked,
-                   check=one_of(("GUARANTEED_NO_EVICT", "MAX_UTILIZATION")), metavar="P",
+                   check=one_of(TrtllmPolicy.CAPACITY_POLICIES), metavar="P",
                    help="TensorRT-LLM's capacity_scheduler_policy, with a runtime of that engine (--runtime trtllm): "
                         "GUARANTEED_NO_EVICT admits a request only when the KV blocks to complete it fit (its "
                         "default), MAX_UTILIZATION packs what fits and pauses requests when blocks run out "

@@ -179,7 +179,7 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
 # ---- notebooks/60_deployment_planner.ipynb: titles, the simulator, the rate sweep ------------------------------
 
 __all__ += ["headline", "searched", "frontier_title", "launch_texts", "launch_sentence", "simulated_record", "simulated_sentence",
-            "best_in_simulation", "checks_sentence", "rate_record", "rate_sentence"]
+            "checks_record", "best_in_simulation", "checks_sentence", "rate_record", "rate_sentence"]
 
 HEADLINE_FIELDS = ("label", "mode", "gpus", "n_prefill", "n_decode", "rate_per_s", "tokens_per_s_per_gpu",
                    "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "max_num_seqs")
@@ -286,6 +286,12 @@ def simulated_sentence(sim: dict, q: sp.Question, *, short: bool = False) -> str
             f"TPOT {num(tpot)} ms (planner {num(b['tpot_ms'])}, target {q.tpot_ms:,g}): it {verdict}"
             + (" (the planner sizes the pools to sit right at the targets, so a gap within the 10% the check "
                "allows can land on either side of them)" if miss else "") + ".")
+
+
+def checks_record(checks: list[dict]) -> dict:
+    """The ranked simulator checks as the notebook records them: ``{column: [values]}`` of
+    :func:`llmexplore.sweeps.plan.check_table`."""
+    return sp.check_table(checks).to_dict("list")
 
 
 def best_in_simulation(checks: list[dict]) -> dict:
