@@ -36,16 +36,18 @@ def test_headline_is_the_packages_answer(rec, res):
 
 
 def test_recorded_headline_numbers(rec):
-    # recorded when the notebook was written (default runtime): 9 prefill TP1 + 5 decode TP4 instances, 29 GPUs,
-    # 23.1 req/s, 399 tokens/s/GPU; runner-up P:TP2 3.45% behind; disaggregated 2.34x colocated per GPU
+    # recorded (default runtime) since FP8 GEMMs are priced as the static kernel (issue 19 §3.1): 7 prefill TP2 + 4
+    # decode TP4 instances, 30 GPUs, 39.6 req/s, 660 tokens/s/GPU; runner-up P:TP1 0.86% behind; disaggregated
+    # 1.88x colocated per GPU. When the notebook was written: 9 TP1 + 5 TP4, 29 GPUs, 23.1 req/s, 399 tokens/s/GPU,
+    # P:TP2 3.45% behind, 2.34x
     h = rec["headline"]
     b = h["best"]
-    assert b["label"] == "disagg P:TP1 D:TP4 fp8/fp8" and b["mode"] == "disaggregated"
-    assert (b["n_prefill"], b["n_decode"], b["gpus"]) == (9, 5, 29)
-    assert b["tokens_per_s_per_gpu"] == pytest.approx(399.0, rel=0.02)
+    assert b["label"] == "disagg P:TP2 D:TP4 fp8/fp8" and b["mode"] == "disaggregated"
+    assert (b["n_prefill"], b["n_decode"], b["gpus"]) == (7, 4, 30)
+    assert b["tokens_per_s_per_gpu"] == pytest.approx(660.3, rel=0.02)
     assert b["ttft_ms"] <= 300 and b["tpot_ms"] <= 10 * (1 + 1e-9)  # within the targets
-    assert h["runner_up"] == "disagg P:TP2 D:TP4 fp8/fp8" and h["margin_pct"] == pytest.approx(3.45, abs=0.2)
-    assert h["disagg_over_agg_ratio"] > 1 and h["disagg_over_agg_ratio"] == pytest.approx(2.34, rel=0.03)
+    assert h["runner_up"] == "disagg P:TP1 D:TP4 fp8/fp8" and h["margin_pct"] == pytest.approx(0.86, abs=0.2)
+    assert h["disagg_over_agg_ratio"] > 1 and h["disagg_over_agg_ratio"] == pytest.approx(1.88, rel=0.03)
     assert h["frontier_points"]["colocated"] > 0 and h["frontier_points"]["disaggregated"] > 0
     assert rec["searched"] == {"weight": ["fp8"], "kv": ["bf16", "fp8"], "link": ["ib-ndr400"],
                                "modes": ["colocated", "disaggregated"]}
@@ -56,16 +58,21 @@ def test_the_simulator_agrees_within_the_check_tolerance(rec):
     s = rec["simulated"]
     assert s["status"] == "simulated" and s["requests"] == 2000
     assert s["rate_per_s"] == pytest.approx(rec["headline"]["best"]["rate_per_s"], rel=1e-12)
-    # the planner sits at the targets; the simulator lands within ~10% of it (recorded: TTFT 317 ms, TPOT 9.75 ms)
-    assert s["ttft_ms"] == pytest.approx(300, rel=0.15) and s["tpot_ms"] == pytest.approx(10, rel=0.15)
+    # the simulator lands within ~10% of the planner's own estimates (recorded: TTFT 224 ms against the planner's
+    # 209 ms, TPOT 9.61 ms against 10; before static FP8 GEMMs the planner sat at the 300 ms target and the simulator
+    # read 317 ms)
+    b = rec["headline"]["best"]
+    assert s["ttft_ms"] == pytest.approx(b["ttft_ms"], rel=0.15) and s["tpot_ms"] == pytest.approx(b["tpot_ms"], rel=0.15)
     c = rec["checks"]
     # ranked by the simulation (issue 19 §3): what meets both targets there first, in the planner's order
     assert sorted(c["label"]) == sorted(rec["top_labels"][:3]) and c["status"] == ["simulated"] * 3
     assert c["sim_rank"] == [1, 2, 3] and c["meets_targets_sim"] == sorted(c["meets_targets_sim"], reverse=True)
     assert [rec["top_labels"][r - 1] for r in c["planner_rank"]] == c["label"]
-    # the planner's best misses the p90 TTFT target in simulation (317 vs 300 ms); its runner-up meets both
-    assert rec["best_in_simulation"] == {"label": rec["top_labels"][1], "planner_rank": 2,
-                                         "planner_best_meets_targets": False}
+    # the planner's best meets both p90 targets in simulation (224 ms TTFT); before static FP8 GEMMs it missed the
+    # TTFT target (317 vs 300 ms) and its runner-up was the best that met both (tests/unit/sweeps/test_plan_area.py
+    # keeps that case: test_the_checks_rank_by_the_simulation_and_say_when_the_planners_best_misses)
+    assert rec["best_in_simulation"] == {"label": rec["top_labels"][0], "planner_rank": 1,
+                                         "planner_best_meets_targets": True}
     assert all(abs(g) < 15 for g in c["ttft_gap_pct"] + c["tpot_gap_pct"])
     assert c["disagrees"] == [abs(a) > 10 or abs(b) > 10 for a, b in zip(c["ttft_gap_pct"], c["tpot_gap_pct"])]
 
@@ -74,7 +81,9 @@ def test_rate_sweep_grows_and_colocated_stops_first(rec):
     r = rec["rate_sweep"]
     rates, best = r["rate_per_s"], r["best_gpus"]
     assert len(rates) == 8 and rates == sorted(rates)
-    assert best == sorted(best) and best[-1] == rec["headline"]["best"]["gpus"]  # more rate, never fewer GPUs
+    # more rate, never fewer GPUs; the highest rate within the budget (41.9 req/s) takes 32 GPUs, more than the best
+    # configuration per GPU (30 GPUs at 39.6 req/s)
+    assert best == sorted(best) and rec["headline"]["best"]["gpus"] <= best[-1] <= 32
     assert all(b == min(g for g in (c, d) if not math.isnan(g)) for b, c, d in
                zip(best, r["colocated_gpus"], r["disaggregated_gpus"]))
     assert all(g <= 32 for g in best)

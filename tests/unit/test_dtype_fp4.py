@@ -97,11 +97,23 @@ def test_a_deployment_with_fp4_weights_on_hopper_fails_before_any_number():
 
 
 def test_fp4_weights_on_b200_run_at_the_fp4_peak():
+    """FP4 beats FP8 where its bytes or its peak matter: batch 256 at every TP (compute-bound), batch 1 on one
+    GPU (17 GB of FP8 weights: memory-bound). At batch 1 on 8 GPUs the per-GPU GEMMs are a few tens of MB and
+    the NVFP4 kernels' fixed cost (scale factors, the activation quantisation) cancels the saved bytes: measured
+    end to end, TensorRT-LLM on 8 B200 decodes Llama-3.1-70B at concurrency 4 in 5.45 ms with FP8 and 5.87 ms
+    with NVFP4 (data/validation/serving_e2e.csv, aiconfigurator's silicon sample), and the model gives 6.43 and
+    6.62 ms. (Before static FP8 GEMMs were fitted, FP8 read 9.41 ms there and this check passed for a wrong
+    reason.)"""
+    for tp, cases in ((1, ((1, 1024), (256, 8192))), (8, ((256, 8192),))):
+        fp4 = Deployment.build("llama-3-70b", "b200", tp, weight_dtype="fp4", kv_dtype="fp4")
+        fp8 = Deployment.build("llama-3-70b", "b200", tp, weight_dtype="fp8", kv_dtype="fp8")
+        for b, s in cases:
+            t4, t8 = float(step_time(fp4, b, s, "TP")["step_s"]), float(step_time(fp8, b, s, "TP")["step_s"])
+            assert 0 < t4 < t8, (tp, b)  # fewer bytes when memory-bound, twice the peak when compute-bound
     fp4 = Deployment.build("llama-3-70b", "b200", 8, weight_dtype="fp4", kv_dtype="fp4")
     fp8 = Deployment.build("llama-3-70b", "b200", 8, weight_dtype="fp8", kv_dtype="fp8")
-    for b, s in ((1, 1024), (256, 8192)):
-        t4, t8 = float(step_time(fp4, b, s, "TP")["step_s"]), float(step_time(fp8, b, s, "TP")["step_s"])
-        assert 0 < t4 < t8  # fewer bytes when memory-bound, twice the peak when compute-bound
+    t4, t8 = (float(step_time(d, 1, 1024, "TP")["step_s"]) for d in (fp4, fp8))
+    assert 0.9 < t4 / t8 < 1.15  # the measured 5.87 / 5.45 = 1.08
     m4, m8 = memory_per_rank(fp4, 64, 8192, "TP"), memory_per_rank(fp8, 64, 8192, "TP")
     assert float(m4["kv_B"]) == pytest.approx(float(m8["kv_B"]) * 0.5625, rel=1e-12)
 

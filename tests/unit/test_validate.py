@@ -45,9 +45,13 @@ def test_rows_the_model_cannot_represent_say_why(by_engine):
 
 
 def test_recorded_accuracy(by_engine):
-    """Engine-matched curve presets: median |error| 5.6% over 51 of 52 rows (17.2% for the scalar runtime, the
+    """Engine-matched curve presets: median |error| 6.4% over 51 of 52 rows (17.2% for the scalar runtime, the
     default before the curves). Over the first 43 rows (before 9 ML.ENERGY TP1/TP2 rows that are easy for
-    the model were added for the ranking check) 6.5%. Before the LMSYS rows carried the data-parallel dense FFN and
+    the model were added for the ranking check) 9.5%. Before the per-tensor FP8 GEMMs were fitted as the static
+    kernel a served checkpoint runs (aiconfigurator's rows time TensorRT-LLM's dynamic activation scale too;
+    issue 19 §3.1) the figures were 5.6% and 6.5%: the seven NVIDIA NIM Llama-3.3-70B FP8 rows (TensorRT-LLM,
+    client-side TTFT and ITL, so they include the serving stack's time that the step model leaves out) went
+    from +2..+7% to -4..-11%. Before the LMSYS rows carried the data-parallel dense FFN and
     LM head and the redundant expert slots their sources ran (moe_redundant, dp_dense, dp_lm_head; the EP72 decode
     row was not modelled until then) and SGLang's DeepEP path kept a whole shared expert per rank: 5.0% over 50
     rows, 16.1% and 6.1%, with the EP32 prefill rows at -5 to 0% (the model then also priced a dense-FFN gather
@@ -58,12 +62,12 @@ def test_recorded_accuracy(by_engine):
     19.7% (14.7% over the first 43 rows), with the three LMSYS EP32 prefill rows at +201 to +215%."""
     s = validate.summary(by_engine)
     assert s["modelled"] == 51 and s["rows"] == 52
-    assert s["median_abs_error_pct"] == pytest.approx(5.6, abs=0.3)
+    assert s["median_abs_error_pct"] == pytest.approx(6.4, abs=0.3)
     scalar = validate.summary(validate.evaluate("scalar"))
     assert scalar["median_abs_error_pct"] == pytest.approx(17.2, abs=0.3)
     assert s["median_abs_error_pct"] < scalar["median_abs_error_pct"] - 8
     first43 = by_engine.iloc[:43]
-    assert validate.summary(first43)["median_abs_error_pct"] == pytest.approx(6.5, abs=0.3)
+    assert validate.summary(first43)["median_abs_error_pct"] == pytest.approx(9.5, abs=0.3)
 
 
 def test_loaded_decode_follows_the_nim_concurrency_sweep(by_engine):
@@ -95,7 +99,7 @@ def test_cli_validate_json(capsys):
     assert cli.main(["validate", "--runtime", "default", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"]["modelled"] == 51 and doc["summary"]["rows"] == 52
-    assert doc["summary"]["median_abs_error_pct"] == pytest.approx(10.0, abs=0.3)
+    assert doc["summary"]["median_abs_error_pct"] == pytest.approx(10.3, abs=0.3)  # 10.0 before static FP8
     assert {"category", "rows", "median_abs_error_pct"} <= set(doc["categories"][0])
     assert len(doc["rows"]) == 52 and doc["inputs"]["runtime"] == "default"
     assert cli.main(["validate", "--runtime", "nonsense"]) == 2

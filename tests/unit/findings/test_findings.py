@@ -315,10 +315,10 @@ def test_offload_regime_precision_and_map_sentences(off_default):
     prec = so.precision_table(s)
     assert fo.precision_sentence(prec, s).startswith(
         "FP8 KV halves the bytes per token: loading from NVMe SSD, PCIe Gen4 x4 drops from 46.9 us to 23.5 us per "
-        "token and pays from 256 tokens (one block); FP8 weights instead make recompute cheaper (35.6 us → 28.6 us "
-        "per token) and move the break-even from 40,192 tokens to 64,512 tokens")
+        "token and pays from 256 tokens (one block); FP8 weights instead make recompute cheaper (35.6 us → 26.4 us "
+        "per token) and move the break-even from 40,192 tokens to 72,192 tokens")
     assert fo.precision_sentence(prec, s, short=True) == (
-        "NVMe Gen4 break-even (tokens): as set 40,192, FP8 KV 256, FP8 weights 64,512, FP8 weights and KV 256")
+        "NVMe Gen4 break-even (tokens): as set 40,192, FP8 KV 256, FP8 weights 72,192, FP8 weights and KV 256")
     pivot = fo.precision_pivot(prec)
     assert pivot["precision"].tolist()[0] == "as set: weights bf16, KV bf16" and pivot.shape == (4, 6)
     bmap = so.break_even_map(s, np.geomspace(0.5, 100, 60), np.geomspace(1, 1e4, 40))
