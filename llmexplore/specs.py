@@ -29,7 +29,7 @@ LINK_KINDS = ("scale-up", "scale-out", "host")
 #: system (two hops: device -> host memory -> GPU)
 STORAGE_KINDS = ("dram", "ssd", "network")
 #: what a runtime's usable_hbm_fraction is a fraction of (Runtime.memory_fraction_of)
-MEMORY_FRACTIONS_OF = ("total", "free")
+MEMORY_FRACTIONS_OF = ("total", "free", "static")
 #: the serving engines whose scheduler a runtime preset may name ("" = engine-neutral)
 RUNTIME_ENGINES = ("", "trtllm", "vllm", "sglang")
 #: the statistic over requests a latency target bounds: the mean, or the 50th, 90th or 99th percentile
@@ -386,21 +386,34 @@ class Runtime(Spec):
                                                    min=0, max=MAX_RATE))
     usable_hbm_fraction: float = field(metadata=meta("", "fraction of HBM the runtime may use (of the total, or "
                                                       "with memory_fraction_of 'free' of the memory free after "
-                                                      "weights, activations and reserve: the KV cache's share)",
-                                                      min=MIN_POSITIVE, max=1))
+                                                      "weights, activations and reserve: the KV cache's share; "
+                                                      "with 'static' SGLang's mem_fraction_static, 0 = its "
+                                                      "default)", min=0, max=1))
     reserve_GiB: float = field(metadata=meta("GiB", "CUDA context, NCCL buffers, graphs, fragmentation",
                                               min=0, max=MAX_GIB))
     page_tokens: int = field(metadata=meta("tokens", "KV page (block) size", min=1, max=65536, integer=True))
     #: engine whose fitted kernel curves price the kernels (data/kernel_efficiency.yaml: trtllm, vllm, sglang,
     #: or any = pooled); "" = the scalar efficiencies above price every kernel
     kernel_set: str = ""
-    #: what usable_hbm_fraction is a fraction of: "total" HBM (vLLM gpu_memory_utilization, SGLang
-    #: mem_fraction_static: weights, activations and KV within that share) or the memory "free" after the weights,
-    #: activations and reserve (TensorRT-LLM free_gpu_memory_fraction: the KV cache's share of what is left)
+    #: what usable_hbm_fraction is a fraction of: "total" HBM (vLLM gpu_memory_utilization: weights, activations
+    #: and KV within that share), the memory "free" after the weights, activations and reserve (TensorRT-LLM
+    #: free_gpu_memory_fraction: the KV cache's share of what is left), or "static": SGLang's mem_fraction_static,
+    #: the share of the memory free before the weights load that holds the weights and the KV pool (activations
+    #: and CUDA graphs live in the rest); with "static", usable_hbm_fraction 0 means SGLang's own default, which
+    #: depends on the GPU's memory and TP (llmexplore.models.step.engine.sglang_mem_fraction_static)
     memory_fraction_of: str = "total"
     #: serving engine whose scheduler semantics the serving simulator follows (llmexplore.models.serving.engines:
     #: trtllm, vllm, sglang); "" = engine-neutral (the base policy)
     engine: str = ""
+    #: the serving stack's time per request before it reaches the engine's scheduler (HTTP, request parsing,
+    #: tokenisation), fixed part and per prompt token: it delays the request and so adds to its TTFT in the
+    #: serving simulator; 0 = the pure engine
+    request_host_ms: float = field(default=0.0, metadata=meta("ms", "serving-stack time per request before the "
+                                                               "scheduler (HTTP, parsing)", min=0, max=1e4,
+                                                               optional=True))
+    request_host_us_per_token: float = field(default=0.0, metadata=meta("us", "serving-stack time per prompt token "
+                                                                         "(tokenisation)", min=0, max=1e4,
+                                                                         optional=True))
     #: 0 = the fitted curves; i >= 1 = the i-th deterministic draw of their parameters from the fit's bootstrap
     #: covariance (llmexplore.models.step.uncertainty: error bands are the spread over draws)
     kernel_draw: int = field(default=0, metadata=meta("", "draw of the kernel-curve parameters (0: the fit)",
@@ -417,6 +430,9 @@ class Runtime(Spec):
         if self.memory_fraction_of not in MEMORY_FRACTIONS_OF:
             raise SpecError(f"Runtime {self.name!r}: memory_fraction_of must be one of "
                             f"{', '.join(map(repr, MEMORY_FRACTIONS_OF))}, got {self.memory_fraction_of!r}")
+        if self.usable_hbm_fraction < MIN_POSITIVE and self.memory_fraction_of != "static":
+            raise SpecError(f"Runtime {self.name!r}: usable_hbm_fraction must be in [{MIN_POSITIVE:g}, 1] (0, SGLang's "
+                            f"default, only with memory_fraction_of 'static'), got {self.usable_hbm_fraction!r}")
         if self.engine not in RUNTIME_ENGINES:
             raise SpecError(f"Runtime {self.name!r}: engine must be one of {', '.join(map(repr, RUNTIME_ENGINES))}, "
                             f"got {self.engine!r}")

@@ -66,7 +66,7 @@ HEADERS: dict[str, str] = {
     "eta_attn_mem": "η attention memory", "kernel_overhead_us": "kernel overhead [µs]",
     "step_overhead_ms": "step overhead [ms]", "usable_hbm_fraction": "usable HBM share", "reserve_GiB": "reserve [GiB]",
     "page_tokens": "KV page [tokens]", "preset": "preset", "field": "field", "source": "source",
-    "memory_fraction_of": "share of (total / free HBM)", "engine": "serving engine",
+    "memory_fraction_of": "share of (total / free / static HBM)", "engine": "serving engine",
 }
 
 #: unit suffixes a column name may end in, longest first, with the unit shown in the header

@@ -114,8 +114,9 @@ class Batcher:
         self.arr = [float(v) for v in arrival]  # arrival at the serving stack (closed loop: release) [s]
         # ... and at this instance's scheduler, after the policy's per-request host time (none for requests that
         # arrive holding their KV: they passed the stack on the prefill side)
-        self.host_s = 0.0 if have_kv else policy.request_host_s
-        self.ready = [a + self.host_s for a in self.arr] if self.host_s else list(self.arr)
+        host = not have_kv and (policy.request_host_s or policy.request_host_s_per_token)
+        self.host_s = [policy.request_host(p) for p in self.P] if host else [0.0] * n
+        self.ready = [a + h for a, h in zip(self.arr, self.host_s)] if host else list(self.arr)
         self.first = [self.arr[i] if have_kv else math.nan for i in range(n)]
         self.finish = [math.nan] * n
         self.last_tok = list(self.arr) if have_kv else [0.0] * n
@@ -165,7 +166,7 @@ class Batcher:
             self.released = min(concurrency, n)
             for i in range(n):
                 self.arr[i] = 0.0 if i < self.released else math.nan
-                self.ready[i] = self.host_s if i < self.released else math.nan
+                self.ready[i] = self.host_s[i] if i < self.released else math.nan
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def run(self) -> tuple:
@@ -520,5 +521,5 @@ class Batcher:
         self.done += 1
         if self.concurrency and self.released < self.n:
             self.arr[self.released] = end
-            self.ready[self.released] = end + self.host_s
+            self.ready[self.released] = end + self.host_s[self.released]
             self.released += 1

@@ -82,7 +82,8 @@ class EnginePolicy:
 
     ``step_host_s``: host time added to every iteration [s] (scheduling, sampling bookkeeping, detokenising);
     ``request_host_s``: time a request spends in the serving stack before it reaches the scheduler [s]
-    (HTTP, tokenisation), which delays its arrival at the instance and so its TTFT.
+    (HTTP, parsing), plus ``request_host_s_per_token`` [s] per prompt token (tokenisation), which delays its
+    arrival at the instance and so its TTFT (:meth:`request_host`).
     """
 
     name = "default"
@@ -90,12 +91,23 @@ class EnginePolicy:
     #: beside those of the requests already admitted, so that nothing admitted is ever preempted
     reserve_to_completion = False
 
-    def __init__(self, *, step_host_s: float = 0.0, request_host_s: float = 0.0) -> None:
+    def __init__(self, *, step_host_s: float = 0.0, request_host_s: float = 0.0,
+                 request_host_s_per_token: float = 0.0) -> None:
         self.step_host_s = _check.number("step_host_s", step_host_s, lo=0, hi=MAX_HOST_S, unit="s")
         self.request_host_s = _check.number("request_host_s", request_host_s, lo=0, hi=MAX_HOST_S, unit="s")
+        self.request_host_s_per_token = _check.number("request_host_s_per_token", request_host_s_per_token, lo=0,
+                                                      hi=MAX_HOST_S / 1e5, unit="s")
+
+    def request_host(self, prompt_tokens: int) -> float:
+        """The serving stack's time for one request of ``prompt_tokens`` [s]."""
+        return self.request_host_s + self.request_host_s_per_token * prompt_tokens
+
+    def _host_repr(self) -> str:
+        return (f"step_host_s={self.step_host_s!r}, request_host_s={self.request_host_s!r}, "
+                f"request_host_s_per_token={self.request_host_s_per_token!r}")
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(step_host_s={self.step_host_s!r}, request_host_s={self.request_host_s!r})"
+        return f"{type(self).__name__}({self._host_repr()})"
 
     def kv_blocks(self, dep: Deployment, scheduler: Scheduler) -> int:
         """KV blocks of one instance: the scheduler's ``kv_blocks`` if set, else what the memory left after
@@ -143,8 +155,7 @@ class TrtllmPolicy(EnginePolicy):
         self.reserve_to_completion = self.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"
 
     def __repr__(self) -> str:
-        return (f"TrtllmPolicy(capacity_scheduler_policy={self.capacity_scheduler_policy!r}, "
-                f"step_host_s={self.step_host_s!r}, request_host_s={self.request_host_s!r})")
+        return f"TrtllmPolicy(capacity_scheduler_policy={self.capacity_scheduler_policy!r}, {self._host_repr()})"
 
 
 #: the serving engines' semantics by engine name (a runtime preset's ``engine``; "" = engine-neutral, the
@@ -154,7 +165,7 @@ ENGINE_POLICIES = {"": EnginePolicy, "vllm": EnginePolicy, "sglang": EnginePolic
 
 def policy_for(engine: str, **knobs) -> EnginePolicy:
     """The :class:`EnginePolicy` of a serving engine (``""``: engine-neutral) with its ``knobs`` (the host times
-    ``step_host_s`` and ``request_host_s``; for ``trtllm`` also ``capacity_scheduler_policy``); SpecError naming
+    ``step_host_s``, ``request_host_s`` and ``request_host_s_per_token``; for ``trtllm`` also ``capacity_scheduler_policy``); SpecError naming
     the engines for an unknown one."""
     if engine not in ENGINE_POLICIES:
         raise SpecError(f"engine must be one of {', '.join(repr(e) for e in ENGINE_POLICIES)} (a runtime preset's "

@@ -311,8 +311,8 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     Sctx = int((P + req["output_tokens"]).max()) + 1
     tp = step_tables(prefill_dep, max_tokens=max(budget, int(max(new))), max_batch=min(budget, 1 << 16),
                      max_context=Sctx)
-    host = policy.request_host_s
-    arr = (req["arrival_s"] + host).tolist() if host else req["arrival_s"].tolist()  # at the prefill queue
+    host = policy.request_host_s + policy.request_host_s_per_token * P  # the serving stack, per request [s]
+    arr = (req["arrival_s"] + host).tolist()  # at the prefill queue
     x0 = X0.tolist()
     done_p = np.zeros(n)
     inst_p = np.zeros(n, dtype=np.int64)

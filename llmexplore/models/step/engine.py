@@ -68,6 +68,33 @@ MAX_BATCH = 1 << 24  # sequences per step: far beyond any GPU's memory, small en
 MAX_CONTEXT = 1 << 30  # tokens per sequence
 
 
+#: memory per GPU not free when SGLang measures the memory before loading weights (CUDA context and NCCL
+#: initialisation) [GiB] [assumption: ~1 GiB; SGLang measures it at run time (init_torch_distributed)]
+SGLANG_PRELOAD_GiB = 1.0
+
+
+def sglang_mem_fraction_static(hbm_GiB: float, tp: int, *, mla: bool = False, pp: int = 1) -> float:
+    """SGLang's default ``mem_fraction_static`` on one GPU of ``hbm_GiB`` at tensor parallelism ``tp``
+    (``ServerArgs._handle_gpu_memory_settings``, python/sglang/srt/server_args.py at sgl-project/sglang 001067ff;
+    no speculative decoding, no DP attention, no DeepEP): the memory less a reserve for activations and CUDA
+    graphs, ``round((M - R) / M, 3)`` with M in MiB and
+
+        R = 512 + 1.5 max(chunked_prefill_size, 2048) + 1024 tp pp / 8 + 2 max_bs + prefill graphs, R >= 10 GiB,
+
+    chunked_prefill_size 8,192 and max_bs 256 (TP < 4) or 512 below 160 GiB (H100, H200), 16,384 and 512 above
+    (B200); prefill graphs 8 MiB per captured size (58 sizes up to 8,192, 74 up to 16,384) or 1.5 GiB for MLA
+    models. H100: 0.830 (TP1) to 0.812 (TP8); H200: 0.903 to 0.893; B200: 0.854 to 0.849."""
+    mem = hbm_GiB * 1024.0
+    big = mem >= 160 * 1024
+    chunk = 16384 if big else 8192
+    max_bs = 512 if big or tp >= 4 else 256
+    graphs = 1.5 * 1024 if mla else (74 if big else 58) * 8
+    reserved = 512 + 1.5 * max(chunk, 2048) + tp * pp / 8 * 1024 + 2 * max_bs + graphs
+    if mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mem - reserved) / mem, 3)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """Everything fixed while batch size and context length are swept.
@@ -246,20 +273,38 @@ class Deployment:
     def usable_B(self) -> float:
         """HBM the runtime may use per rank [B]: ``usable_hbm_fraction`` of the total (with
         ``memory_fraction_of`` "free" the rank's whole HBM: the fraction then applies to what is left for the
-        KV cache, :meth:`kv_budget_B`)."""
-        if self.runtime.memory_fraction_of == "free":
+        KV cache, :meth:`kv_budget_B`; with "static" SGLang's static share, weights and KV pool:
+        :attr:`mem_fraction_static` of the memory free before the weights load)."""
+        rule = self.runtime.memory_fraction_of
+        if rule == "free":
             return self.hardware.hbm_GiB * GiB
+        if rule == "static":
+            return self.mem_fraction_static * (self.hardware.hbm_GiB - SGLANG_PRELOAD_GiB) * GiB
         return self.runtime.usable_hbm_fraction * self.hardware.hbm_GiB * GiB
+
+    @property
+    def mem_fraction_static(self) -> float:
+        """SGLang's ``mem_fraction_static`` of this deployment: the runtime's ``usable_hbm_fraction``, or when it is
+        0 SGLang's own default for this GPU and TP (:func:`sglang_mem_fraction_static`)."""
+        f = self.runtime.usable_hbm_fraction
+        if f > 0:
+            return f
+        return sglang_mem_fraction_static(self.hardware.hbm_GiB, self.ranks, mla=self.model.attention == "mla")
 
     def kv_budget_B(self, weights_B, activations_B):
         """Bytes the KV cache may hold per rank [B] beside ``weights_B`` and ``activations_B`` (arrays
         broadcast), by the runtime's memory rule: with ``memory_fraction_of`` "total" what ``usable_hbm_fraction``
         of HBM leaves after weights, activations and reserve (vLLM ``gpu_memory_utilization``); with "free" that
         fraction of the HBM left after them (TensorRT-LLM ``free_gpu_memory_fraction``, of the memory free
-        after the model loaded and a profiling run). Negative: nothing fits."""
-        if self.runtime.memory_fraction_of == "free":
+        after the model loaded and a profiling run); with "static" SGLang's rule, the static share less the
+        weights (``KV = mem_fraction_static x memory free before loading - weights``, mem_cache/kv_cache_configurator.py
+        ``_profile_available_bytes`` at sgl-project/sglang 003fca80). Negative: nothing fits."""
+        rule = self.runtime.memory_fraction_of
+        if rule == "free":
             left = self.usable_B - weights_B - activations_B - self.reserve_B
             return np.where(left > 0, self.runtime.usable_hbm_fraction * left, left)
+        if rule == "static":  # SGLang: the static share holds weights and KV; activations live in the rest
+            return self.usable_B - np.asarray(weights_B, dtype=float) + np.zeros(np.shape(activations_B))
         return self.usable_B - weights_B - activations_B - self.reserve_B
 
     @property

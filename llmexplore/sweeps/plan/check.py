@@ -75,7 +75,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                     concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
                     isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
                     prefix_ratio: float = 0.0, sampler: str = "fused",
-                    capacity_scheduler_policy: str | None = None) -> dict:
+                    capacity_scheduler_policy: str | None = None, request_host_ms: float | None = None) -> dict:
     """Simulate one configuration (a :class:`~llmexplore.deployment.DeploymentConfig` or its JSON) under Poisson
     arrivals at ``rate_per_s``, a closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
     :func:`llmexplore.traces.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
@@ -83,11 +83,15 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     ``prefix_ratio`` of each prompt is a cached shared prefix; ``sampler`` is ``Deployment.sampler`` of every
     side (docs/models.md §1.1b). The scheduler's semantics are those of the engine the runtime preset names
     (:func:`llmexplore.models.serving.engines.policy_for`); ``capacity_scheduler_policy`` sets TensorRT-LLM's
-    (``GUARANTEED_NO_EVICT``, its default, or ``MAX_UTILIZATION``) and needs a runtime of that engine.
+    (``GUARANTEED_NO_EVICT``, its default, or ``MAX_UTILIZATION``) and needs a runtime of that engine. Each
+    request spends the runtime preset's serving-stack time (``request_host_ms`` + ``request_host_us_per_token`` x
+    its prompt tokens) before it reaches the scheduler; ``request_host_ms`` given replaces it with a fixed time
+    per request (0: the pure engine).
 
     Returns ``summary`` (the simulator's: mean/p50/p90/p99 of TTFT, TPOT, ITL and E2E [s], throughput,
     preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
-    and KV occupancy over time, at most 2,000 points per instance) and ``config``."""
+    and KV occupancy over time, at most 2,000 points per instance), ``config`` and ``per_request`` (the simulator's
+    per-request arrays, :class:`~llmexplore.models.serving.simulator.ServingResult`)."""
     from ...models.serving import simulator as sv
     from ...models.serving.engines import Scheduler, policy_for
     from ...models.serving.workload import LengthDist, Traffic
@@ -123,6 +127,13 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
             raise SpecError(f"capacity_scheduler_policy is TensorRT-LLM's: it needs a runtime preset of that engine "
                             f"(engine 'trtllm'), got runtime {runtime!r} (engine {engine!r})")
         knobs["capacity_scheduler_policy"] = capacity_scheduler_policy
+    rt = presets.runtime(runtime)
+    if request_host_ms is not None:  # the caller's serving-stack time (0: the pure engine) replaces the preset's
+        ms = _check.number("request_host_ms", request_host_ms, lo=0, hi=1e4, unit="ms")
+        knobs.update(request_host_s=ms / 1e3, request_host_s_per_token=0.0)
+    else:
+        knobs.update(request_host_s=rt.request_host_ms / 1e3,
+                     request_host_s_per_token=rt.request_host_us_per_token / 1e6)
     policy = policy_for(engine, **knobs)
 
     def dep(s):
@@ -162,4 +173,5 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     step = max(1, ser["step_s"].size // 2000)
     series = {k: np.asarray(ser[k])[::step] for k in ("instance", "start_s", "decode_batch", "kv_occupancy")
               if k in ser}
-    return {"summary": res.summary, "cdf": cdf, "quantiles": CDF_POINTS, "series": series, "config": cfg.to_json()}
+    return {"summary": res.summary, "cdf": cdf, "quantiles": CDF_POINTS, "series": series, "config": cfg.to_json(),
+            "per_request": req}

@@ -73,6 +73,35 @@ def test_host_time_per_request_shifts_the_run_and_adds_to_ttft():
     np.testing.assert_array_equal(b.requests["arrival_s"], a.requests["arrival_s"])
 
 
+def test_host_time_per_prompt_token_adds_tokenisation_to_each_ttft():
+    """Open loop: the serving stack's time per prompt token (tokenisation) delays each request by its own prompt's
+    time, a + b x prompt tokens (EnginePolicy.request_host); a run whose arrivals are far apart shifts each TTFT
+    by exactly that, so the shift follows the prompt length."""
+    t = traffic(rate_per_s=0.05)  # 20 s apart: no request waits for another
+    a0, b0 = 0.004, 2e-6
+    pol = EnginePolicy(request_host_s=a0, request_host_s_per_token=b0)
+    a = sv.simulate_colocated(dep(), t, 40, scheduler=SCHED, tables=tables(), seed=3)
+    b = sv.simulate_colocated(dep(), t, 40, scheduler=SCHED, tables=tables(), seed=3, policy=pol)
+    P = a.requests["prompt_tokens"]
+    assert np.ptp(P) > 0  # lengths differ, so the shift must too
+    np.testing.assert_allclose(b.requests["ttft_s"] - a.requests["ttft_s"], a0 + b0 * P, rtol=0, atol=1e-9)
+    assert pol.request_host(1000) == pytest.approx(a0 + b0 * 1000)
+
+
+def test_simulate_config_takes_the_presets_stack_time_or_the_callers():
+    from llmexplore.sweeps import plan as sp
+
+    cfg = {"model": "llama-3-8b", "gpu": "h100-sxm", "mode": "colocated", "weight_dtype": "bf16", "kv_dtype": "bf16",
+           "sides": [{"role": "colocated", "instances": 1, "ranks": 1, "max_num_seqs": 8}]}
+    run = dict(isl=512, osl=32, rate_per_s=0.05, n_requests=20, runtime="vllm")
+    base = sp.simulate_config(cfg, **run)["summary"]["ttft_mean_s"]
+    assert sp.simulate_config(cfg, **run, request_host_ms=0)["summary"]["ttft_mean_s"] == pytest.approx(base)
+    plus = sp.simulate_config(cfg, **run, request_host_ms=30)["summary"]["ttft_mean_s"]
+    assert plus == pytest.approx(base + 0.030, abs=1e-9)
+    with pytest.raises(SpecError, match="request_host_ms"):
+        sp.simulate_config(cfg, **run, request_host_ms=-1)
+
+
 def test_host_time_per_request_in_a_closed_loop_delays_each_release():
     t = traffic(concurrency=4)
     h = 0.05
