@@ -15,7 +15,7 @@ from ._framework import EXIT_OK, Checked, Col, command, format_table, preset_nam
 __all__ = ["add", "run", "FLAGS"]
 
 #: API field names -> the flags of this command
-FLAGS = {"runtime": "--runtime", "data": "--data"}
+FLAGS = {"runtime": "--runtime", "data": "--data", "e2e": "--e2e", "config": "--config"}
 
 ROW_COLS = [
     Col("id", "row"), Col("kind", "kind"), Col("runtime", "runtime"), Col("measured_ms", "measured ms", ".4g"),
@@ -34,13 +34,22 @@ def add(sub) -> None:
                    help="runtime preset for every row (see: presets runtime), or 'engine': each row priced with "
                         "its engine's preset (trtllm, vllm, sglang) (default: engine)")
     p.add_argument("--data", default=None, action=Checked, check=text_value("a CSV file path", 4096),
-                   metavar="CSV", help="a CSV of your own measurements in the columns of data/validation/README.md "
+                   metavar="FILE", help="a CSV of your own measurements in the columns of data/validation/README.md "
                                       "(id, kind, model, gpu, ranks, layout, weight_dtype, kv_dtype, engine, batch, "
                                       "measured [ms], and context / prompt_tokens / isl, osl by kind) (default: "
-                                      "the shipped data/validation/e2e.csv)")
+                                      "the shipped data/validation/e2e.csv); with --e2e, the JSON that vllm bench serve, "
+                                      "SGLang bench_serving, AIPerf, GenAI-Perf or InferenceX wrote")
+    p.add_argument("--e2e", action="store_true",
+                   help="end to end: the serving simulator against real engines' measured mean TTFT and TPOT under "
+                        "closed-loop benchmarks (data/validation/serving_e2e.csv, aiconfigurator's measured sample), "
+                        "or against your own benchmark JSON with --data FILE --config CFG")
+    p.add_argument("--config", default=None, action=Checked, check=text_value("a JSON file or JSON text", 100_000),
+                   metavar="FILE|JSON", help="with --e2e --data: the deployment your benchmark ran (the configuration "
+                                             "JSON of `llmexplore plan --json` / `simulate --config`)")
     p.add_argument("--json", action="store_true",
                    help='JSON: {"summary": {"rows", "modelled", "median_abs_error_pct", "p90_abs_error_pct"}, '
-                        '"categories": [...], "rows": [...], "ranking": [...], "inputs": {...}}')
+                        '"categories": [...], "rows": [...], "ranking": [...], "inputs": {...}}; with --e2e: '
+                        '{"summary", "categories", "rows", "inputs"}')
     p.set_defaults(func=run, flags=FLAGS)
 
 
@@ -53,6 +62,10 @@ def run(args) -> int:
 
     if args.runtime != "engine":
         presets.runtime(args.runtime)  # an unknown preset: one line naming --runtime, before any work
+    if args.e2e:
+        return _run_e2e(args)
+    if args.config is not None:
+        raise SpecError("--config is read with --e2e --data only (the deployment of your own benchmark runs)")
     data = val.VALIDATION_CSV if args.data is None else Path(args.data).expanduser()
     if args.data is not None and path_kind(data) != "file":
         raise SpecError(f"--data must be an existing CSV file, got {shown(args.data)}")
@@ -80,4 +93,87 @@ def run(args) -> int:
     agree = int(rank.agrees.sum()) if over else 0
     print(f"ranking: {over} pair(s) of deployments differ by more than 5% in the measurements; the model tells "
           f"{resolved} apart and orders {agree} of them as measured")
+    return EXIT_OK
+
+
+E2E_COLS = [
+    Col("dimension", "by"), Col("category", "category"), Col("rows", "rows"), Col("simulated", "simulated"),
+    Col("ttft_mape_pct", "TTFT MAPE %", ".1f"), Col("ttft_median_error_pct", "TTFT median err %", "+.1f"),
+    Col("tpot_mape_pct", "TPOT MAPE %", ".1f"), Col("tpot_median_error_pct", "TPOT median err %", "+.1f"),
+]
+RUN_COLS = [
+    Col("run", "run"), Col("concurrency", "concurrency"), Col("rate_per_s", "rate/s", ".3g"),
+    Col("ttft_measured_ms", "TTFT ms", ".4g"), Col("ttft_model_ms", "model ms", ".4g"),
+    Col("ttft_error_pct", "error %", "+.1f"), Col("tpot_measured_ms", "TPOT ms", ".4g"),
+    Col("tpot_model_ms", "model ms", ".4g"), Col("tpot_error_pct", "error %", "+.1f"),
+    Col("throughput_error_pct", "tok/s error %", "+.1f"), Col("status", "status"),
+]
+
+
+def _nan_none(rows):
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in rows]
+
+
+def _run_e2e(args) -> int:
+    from .. import presets
+    from ..errors import SpecError
+    from ..sweeps.fidelity import e2e
+    from ._framework import jsonable
+
+    if args.data is None:
+        if args.config is not None:
+            raise SpecError("--config is read with --e2e --data only (the deployment of your own benchmark runs)")
+        if args.runtime != "engine":
+            raise SpecError(f"--e2e prices each measured row with its own engine's preset; give no --runtime "
+                            f"(got {args.runtime!r})")
+        table = e2e.evaluate()
+        s = e2e.summary(table)
+        cats = e2e.category_table(table)
+        if args.json:
+            print_json({"summary": jsonable(s), "categories": [jsonable(r) for r in cats.to_dict("records")],
+                        "rows": [jsonable(r) for r in table.to_dict("records")],
+                        "inputs": {"e2e": True, "data": str(e2e.E2E_CSV)}})
+            return EXIT_OK
+        print(f"{s['simulated']:,} of {s['rows']:,} measured closed-loop benchmarks simulated (aiconfigurator's measured "
+              f"sample; each row with its engine's preset): TTFT MAPE {s['ttft_mape_pct']:.0f}% (median |error| "
+              f"{s['ttft_median_abs_pct']:.0f}%, median {s['ttft_median_error_pct']:+.0f}%), TPOT MAPE "
+              f"{s['tpot_mape_pct']:.1f}% (median |error| {s['tpot_median_abs_pct']:.1f}%, median "
+              f"{s['tpot_median_error_pct']:+.1f}%). Left out of the warm-up (the first wave of clients), TTFT's "
+              f"median error is {s['ttft_steady_median_error_pct']:+.0f}%: the sources do not say how their clients "
+              f"started, and at these loads that decides TTFT.")
+        print(format_table(_nan_none(cats.to_dict("records")), E2E_COLS))
+        for why, n in s["not_simulated"].items():
+            print(f"not simulated ({n}): {why}")
+        print("peer errors: no tool publishes its error on this set; aiconfigurator's own CI tracks it but publishes "
+              "no figure")
+        return EXIT_OK
+    from ..benchfiles import read_benchmark
+    from .._check import path_kind, shown
+
+    if args.config is None:
+        raise SpecError("--e2e --data FILE needs --config: the deployment the benchmark ran (model, GPU, "
+                        "parallelism), which benchmark files do not record")
+    path = Path(args.data).expanduser()
+    if path_kind(path) != "file":
+        raise SpecError(f"--data must be an existing benchmark JSON file, got {shown(args.data)}")
+    from .simulate import _read_config
+
+    cfg = _read_config(args.config)
+    runtime = "default" if args.runtime == "engine" else args.runtime
+    presets.runtime(runtime)
+    runs = read_benchmark(path)
+    table = e2e.evaluate_runs(runs, cfg, runtime=runtime)
+    if args.json:
+        print_json({"rows": [jsonable(r) for r in table.to_dict("records")],
+                    "inputs": {"e2e": True, "data": str(path), "config": cfg, "runtime": runtime}})
+        return EXIT_OK
+    ok = table[table["status"] == "ok"]
+    print(f"{len(ok)} of {len(table)} runs of {path.name} simulated on {cfg.get('model')} / {cfg.get('gpu')} "
+          f"(runtime {runtime}); means compared, TPOT as the file defines it: {runs[0]['tpot_definition']}")
+    print(format_table(_nan_none(table.to_dict("records")), RUN_COLS))
+    if len(ok):
+        for m in ("ttft", "tpot", "throughput"):
+            e = ok[f"{m}_error_pct"].abs()
+            print(f"{m.upper() if m != 'throughput' else 'output throughput'}: MAPE {e.mean():.1f}%, median "
+                  f"|error| {e.median():.1f}%")
     return EXIT_OK

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..labels import KIND_LABELS, runtime_label
+from ..labels import ENGINE_LABELS, KIND_LABELS, runtime_label
 from . import RANK_KEY, RANK_SERIES, base, base_layout, fmt
 from .tables import PeopleTable, people_table
 
@@ -47,6 +47,20 @@ def _hover_e2e(d: pd.DataFrame) -> list[str]:
             f"{r.category}" for r in d.itertuples()]
 
 
+def _band_and_identity(fig: go.Figure, line_x, band_pct: float, *, col: int, legend: bool) -> None:
+    """The ±``band_pct`` band around y = x and the y = x line itself on panel ``col`` (legend entries once)."""
+    b = band_pct / 100.0
+    fig.add_trace(go.Scatter(x=line_x, y=line_x * max(1 - b, 1e-9), mode="lines", line=dict(width=0),
+                             hoverinfo="skip", showlegend=False, legendgroup="band", name=band_name(band_pct)),
+                  row=1, col=col)
+    fig.add_trace(go.Scatter(x=line_x, y=line_x * (1 + b), mode="lines", line=dict(width=0), fill="tonexty",
+                             fillcolor="rgba(120,120,120,0.15)", name=band_name(band_pct), legendgroup="band",
+                             showlegend=legend, legendrank=2, hoverinfo="name"), row=1, col=col)
+    fig.add_trace(go.Scatter(x=line_x, y=line_x, mode="lines", line=dict(color="#444", dash="dash", width=1.5),
+                             name=IDENTITY, legendgroup="identity", showlegend=legend, legendrank=1,
+                             hoverinfo="name"), row=1, col=col)
+
+
 def predicted_vs_measured_figure(acc: pd.DataFrame, choices=("scalar", "engine"), *, band_pct: float = 15.0,
                                  title: str = "Predicted against measured step times") -> go.Figure:
     """Predicted against measured time [ms] of every validation row (coloured by category, marker by kind) and
@@ -65,19 +79,10 @@ def predicted_vs_measured_figure(acc: pd.DataFrame, choices=("scalar", "engine")
         which = "before" if i == 0 and len(choices) > 1 else "after" if len(choices) > 1 else ""
         titles.append(f"{which + ': ' if which else ''}{runtime_label(c)}, median |error| {err.median():.1f}%")
     fig = make_subplots(rows=1, cols=len(choices), subplot_titles=titles, horizontal_spacing=0.09)
-    b = band_pct / 100.0
     line_x = np.geomspace(lo, hi, 2)
     for col, c in enumerate(choices, start=1):
         first = col == 1
-        fig.add_trace(go.Scatter(x=line_x, y=line_x * max(1 - b, 1e-9), mode="lines", line=dict(width=0),
-                                 hoverinfo="skip", showlegend=False, legendgroup="band", name=band_name(band_pct)),
-                      row=1, col=col)
-        fig.add_trace(go.Scatter(x=line_x, y=line_x * (1 + b), mode="lines", line=dict(width=0), fill="tonexty",
-                                 fillcolor="rgba(120,120,120,0.15)", name=band_name(band_pct), legendgroup="band",
-                                 showlegend=first, legendrank=2, hoverinfo="name"), row=1, col=col)
-        fig.add_trace(go.Scatter(x=line_x, y=line_x, mode="lines", line=dict(color="#444", dash="dash", width=1.5),
-                                 name=IDENTITY, legendgroup="identity", showlegend=first, legendrank=1,
-                                 hoverinfo="name"), row=1, col=col)
+        _band_and_identity(fig, line_x, band_pct, col=col, legend=first)
         part = val[val["choice"] == c]
         for j, (cat, d) in enumerate(sorted(part.groupby("category"), key=lambda kv: kv[0])):
             fig.add_trace(go.Scatter(
@@ -350,3 +355,57 @@ def sampler_figure(df: pd.DataFrame, *, band_pct: float = 15.0, title: str | Non
     fig.update_xaxes(type="log", range=[math.log10(lo), math.log10(hi)], title_text="decode batch (sequences)")
     fig.update_yaxes(title_text="error: predicted / measured − 1 (%)")
     return base(fig, title or "vLLM 0.11.1's sort-based top-p sampler, priced and left out")
+
+
+# ---- serving end to end (issue 19 §2) ----------------------------------------------------------------------------
+
+ENGINE_COLORS = {"trtllm": "#76b900", "vllm": "#1f77b4", "sglang": "#d62728"}
+
+
+def serving_vs_measured_figure(table: pd.DataFrame, *, band_pct: float = 25.0,
+                               title: str = "The serving simulator against real engines") -> go.Figure:
+    """Simulated against measured mean TTFT and TPOT [ms] of every simulated closed-loop benchmark, one log-log
+    panel per metric, coloured by engine, with the y = x line and a ±``band_pct`` band. ``table``:
+    :func:`llmexplore.sweeps.fidelity.e2e.evaluate`."""
+    ok = table[table["status"] == "ok"]
+    metrics = (("ttft", "TTFT"), ("tpot", "TPOT"))
+    titles = []
+    for m, name in metrics:
+        e = ok[f"{m}_error_pct"].abs()
+        titles.append(f"{name}: MAPE {e.mean():.0f}%, median |error| {e.median():.0f}% ({len(ok):,} benchmarks)")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.09)
+    for col, (m, name) in enumerate(metrics, start=1):
+        vals = np.concatenate([ok[f"{m}_measured_ms"].to_numpy(float), ok[f"{m}_model_ms"].to_numpy(float)])
+        lo, hi = float(np.nanmin(vals)) / 1.5, float(np.nanmax(vals)) * 1.5
+        line_x = np.geomspace(lo, hi, 2)
+        first = col == 1
+        _band_and_identity(fig, line_x, band_pct, col=col, legend=first)
+        for j, (eng, d) in enumerate(sorted(ok.groupby("engine"), key=lambda kv: kv[0])):
+            text = [f"<b>{r.id}</b><br>{r.family} on {r.gpu}, {ENGINE_LABELS.get(r.engine, r.engine)}, "
+                    f"{int(r.concurrency)} clients, ISL {r.isl:,} / OSL {r.osl:,}<br>measured "
+                    f"{fmt(getattr(r, m + '_measured_ms'), 'ms')}, simulated {fmt(getattr(r, m + '_model_ms'), 'ms')} "
+                    f"({getattr(r, m + '_error_pct'):+.0f}%)" for r in d.itertuples()]
+            fig.add_trace(go.Scatter(
+                x=d[f"{m}_measured_ms"], y=d[f"{m}_model_ms"], mode="markers",
+                name=ENGINE_LABELS.get(eng, eng), legendgroup=eng, showlegend=first, legendrank=RANK_SERIES + j,
+                customdata=text, hovertemplate="%{customdata}<extra></extra>",
+                marker=dict(color=ENGINE_COLORS.get(eng, "#888"), size=5, opacity=0.55)), row=1, col=col)
+        fig.update_xaxes(type="log", range=[math.log10(lo), math.log10(hi)], title_text=f"measured mean {name} (ms)",
+                         row=1, col=col)
+        fig.update_yaxes(type="log", range=[math.log10(lo), math.log10(hi)], title_text=f"simulated mean {name} (ms)",
+                         row=1, col=col)
+    layout = base_layout(title, height=600)
+    layout["margin"]["b"] = 120
+    fig.update_layout(**layout)
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.16, yanchor="top"))
+    return fig
+
+
+def serving_people_table(cats: pd.DataFrame) -> PeopleTable:
+    """:func:`llmexplore.sweeps.fidelity.e2e.category_table` for people."""
+    return people_table(cats, {"dimension": "by", "category": "category", "rows": "benchmarks",
+                               "simulated": "simulated", "ttft_mape_pct": "TTFT MAPE [%]",
+                               "ttft_median_error_pct": "TTFT median error [%]", "tpot_mape_pct": "TPOT MAPE [%]",
+                               "tpot_median_error_pct": "TPOT median error [%]"},
+                        digits={"ttft_mape_pct": 0, "ttft_median_error_pct": 0, "tpot_mape_pct": 1,
+                                "tpot_median_error_pct": 1})

@@ -12,7 +12,7 @@ from llmexplore.findings import num
 #: median |error| [%] over the representable validation rows, per runtime choice (engine-matched curve presets,
 #: engine-neutral curves, the scalar pre-curve model), when this test was written (52 rows in data/validation/e2e.csv,
 #: 50 representable); re-pin together with tests/unit/test_validate.py when the set or the model changes
-PINNED = {"engine": 5.6, "default": 10.0, "scalar": 17.2}
+PINNED = {"engine": 6.4, "default": 10.3, "scalar": 17.2}  # 5.6 and 10.0 before static FP8 GEMMs (issue 19)
 WORST = "mla-moe|h100-sxm|fp8|DPA72|decode"  # LMSYS's DeepSeek-V3 EP72 decode on 9 x 8 H100 (-31%), modelled since
 # moe_redundant; before it LMSYS's DPA16 H200 decode (-25% with DeepEP's low-latency kernels priced from measured
 # kernel times, -21% with its source's DP dense FFN and LM head), before that ML.ENERGY's DeepSeek-V3.1 on B200
@@ -100,12 +100,12 @@ def test_deepep_low_latency_curves_recorded_and_said(run, rec):
     assert findings.fidelity.deepep_ll_sentence(sweeps.fidelity.deepep_ll_curves("h100-sxm")) in _said(run[0])
 
 
-def test_seven_figures(run):
-    """The figures are there (how long the notebook takes is not asserted: no wall-clock assertion belongs in make
+def test_eight_figures(run):
+    """The figures are there (seven, and §6's serving figure since issue 19) (how long the notebook takes is not asserted: no wall-clock assertion belongs in make
     test; the stall guard of tests/notebooks/conftest.py still fails a cell that hangs)."""
     nb = nbformat.read(run[0], as_version=4)
     figures = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(figures) == 7
+    assert len(figures) == 8
 
 
 def test_the_sampler_effect_is_recorded_and_said(run, rec):
@@ -121,3 +121,13 @@ def test_the_sampler_effect_is_recorded_and_said(run, rec):
     assert got["high_priced_pct"] == pytest.approx(-4.5, abs=0.3)
     assert got["low_left_out_pct"] == pytest.approx(-4.6, abs=0.3) and abs(got["low_priced_pct"]) < 1.5
     assert findings.fidelity.sampler_sentence(effect) in _said(run[0])
+
+
+def test_serving_end_to_end_section_records_what_validate_e2e_prints(rec, run):
+    """Section 6 (issue 19 §2): the simulator against aiconfigurator's measured closed-loop benchmarks; the record
+    is llmexplore.sweeps.fidelity.e2e's summary, and the sentence states its numbers."""
+    s = rec["serving_e2e"]
+    assert s["rows"] == 2873 and s["simulated"] == 1679
+    assert s["tpot_mape_pct"] == pytest.approx(25.1, abs=0.5) and set(s["by_engine"]) == {"trtllm", "vllm", "sglang"}
+    said = _said(run[0])
+    assert f"MAPE {s['tpot_mape_pct']:.1f}%" in said and "Mean TTFT is not resolved" in said

@@ -25,7 +25,7 @@ LAYERS = {
     "transfer": 1,
     "launch": 1,
     "storage": 1,
-    "calibrate": 2, "kernelfit": 2, "traces": 2, "validate": 2, "sweeps": 2, "findings": 2,
+    "calibrate": 2, "kernelfit": 2, "traces": 2, "validate": 2, "benchfiles": 0, "sweeps": 2, "findings": 2,
     "plots": 3,
     "widgets": 4, "nbtools": 4, "nbparams": 4,
     "report": 5,

@@ -15,10 +15,14 @@ Built once and read by the figures, the tables for people and the sentences:
 - :func:`curve_catalog` and :func:`rejected_curves` list every curve of ``data/kernel_efficiency.yaml`` with its
   kernel-level fit error, and the curves rejected with the reason.
 
-The package: :mod:`.accuracy` (end to end) and :mod:`.curves` (kernel by kernel); what is imported here is its
-public API.
+- :mod:`.e2e`: the serving simulator against real engines' measured TTFT and TPOT under closed-loop benchmarks
+  (``data/validation/serving_e2e.csv``; ``llmexplore validate --e2e``).
+
+The package: :mod:`.accuracy` (end to end, step by step), :mod:`.e2e` (serving end to end) and :mod:`.curves`
+(kernel by kernel); what is imported here is its public API.
 """
 
+from . import e2e
 from .accuracy import (CALIBRATION_CSV, CALIBRATION_ENGINE, RUNTIMES, accuracy_summary, accuracy_table,
                        category_errors, check_runtime_choice, not_modelled, ranking_pairs, runtime_choices,
                        sampler_effect)
@@ -31,4 +35,4 @@ __all__ = ["RUNTIMES", "CALIBRATION_CSV", "CALIBRATION_ENGINE", "ENGINES",
            "sampler_effect", "category_errors", "not_modelled", "ranking_pairs", "KernelData", "CurveTables",
            "kernel_data", "gemm_curves", "moe_curves", "decode_attention_curves", "allreduce_curves",
            "deepep_ll_curves", "curve_errors", "curve_catalog", "rejected_curves", "fit_error_pivot",
-           "check_runtime_choice"]
+           "check_runtime_choice", "e2e"]

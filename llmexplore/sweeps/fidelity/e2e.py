@@ -1,0 +1,290 @@
+"""End-to-end validation of the serving simulator (issue 19 §2, ``llmexplore validate --e2e``): what a user gets,
+mean TTFT and TPOT of a real engine under a closed-loop benchmark, against the iteration-level simulator run on
+exactly the measured configuration. Never fitted: no number here feeds a calibration.
+
+**The shipped set** (``data/validation/serving_e2e.csv``; its README section and ``extract_aic_silicon.py`` give
+the provenance): the 2,873 rows of AIConfigurator's measured sample (ai-dynamo/aiconfigurator 095f58a5,
+``systems/silicon_sample.csv``, Apache-2.0) whose model and GPU have presets here: DeepSeek-R1/V3, Llama-3.1-8B
+and 70B and Qwen3-32B on H100, H200, B200 and GB200, under TensorRT-LLM, vLLM and SGLang, colocated ("agg") and
+disaggregated. Each row is one benchmark: ``silicon_concurrency`` clients in a closed loop with fixed ISL and
+OSL, and the measured TTFT and TPOT [ms].
+
+**How a row is simulated** (:func:`row_config`):
+
+* model: the checkpoint's architecture preset (:data:`MODELS`); weights FP8 for ``fp8`` / ``fp8_block``, FP4 for
+  ``nvfp4``; KV BF16 [assumption: the source gives no KV dtype; aiconfigurator infers it from the checkpoint's
+  quantisation config, and the native DeepSeek FP8 and Meta/Qwen BF16 checkpoints quantise no KV] except the
+  NVIDIA ModelOpt checkpoints (``nvidia/*``), FP8 KV [assumption: ModelOpt's FP8/NVFP4 exports set
+  ``kv_cache_quant_algo`` FP8];
+* colocated: ``concurrency / batch_size`` instances of ``tp_size`` GPUs, ``max_num_seqs`` = ``batch_size`` (the
+  engine's max batch, which the sample records), expert parallelism ``moe_ep_size``; weights as
+  ``gemm_quant_mode`` says, the checkpoint's own dtype where no precision is recorded;
+* runtime: the row's engine preset (``trtllm``, ``vllm``, ``sglang``), so the engine's KV budget and admission
+  rule (:mod:`llmexplore.models.serving.engines`); chunked-prefill budget :data:`CHUNK_TOKENS`;
+* traffic: a closed loop of ``concurrency`` requests, :func:`n_requests` of them; the model's TTFT and TPOT are
+  the simulator's means over every request (``*_steady_ms``: after the first ``concurrency``, the synchronised
+  start; the sources say neither how their clients started nor whether they warmed up), TPOT per request (last token - first token) / (output - 1). The
+  source states neither the statistic nor the TPOT definition [assumption: means, per-request TPOT, as
+  aiconfigurator's own comparison treats them: one number per row].
+
+Not simulated, with the reason in ``status``: disaggregated rows (the simulator's disaggregated mode takes
+open-loop arrivals; a closed loop across two pools is not built yet), attention data parallelism (the simulator
+runs TP attention), rank counts the model's heads or experts do not divide (GB200 NVL72 slices of 20-52 GPUs),
+pipeline parallelism, and deployments whose weights leave no KV memory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ... import _check, presets
+from ...errors import SpecError
+
+__all__ = ["E2E_CSV", "MODELS", "SYSTEMS", "CHUNK_TOKENS", "load", "row_config", "n_requests", "evaluate",
+           "summary", "category_table", "evaluate_runs", "METRICS"]
+
+E2E_CSV = presets.DATA_DIR / "validation" / "serving_e2e.csv"
+#: checkpoint -> (architecture preset, KV dtype) [KV: see the module docstring]
+MODELS = {"deepseek-ai/DeepSeek-R1": ("deepseek-r1", "bf16"), "deepseek-ai/DeepSeek-V3": ("deepseek-v3", "bf16"),
+          "nvidia/DeepSeek-R1-NVFP4": ("deepseek-r1", "fp8"), "meta-llama/Llama-3.1-70B": ("llama-3-70b", "bf16"),
+          "meta-llama/Llama-3.1-8B-Instruct": ("llama-3-8b", "bf16"),
+          "nvidia/Llama-3.1-8B-Instruct-FP8": ("llama-3-8b", "fp8"), "Qwen/Qwen3-32B": ("qwen3-32b", "bf16"),
+          "nvidia/Qwen3-32B-NVFP4": ("qwen3-32b", "fp8")}
+#: aiconfigurator system -> GPU preset
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "gb200": "gb200"}
+WEIGHTS = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "bf16": "bf16", "bfloat16": "bf16"}
+#: chunked-prefill token budget of every simulated instance: TensorRT-LLM's max_num_tokens default 8192
+#: (data/engines.yaml scheduling.trtllm), vLLM's max_num_batched_tokens for its API server on GPUs of this class
+#: and SGLang's chunked_prefill_size on H100/H200 [assumption for SGLang on B200, where it may be larger]
+CHUNK_TOKENS = 8192
+#: requests per simulation: enough for the closed loop to turn over a few times, bounded for speed
+MIN_REQUESTS, TURNS, MAX_REQUESTS = 48, 4, 8000
+METRICS = ("ttft", "tpot")
+_CONC = re.compile(r"silicon_concurrency=(\d+)")
+
+
+def load(path: str | Path | None = None) -> pd.DataFrame:
+    """The measured rows (the source's columns) plus ``concurrency`` (the benchmark's clients: the
+    ``silicon_concurrency`` of ``silicon_data_source``, else ``batch_size``). SpecError naming the file for a
+    file that is not this table. ``path`` None: the shipped :data:`E2E_CSV`."""
+    path = E2E_CSV if path is None else path
+    try:
+        df = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot be read as the serving table ({exc})") from None
+    need = {"id", "backend", "model_path", "system", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms"}
+    if not need <= set(df.columns):
+        raise SpecError(f"{path}: not the serving table (missing columns {sorted(need - set(df.columns))})")
+    conc = df["silicon_data_source"].astype(str).str.extract(_CONC, expand=False).astype(float)
+    fallback = df["batch_size"] if "batch_size" in df else df["decode_batch_size"]
+    df["concurrency"] = conc.fillna(fallback)
+    return df
+
+
+def _int(row, col) -> int:
+    v = row.get(col)
+    return int(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else 0
+
+
+def row_config(row) -> tuple[dict, str, int]:
+    """(DeploymentConfig JSON, runtime preset, concurrency) of one measured row; SpecError with the reason it
+    cannot be simulated (the row's ``status``)."""
+    if row["model_path"] not in MODELS:
+        raise SpecError(f"not modelled: no preset for {row['model_path']}")
+    if row["system"] not in SYSTEMS:
+        raise SpecError(f"not modelled: no preset for GPU {row['system']}")
+    if not row["concurrency"] > 0:  # NaN too
+        raise SpecError("not modelled: the row records no concurrency")
+    model, kv = MODELS[row["model_path"]]
+    spec = presets.model(model)
+    wq = next((row.get(c) for c in ("gemm_quant_mode", "precision") if isinstance(row.get(c), str)),
+              spec.weight_dtype)  # no precision recorded (Llama-3.1-8B rows): the checkpoint's own dtype
+    if wq not in WEIGHTS:
+        raise SpecError(f"not modelled: weight quantisation {wq!r}")
+    moe = spec.is_moe
+    conc = int(row["concurrency"])
+
+    def side(prefix, role, instances, seqs):
+        if _int(row, f"{prefix}pp_size") > 1:
+            raise SpecError("not resolved: pipeline parallelism (issue 21)")
+        if _int(row, f"{prefix}attention_dp_size") > 1:
+            raise SpecError("not resolved: attention data parallelism (the simulator runs TP attention)")
+        ranks = _int(row, f"{prefix}tp_size")
+        if ranks < 1 or instances < 1 or seqs < 1:
+            raise SpecError(f"not modelled: the row gives no {prefix or 'colocated '}tp size, worker count or batch")
+        ep = max(_int(row, f"{prefix}moe_ep_size"), 1) if moe else 1
+        return {"role": role, "instances": instances, "ranks": ranks, "layout": "TP", "ep": ep,
+                "max_num_seqs": seqs, "chunk_tokens": CHUNK_TOKENS}
+
+    if row["mode"] == "agg":
+        bs = _int(row, "batch_size") or conc
+        sides = [side("", "colocated", max(1, conc // bs), bs)]
+        mode = "colocated"
+    else:
+        raise SpecError("not resolved: the simulator's disaggregated mode takes open-loop arrivals, not a closed "
+                        "loop of clients")
+    cfg = {"model": model, "gpu": SYSTEMS[row["system"]], "mode": mode, "weight_dtype": WEIGHTS[wq],
+           "kv_dtype": kv, "link": None, "sides": sides}
+    return cfg, str(row["backend"]), conc
+
+
+def n_requests(concurrency: int) -> int:
+    """Requests simulated for a closed loop of ``concurrency`` clients: ``TURNS`` turns of the loop (the first
+    is left out of the means), at least ``MIN_REQUESTS`` after it, at most ``MAX_REQUESTS`` (the largest loops run
+    fewer turns, never fewer than two)."""
+    return int(max(min(max(TURNS * concurrency, MIN_REQUESTS + concurrency), MAX_REQUESTS), 2 * concurrency))
+
+
+def _simulate(cfg: dict, runtime: str, isl: int, osl: int, concurrency: int | None, rate_per_s: float | None,
+              n: int) -> dict:
+    """The simulator's means on one configuration, over every request (``ttft_model_ms``, ``tpot_model_ms``:
+    what a benchmark that starts its clients at once and averages every request reports) and over the requests
+    after the first ``concurrency`` (``ttft_steady_ms``, ``tpot_steady_ms``: a benchmark that warms up first).
+    The sources say neither how their clients started nor whether they warmed up, and at these loads that
+    decides TTFT: both are kept."""
+    from ..plan import simulate_config
+
+    out = simulate_config(cfg, isl=isl, osl=osl, concurrency=concurrency, rate_per_s=rate_per_s, n_requests=n,
+                          runtime=runtime)
+    s, req = out["summary"], out["per_request"]
+    skip = concurrency if concurrency is not None and concurrency < len(req["ttft_s"]) else 0
+
+    def mean_ms(name, start):
+        v = np.asarray(req[name][start:], dtype=float)
+        v = v[np.isfinite(v)]
+        return float(v.mean()) * 1e3 if v.size else np.nan
+
+    return {"ttft_model_ms": mean_ms("ttft_s", 0), "tpot_model_ms": mean_ms("tpot_s", 0),
+            "ttft_steady_ms": mean_ms("ttft_s", skip), "tpot_steady_ms": mean_ms("tpot_s", skip),
+            "output_tokens_per_s_model": s["output_tokens_per_s"], "preemptions": s["preemptions"]}
+
+
+def regime(concurrency_per_instance: float) -> str:
+    """The load regime of a closed loop by clients per decode instance."""
+    c = concurrency_per_instance
+    return "c<=8" if c <= 8 else "c16-64" if c <= 64 else "c>=128"
+
+
+def evaluate(rows: pd.DataFrame | None = None, *, progress=None) -> pd.DataFrame:
+    """One row per measurement: id, family (model preset), gpu, engine, mode, isl, osl, concurrency, regime,
+    ``ttft``/``tpot`` ``_measured_ms``, ``_model_ms`` and ``_error_pct`` (model / measured - 1, signed),
+    preemptions, and ``status`` ("ok", or why the row is not simulated, with NaN numbers). Rows of one
+    configuration and load share one simulation."""
+    rows = load() if rows is None else rows
+    cache: dict = {}
+    out = []
+    for i, r in enumerate(rows.to_dict("records")):
+        rec = {"id": r["id"], "family": MODELS.get(r["model_path"], (r["model_path"],))[0],
+               "gpu": SYSTEMS.get(r["system"], r["system"]), "engine": r["backend"],
+               "engine_version": r.get("backend_version"), "mode": "colocated" if r["mode"] == "agg" else "disaggregated",
+               "isl": int(r["isl"]), "osl": int(r["osl"]), "concurrency": r["concurrency"],
+               "ttft_measured_ms": float(r["silicon_ttft_ms"]), "tpot_measured_ms": float(r["silicon_tpot_ms"])}
+        try:
+            cfg, runtime, conc = row_config(r)
+            dec = cfg["sides"][-1]
+            rec["regime"] = regime(conc / dec["instances"])
+            key = (json.dumps(cfg, sort_keys=True), runtime, rec["isl"], rec["osl"], conc)
+            if key not in cache:
+                try:
+                    cache[key] = _simulate(cfg, runtime, rec["isl"], rec["osl"], conc, None, n_requests(conc))
+                except SpecError as exc:
+                    cache[key] = (f"not modelled: at {runtime}'s default memory fraction the weights leave no KV "
+                                  f"memory, so the benchmark must have set a larger one (not recorded in the "
+                                  f"source)" if "no memory left for KV" in str(exc) else f"not modelled: {exc}")
+            got = cache[key]
+            if isinstance(got, str):
+                raise SpecError(got)
+            rec.update(got, status="ok")
+        except SpecError as exc:
+            rec.setdefault("regime", "")
+            rec.update(ttft_model_ms=np.nan, tpot_model_ms=np.nan, status=str(exc))
+        out.append(rec)
+        if progress is not None:
+            progress(i + 1, len(rows))
+    df = pd.DataFrame(out)
+    for m in METRICS:
+        df[f"{m}_error_pct"] = 100.0 * (df[f"{m}_model_ms"] / df[f"{m}_measured_ms"] - 1.0)
+        df[f"{m}_steady_error_pct"] = 100.0 * (df.get(f"{m}_steady_ms", np.nan) / df[f"{m}_measured_ms"] - 1.0)
+    return df
+
+
+def _stats(g: pd.DataFrame) -> dict:
+    ok = g[g["status"] == "ok"]
+    rec = {"rows": len(g), "simulated": len(ok)}
+    for m in METRICS:
+        e = ok[f"{m}_error_pct"].to_numpy(float)
+        rec[f"{m}_mape_pct"] = float(np.mean(np.abs(e))) if e.size else np.nan
+        rec[f"{m}_median_abs_pct"] = float(np.median(np.abs(e))) if e.size else np.nan
+        rec[f"{m}_median_error_pct"] = float(np.median(e)) if e.size else np.nan
+        st = ok[f"{m}_steady_error_pct"].to_numpy(float) if f"{m}_steady_error_pct" in ok else np.array([])
+        rec[f"{m}_steady_mape_pct"] = float(np.mean(np.abs(st))) if st.size else np.nan
+        rec[f"{m}_steady_median_error_pct"] = float(np.median(st)) if st.size else np.nan
+    return rec
+
+
+def summary(table: pd.DataFrame) -> dict:
+    """Over every simulated row: rows, simulated, and per metric MAPE, median |error| and median signed error
+    [%]; ``not_simulated``: the reasons and their counts."""
+    s = _stats(table)
+    bad = table[table["status"] != "ok"]["status"]
+    s["not_simulated"] = {k: int(v) for k, v in bad.str.replace(r"\(\d+\)", "(n)", regex=True).value_counts().items()}
+    return s
+
+
+CATEGORIES = ("family", "gpu", "engine", "mode", "regime")
+
+
+def category_table(table: pd.DataFrame, by=CATEGORIES) -> pd.DataFrame:
+    """The error per category: one row per value of each column of ``by`` (``dimension``, ``category``), with
+    :func:`summary`'s numbers; categories with no simulated row keep NaN errors."""
+    rows = []
+    for dim in by:
+        _check.choice("by", dim, tuple(table.columns))
+        for val, g in table.groupby(dim, sort=True):
+            if dim == "regime" and val == "":
+                continue
+            rows.append({"dimension": dim, "category": val, **_stats(g)})
+    return pd.DataFrame(rows)
+
+
+def evaluate_runs(runs: list[dict], cfg, *, runtime: str) -> pd.DataFrame:
+    """A user's own benchmark runs (:func:`llmexplore.benchfiles.read_benchmark`) against the simulator on the
+    deployment ``cfg`` they ran (a DeploymentConfig or its JSON): per run the measured and simulated mean TTFT,
+    TPOT (the run's own definition, in ``tpot_definition``) and output throughput, and the signed errors [%].
+    A run with neither a concurrency nor a request rate, or without mean lengths, is reported, not simulated."""
+    from ...deployment import DeploymentConfig
+
+    cfg = DeploymentConfig.from_json(cfg).to_json()
+    out = []
+    for r in runs:
+        rec = {"run": r["run"], "format": r["format"], "concurrency": r["concurrency"], "rate_per_s": r["rate_per_s"],
+               "isl": r["isl"], "osl": r["osl"], "ttft_measured_ms": r["ttft_ms"]["mean"],
+               "tpot_measured_ms": r["tpot_ms"]["mean"], "output_tokens_per_s_measured": r["output_tokens_per_s"],
+               "tpot_definition": r["tpot_definition"]}
+        if r["isl"] is None or r["osl"] is None:
+            rec["status"] = "not simulated: the file gives no mean input and output lengths"
+        elif r["concurrency"] is None and r["rate_per_s"] is None:
+            rec["status"] = "not simulated: the file gives neither a concurrency nor a request rate"
+        else:
+            conc = r["concurrency"]
+            rate = None if conc is not None else r["rate_per_s"]
+            n = int(r["requests"] or n_requests(conc or 64))
+            try:
+                rec.update(_simulate(cfg, runtime, max(1, round(r["isl"])), max(1, round(r["osl"])), conc, rate,
+                                     min(n, 100_000)), status="ok")
+            except SpecError as exc:
+                rec["status"] = f"not simulated: {exc}"
+        out.append(rec)
+    df = pd.DataFrame(out)
+    for m in ("ttft", "tpot"):
+        model = df.get(f"{m}_model_ms", pd.Series(np.nan, index=df.index)).astype(float)
+        df[f"{m}_error_pct"] = 100.0 * (model / df[f"{m}_measured_ms"].astype(float) - 1.0)
+    thr = df.get("output_tokens_per_s_model", pd.Series(np.nan, index=df.index)).astype(float)
+    df["throughput_error_pct"] = 100.0 * (thr / df["output_tokens_per_s_measured"].astype(float) - 1.0)
+    return df

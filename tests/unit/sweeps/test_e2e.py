@@ -1,0 +1,151 @@
+"""End-to-end validation of the serving simulator (issue 19 §2, llmexplore/sweeps/fidelity/e2e.py and
+``llmexplore validate --e2e``) on aiconfigurator's measured sample (data/validation/serving_e2e.csv)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llmexplore import cli
+from llmexplore.errors import SpecError
+from llmexplore.sweeps.fidelity import e2e
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return e2e.load()
+
+
+@pytest.fixture(scope="module")
+def table(rows):
+    return e2e.evaluate(rows)
+
+
+def test_the_shipped_table_is_the_extract_of_the_cited_file(rows):
+    # 2,873 of the source's 5,221 rows: the models and GPUs with presets (extract_aic_silicon.py)
+    assert len(rows) == 2873 and rows["id"].is_unique
+    assert set(rows["model_path"]) <= set(e2e.MODELS) and set(rows["system"]) <= set(e2e.SYSTEMS)
+    assert (rows["silicon_ttft_ms"] > 0).all() and (rows["silicon_tpot_ms"] > 0).all()
+    assert set(rows["backend"]) == {"trtllm", "vllm", "sglang"}
+
+
+def test_a_row_becomes_the_measured_deployment(rows):
+    # TensorRT-LLM, Llama-3.1-70B FP8 on 8 B200, 128 clients in one instance of max batch 128
+    r = rows[rows["id"].str.contains("llama_3_1_70b") & (rows["backend"] == "trtllm")].iloc[0].to_dict()
+    cfg, runtime, conc = e2e.row_config(r)
+    side = cfg["sides"][0]
+    assert runtime == "trtllm" and conc == int(r["concurrency"]) and cfg["mode"] == "colocated"
+    assert side["ranks"] == int(r["tp_size"]) and side["max_num_seqs"] == int(r["batch_size"])
+    assert side["instances"] * side["max_num_seqs"] == conc
+    assert cfg["weight_dtype"] == {"fp8": "fp8", "nvfp4": "fp4"}[r["gemm_quant_mode"]] and cfg["kv_dtype"] == "bf16"
+
+
+def test_rows_it_cannot_simulate_say_why(rows):
+    dpa = rows[(rows["attention_dp_size"] > 1) & (rows["mode"] == "agg")].iloc[0].to_dict()
+    with pytest.raises(SpecError, match="not resolved: attention data parallelism"):
+        e2e.row_config(dpa)
+    dis = rows[rows["mode"] == "disagg"].iloc[0].to_dict()
+    with pytest.raises(SpecError, match="disaggregated mode takes open-loop arrivals"):
+        e2e.row_config(dis)
+    with pytest.raises(SpecError, match="no preset for"):
+        e2e.row_config(dict(dpa, model_path="org/unknown"))
+
+
+def test_the_whole_table_is_simulated_and_scored(table):
+    """The figures recorded when written (issue 19's closing note); a change of the simulator moves them."""
+    s = e2e.summary(table)
+    assert s["rows"] == 2873 and s["simulated"] == 1679
+    ok = table[table["status"] == "ok"]
+    assert np.isfinite(ok[["ttft_model_ms", "tpot_model_ms"]].to_numpy()).all()
+    bad = table[table["status"] != "ok"]
+    assert bad[["ttft_model_ms", "tpot_model_ms"]].isna().all().all() and (bad["status"].str.len() > 10).all()
+    assert s["tpot_mape_pct"] == pytest.approx(25.1, abs=0.5)
+    assert s["tpot_median_abs_pct"] == pytest.approx(16.0, abs=0.5)
+    assert s["ttft_median_abs_pct"] == pytest.approx(55.1, abs=1.0)
+    # every error is what its columns say
+    e = 100 * (ok["tpot_model_ms"] / ok["tpot_measured_ms"] - 1)
+    assert np.allclose(e, ok["tpot_error_pct"])
+    cats = e2e.category_table(table)
+    assert set(cats["dimension"]) == set(e2e.CATEGORIES)
+    for dim, g in cats.groupby("dimension"):
+        assert g["rows"].sum() == (2873 if dim != "regime" else (table["regime"] != "").sum())
+
+
+def test_n_requests_turns_the_loop_over():
+    assert e2e.n_requests(4) == 52 and e2e.n_requests(64) == 256
+    assert e2e.n_requests(8192) == 16384  # never fewer than two turns
+
+
+def test_cli_e2e_prints_the_table_and_its_json(capsys, monkeypatch, rows):
+    sub = rows[rows["model_path"] == "Qwen/Qwen3-32B"].head(12)  # a dozen rows: the CLI's shape, not its numbers
+    monkeypatch.setattr(e2e, "load", lambda path=None: sub)
+    assert cli.main(["validate", "--e2e"]) == 0
+    out = capsys.readouterr().out
+    assert "measured closed-loop benchmarks simulated" in out and "TPOT MAPE" in out and "peer errors" in out
+    assert cli.main(["validate", "--e2e", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["rows"] == 12 and len(doc["rows"]) == 12 and doc["categories"]
+    assert cli.main(["validate", "--e2e", "--runtime", "vllm"]) == 2
+    assert "give no --runtime" in capsys.readouterr().err
+
+
+VLLM_RUN = {  # keys of vllm/benchmarks/serve.py's --save-result JSON (see tests/unit/test_benchfiles.py)
+    "date": "20261203-120000", "backend": "vllm", "model_id": "Qwen/Qwen3-32B", "tokenizer_id": "Qwen/Qwen3-32B",
+    "num_prompts": 64, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 16, "duration": 60.0,
+    "completed": 64, "total_input_tokens": 64 * 1000, "total_output_tokens": 64 * 200,
+    "request_throughput": 1.07, "request_goodput": None, "output_throughput": 213.3, "total_token_throughput": 1280.0,
+    "mean_ttft_ms": 120.0, "median_ttft_ms": 110.0, "std_ttft_ms": 10.0, "p99_ttft_ms": 200.0,
+    "mean_tpot_ms": 14.0, "median_tpot_ms": 14.0, "std_tpot_ms": 1.0, "p99_tpot_ms": 18.0,
+    "mean_itl_ms": 14.0, "median_itl_ms": 13.0, "std_itl_ms": 2.0, "p99_itl_ms": 30.0,
+}
+CFG = {"model": "qwen3-32b", "gpu": "h200", "mode": "colocated", "weight_dtype": "fp8", "kv_dtype": "fp8",
+       "sides": [{"role": "colocated", "instances": 1, "ranks": 2, "max_num_seqs": 16}]}
+
+
+def test_your_own_benchmark_json_in(tmp_path, capsys):
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps(VLLM_RUN))
+    assert cli.main(["validate", "--e2e", "--data", str(f), "--config", json.dumps(CFG), "--runtime", "vllm",
+                     "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["rows"]
+    assert row["status"] == "ok" and row["concurrency"] == 16 and row["isl"] == 1000 and row["osl"] == 200
+    assert row["ttft_measured_ms"] == 120.0 and row["tpot_measured_ms"] == 14.0
+    assert row["tpot_error_pct"] == pytest.approx(100 * (row["tpot_model_ms"] / 14.0 - 1))
+    assert cli.main(["validate", "--e2e", "--data", str(f), "--config", json.dumps(CFG)]) == 0
+    assert "1 of 1 runs of run.json simulated" in capsys.readouterr().out
+
+
+def test_bad_benchmark_input_gets_one_line(tmp_path, capsys):
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps(VLLM_RUN))
+    assert cli.main(["validate", "--e2e", "--data", str(f)]) == 2
+    assert "needs --config" in capsys.readouterr().err
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"hello": 1}')
+    assert cli.main(["validate", "--e2e", "--data", str(junk), "--config", json.dumps(CFG)]) == 2
+    err = capsys.readouterr().err
+    assert "junk.json" in err and "not a benchmark result" in err and "Traceback" not in err
+    assert cli.main(["validate", "--config", json.dumps(CFG)]) == 2
+    assert "--config is read with --e2e --data only" in capsys.readouterr().err
+
+
+def test_the_figure_table_and_sentence_state_the_numbers(table):
+    from llmexplore.findings import fidelity as ff
+    from llmexplore.plots import fidelity as pf
+
+    fig = pf.serving_vs_measured_figure(table, title="t")
+    lay = fig.layout
+    assert lay.xaxis.title.text == "measured mean TTFT (ms)" and lay.yaxis2.title.text == "simulated mean TPOT (ms)"
+    assert lay.xaxis.type == lay.yaxis2.type == "log"
+    legend = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    assert legend == ["±25% band", "predicted = measured", "SGLang", "TensorRT-LLM", "vLLM"]
+    s = e2e.summary(table)
+    assert f"TPOT: MAPE {s['tpot_mape_pct']:.0f}%" in lay.annotations[1].text
+    ppl = pf.serving_people_table(e2e.category_table(table))
+    assert "TPOT MAPE [%]" in ppl.frame.columns
+    text = ff.serving_sentence(table)
+    assert f"{s['simulated']:,} on exactly the measured deployment" in text and "not resolved" in text
+    rec = ff.serving_record(table)
+    assert rec["tpot_mape_pct"] == s["tpot_mape_pct"] and set(rec["by_engine"]) == {"trtllm", "vllm", "sglang"}
