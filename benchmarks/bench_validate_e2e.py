@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_validate_e2e.py``. One run of the whole shipped table (2,873 measured
 closed-loop benchmarks, 1,679 of them simulated, rows of one configuration and load sharing one simulation),
 printed relative to a fixed numpy reference workload timed in the same process (the machines here are noisy).
-Target: under a minute on 2 cores (about 16 s when this machine was idle, ~1,400x the reference).
+Target: under a minute on 2 cores (15 s when this machine was idle, ~850x the reference; 16-28 s under load).
 
 The last line is machine-readable: ``e2e_s=… rows=… simulated=… e2e_vs_ref=…``.
 """

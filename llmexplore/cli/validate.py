@@ -65,7 +65,8 @@ def run(args) -> int:
     if args.e2e:
         return _run_e2e(args)
     if args.config is not None:
-        raise SpecError("--config is read with --e2e --data only (the deployment of your own benchmark runs)")
+        raise SpecError(f"--config must come with --e2e --data (the deployment of your own benchmark runs), got "
+                        f"--config {shown(args.config)} without --e2e")
     data = val.VALIDATION_CSV if args.data is None else Path(args.data).expanduser()
     if args.data is not None and path_kind(data) != "file":
         raise SpecError(f"--data must be an existing CSV file, got {shown(args.data)}")
@@ -120,9 +121,12 @@ def _run_e2e(args) -> int:
     from ..sweeps.fidelity import e2e
     from ._framework import jsonable
 
+    from .._check import path_kind, shown
+
     if args.data is None:
         if args.config is not None:
-            raise SpecError("--config is read with --e2e --data only (the deployment of your own benchmark runs)")
+            raise SpecError(f"--config must come with --e2e --data (the deployment of your own benchmark runs), "
+                            f"got --config {shown(args.config)} without --data")
         if args.runtime != "engine":
             raise SpecError(f"--e2e prices each measured row with its own engine's preset; give no --runtime "
                             f"(got {args.runtime!r})")
@@ -148,14 +152,13 @@ def _run_e2e(args) -> int:
               "no figure")
         return EXIT_OK
     from ..benchfiles import read_benchmark
-    from .._check import path_kind, shown
 
-    if args.config is None:
-        raise SpecError("--e2e --data FILE needs --config: the deployment the benchmark ran (model, GPU, "
-                        "parallelism), which benchmark files do not record")
     path = Path(args.data).expanduser()
     if path_kind(path) != "file":
         raise SpecError(f"--data must be an existing benchmark JSON file, got {shown(args.data)}")
+    if args.config is None:
+        raise SpecError(f"--config must be given with --e2e --data {shown(args.data)}: the deployment the benchmark ran "
+                        f"(model, GPU, parallelism), which benchmark files do not record")
     from .simulate import _read_config
 
     cfg = _read_config(args.config)

@@ -384,6 +384,7 @@ class Batcher:
         state, P, Lc, x = self.state, self.P, self.Lc, self.x
         bt, admits = self.bt, self.policy.admits
         reserve, final = self.reserve, self.final
+        chunked = self.policy.chunked_prefill
         while waiting and self.n_running < self.max_seqs and budget > 0:
             r = waiting[0]
             if reserve and self.committed + final[r] > self.kv_blocks:
@@ -404,7 +405,12 @@ class Batcher:
             else:
                 c = Lc[r] - x[r]
                 if c > budget:
-                    c = budget
+                    if chunked:
+                        c = budget
+                    elif chunks:  # whole prompts only: it waits for an iteration with room (head of line)
+                        break
+                    # else the iteration's only prompt: it runs whole beyond the budget (TensorRT-LLM without
+                    # chunking needs max_num_tokens >= the longest prompt; the deployment is assumed to set it)
                 need = -(-(x[r] + c) // bt)
                 if not admits(need, free):
                     break

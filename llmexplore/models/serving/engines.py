@@ -90,6 +90,10 @@ class EnginePolicy:
     #: whether admission reserves the KV blocks of a request's whole sequence (prompt + every output token)
     #: beside those of the requests already admitted, so that nothing admitted is ever preempted
     reserve_to_completion = False
+    #: whether a prompt may be split over iterations (chunked prefill: vLLM V1 always); False: a prompt runs
+    #: whole in one iteration, admitted only when it fits the iteration's token budget beside the decodes and
+    #: the other prompts (a prompt longer than the budget runs as the iteration's only prompt)
+    chunked_prefill = True
 
     def __init__(self, *, step_host_s: float = 0.0, request_host_s: float = 0.0,
                  request_host_s_per_token: float = 0.0) -> None:
@@ -140,6 +144,7 @@ class TrtllmPolicy(EnginePolicy):
     complete theirs; a scheduled request is therefore never paused or evicted, and no iteration ever runs out of
     blocks. The engine pays for that with a smaller batch than vLLM's optimistic admission at long outputs, and
     gains what vLLM loses to recompute preemptions when memory is tight (issue 19: 20,000-token prompts).
+    Prompts run whole unless ``enable_chunked_prefill`` (TensorRT-LLM's default is False; data/engines.yaml).
     The other knobs (KV budget, host time) are the base class's."""
 
     name = "trtllm"
@@ -148,14 +153,18 @@ class TrtllmPolicy(EnginePolicy):
     #: policy's preemption by recompute)
     CAPACITY_POLICIES = ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION")
 
-    def __init__(self, *, capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT", **host) -> None:
+    def __init__(self, *, capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT", enable_chunked_prefill: bool = False,
+                 **host) -> None:
         super().__init__(**host)
         self.capacity_scheduler_policy = _check.choice("capacity_scheduler_policy", capacity_scheduler_policy,
                                                        self.CAPACITY_POLICIES)
         self.reserve_to_completion = self.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"
+        # TensorRT-LLM runs whole prompts unless enable_chunked_prefill (default False: llm_args.py, serve.py)
+        self.chunked_prefill = _check.boolean("enable_chunked_prefill", enable_chunked_prefill)
 
     def __repr__(self) -> str:
-        return f"TrtllmPolicy(capacity_scheduler_policy={self.capacity_scheduler_policy!r}, {self._host_repr()})"
+        return (f"TrtllmPolicy(capacity_scheduler_policy={self.capacity_scheduler_policy!r}, "
+                f"enable_chunked_prefill={self.chunked_prefill!r}, {self._host_repr()})")
 
 
 #: the serving engines' semantics by engine name (a runtime preset's ``engine``; "" = engine-neutral, the
@@ -165,7 +174,8 @@ ENGINE_POLICIES = {"": EnginePolicy, "vllm": EnginePolicy, "sglang": EnginePolic
 
 def policy_for(engine: str, **knobs) -> EnginePolicy:
     """The :class:`EnginePolicy` of a serving engine (``""``: engine-neutral) with its ``knobs`` (the host times
-    ``step_host_s``, ``request_host_s`` and ``request_host_s_per_token``; for ``trtllm`` also ``capacity_scheduler_policy``); SpecError naming
+    ``step_host_s``, ``request_host_s`` and ``request_host_s_per_token``; for ``trtllm`` also ``capacity_scheduler_policy``
+    and ``enable_chunked_prefill``); SpecError naming
     the engines for an unknown one."""
     if engine not in ENGINE_POLICIES:
         raise SpecError(f"engine must be one of {', '.join(repr(e) for e in ENGINE_POLICIES)} (a runtime preset's "

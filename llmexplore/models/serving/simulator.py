@@ -166,9 +166,12 @@ def _check_fit(req: dict, kv_blocks: int, bt: int, where: str) -> None:
 
 
 def _check_policy(policy, dep: Deployment) -> EnginePolicy:
-    """``policy``, or with None the policy of the engine ``dep``'s runtime preset names (``Runtime.engine``)."""
+    """``policy``, or with None the policy of the engine ``dep``'s runtime preset names (``Runtime.engine``), with
+    that runtime's serving-stack time per request (``Runtime.request_host_ms`` + ``request_host_us_per_token``)."""
     if policy is None:
-        return policy_for(dep.runtime.engine)
+        rt = dep.runtime
+        return policy_for(rt.engine, request_host_s=rt.request_host_ms / 1e3,
+                          request_host_s_per_token=rt.request_host_us_per_token / 1e6)
     if not isinstance(policy, EnginePolicy):
         raise SpecError(f"policy must be an EnginePolicy (llmexplore.models.serving.engines) or None, got "
                         f"{type(policy).__name__}")
@@ -210,6 +213,17 @@ def _assemble(req: dict, first, finish, npre, inst, extra_all, series_parts, kv_
                          summary=_summary(req, itl[keep], itl_w[keep], series), kv_blocks=tuple(kv_blocks))
 
 
+def _iteration_tokens(req: dict, scheduler: Scheduler, policy: EnginePolicy) -> int:
+    """Most tokens one iteration can carry: the scheduler's budget, or when prompts run whole (no chunked
+    prefill) the longest prompt (or recompute after a preemption, prompt + output) beside a full batch."""
+    budget = scheduler.max_num_batched_tokens
+    if policy.chunked_prefill:
+        return budget
+    # a preempted request recomputes its prompt and what it generated; reservation to completion never preempts
+    longest = req["prompt_tokens"] if policy.reserve_to_completion else req["prompt_tokens"] + req["output_tokens"]
+    return max(budget, int(longest.max()) + scheduler.max_num_seqs)
+
+
 def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None = None, *, instances: int = 1,
                        scheduler: Scheduler = Scheduler(), seed=0, tables: StepTables | None = None,
                        policy: EnginePolicy | None = None) -> ServingResult:
@@ -235,12 +249,14 @@ def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None
     kv = _blocks(dep, scheduler, "instance", policy)
     _check_fit(req, kv, scheduler.block_tokens, "instance")
     n = req["prompt_tokens"].size
+    tokens = _iteration_tokens(req, scheduler, policy)
     if tables is None:
-        tables = step_tables(dep, max_tokens=scheduler.max_num_batched_tokens, max_batch=scheduler.max_num_seqs,
+        tables = step_tables(dep, max_tokens=tokens, max_batch=scheduler.max_num_seqs,
                              max_context=int((req["prompt_tokens"] + req["output_tokens"]).max()) + 1)
-    elif (tables.max_tokens < scheduler.max_num_batched_tokens or tables.max_batch < scheduler.max_num_seqs):
-        raise SpecError("tables must cover the scheduler's max_num_batched_tokens and max_num_seqs; build them with "
-                        "step_tables(dep, max_tokens=..., max_batch=..., max_context=...)")
+    elif tables.max_tokens < tokens or tables.max_batch < scheduler.max_num_seqs:
+        raise SpecError(f"tables must cover the iteration's {tokens:,} tokens (the scheduler's max_num_batched_tokens, "
+                        f"or with whole prompts the longest one beside a full batch) and max_num_seqs; build them "
+                        f"with step_tables(dep, max_tokens=..., max_batch=..., max_context=...)")
     first, finish, npre = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
     arrival = np.array(req["arrival_s"])
     inst = np.arange(n) % k
@@ -355,7 +371,7 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     inst = np.full(n, -1, dtype=np.int64)
     todo = np.nonzero(req["output_tokens"] > 1)[0]
     todo = todo[np.lexsort((todo, arrive[todo]))]
-    td = step_tables(decode_dep, max_tokens=decode_scheduler.max_num_batched_tokens,
+    td = step_tables(decode_dep, max_tokens=_iteration_tokens(req, decode_scheduler, policy),
                      max_batch=decode_scheduler.max_num_seqs, max_context=Sctx)
     extra, parts = [], []
     for j in range(kd):

@@ -5,6 +5,7 @@ import pytest
 import yaml
 
 from llmexplore import presets
+from llmexplore.errors import SpecError
 from llmexplore.models.serving.engines import ENGINE_POLICIES, TrtllmPolicy, policy_for
 from llmexplore.specs import RUNTIME_ENGINES
 
@@ -30,6 +31,7 @@ def test_trtllm_policy_follows_the_recorded_defaults():
     default = policy_for("trtllm")
     assert default.capacity_scheduler_policy == rec["capacity_scheduler_policy"] == "GUARANTEED_NO_EVICT"
     assert default.reserve_to_completion
+    assert default.chunked_prefill is rec["enable_chunked_prefill"] is False
 
 
 def test_runtime_presets_name_their_engine():
@@ -65,3 +67,28 @@ def test_sglang_kv_pool_is_the_static_share_less_the_weights():
     assert 90 < float(m["kv_budget_B"]) / 2**30 < 100
     d = Deployment.build("deepseek-r1", "b200", 4, runtime="sglang", weight_dtype="fp8")
     assert float(memory_per_rank(d, 1, 1, "TP")["kv_budget_B"]) < 0
+
+
+def test_trtllm_runs_whole_prompts_by_default():
+    """TensorRT-LLM's enable_chunked_prefill defaults to False (llm_args.py, serve.py; data/engines.yaml): a prompt
+    runs whole in one iteration. With one 3,000-token prompt and a 1,024-token budget the chunked base policy
+    takes 3 iterations to its first token, TensorRT-LLM one."""
+    import numpy as np
+
+    from llmexplore.models.serving import simulator as sv
+    from llmexplore.models.serving.engines import EnginePolicy, Scheduler
+    from llmexplore.models.serving.workload import LengthDist, Traffic
+    from llmexplore.models.step.engine import Deployment
+
+    assert TrtllmPolicy().chunked_prefill is False and TrtllmPolicy(enable_chunked_prefill=True).chunked_prefill
+    assert EnginePolicy().chunked_prefill
+    d = Deployment.build("llama-3-8b", "h100-sxm", 1, runtime="trtllm")
+    tr = Traffic(rate_per_s=0.01, isl=LengthDist.fixed(3000), osl=LengthDist.fixed(4))
+    sch = Scheduler(max_num_seqs=4, max_num_batched_tokens=1024)
+    whole = sv.simulate_colocated(d, tr, 1, scheduler=sch, policy=TrtllmPolicy())
+    chunked = sv.simulate_colocated(d, tr, 1, scheduler=sch, policy=EnginePolicy())
+    assert list(whole.series["prefill_tokens"][:1]) == [3000]
+    assert list(chunked.series["prefill_tokens"][:3]) == [1024, 1024, 952]
+    assert np.all(whole.series["prefill_tokens"][1:] == 0)
+    with pytest.raises(SpecError, match="enable_chunked_prefill"):
+        TrtllmPolicy(enable_chunked_prefill="yes")
