@@ -95,7 +95,7 @@ def _best_line(records: Sequence[Mapping[str, Any]], best: str | None, would_fit
 def run(args) -> int:
     from .. import presets
     from ..models.layouts import crossover
-    from ..models.step.engine import Deployment
+    from ..models.step.engine import Deployment, not_resolved_reason
     from ..sweeps import layouts as layout_sweeps
     from ..models.step.uncertainty import DRAWS
     from ..sweeps.bands import boundary_bands, layout_bands
@@ -142,7 +142,8 @@ def run(args) -> int:
                  for r in bounds.itertuples()]
     if args.json:
         print_json({"layouts": records, "best": best, "best_agreement": bands["best_agreement"],
-                    "band": bands["band"], "boundaries": crossings, "would_fit": would_fit, "inputs": inputs})
+                    "band": bands["band"], "boundaries": crossings, "would_fit": would_fit,
+                    "not_resolved": not_resolved_reason(dep) or None, "inputs": inputs})
         return EXIT_OK
     print(f"{dep.label()}; batch {args.batch}, context {args.context} tokens"
           + (f", {dep.q_tokens} query tokens/step" if dep.q_tokens != 1 else "")
@@ -157,4 +158,6 @@ def run(args) -> int:
         b = next(r for r in records if r["layout"] == best)
         print(f"{best} step {b['step_ms']:.2f} ms [{b['step_ms_lo']:.2f}-{b['step_ms_hi']:.2f}]; {best} is fastest "
               f"in {bands['best_agreement']:.0%} of the kernel-parameter draws ({bands['band']['what']})")
+    if not_resolved_reason(dep):
+        print(not_resolved_reason(dep))
     return EXIT_OK

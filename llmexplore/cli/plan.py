@@ -135,10 +135,13 @@ def run(args) -> int:
                     modes=MODES if args.mode == "both" else (args.mode,))
     res = sp.plan(q, scheduler=args.scheduler, workers=args.workers)
     doc = fp.summary(res, top=args.top, simulate=args.simulate)
+    doc["not_resolved"] = q.not_resolved()
     if args.json:
         print_json(doc)
         return EXIT_OK
     print(doc["question_text"])
+    for line in doc["not_resolved"]:
+        print(line)
     for line in doc["sentences"]:
         print(line)
     ok = doc["top"]

@@ -135,6 +135,7 @@ def run(args) -> int:
     summ = {(k[:-2] + "_ms" if _is_duration_s(k) else k): (v * 1e3 if _is_duration_s(k) else v) for k, v in s.items()}
     if args.json:
         print_json({"summary": summ, "cdf": out["cdf"], "quantiles": out["quantiles"], "config": out["config"],
+                    "not_resolved": out["not_resolved"],
                     "inputs": {"isl": args.isl, "osl": args.osl, "rate": args.rate, "concurrency": args.concurrency,
                                "requests": args.requests, "isl_sigma": args.isl_sigma, "osl_sigma": args.osl_sigma,
                                "trace": args.trace, "prefix_ratio": args.prefix_ratio,
@@ -149,6 +150,8 @@ def run(args) -> int:
     rows = [{"metric": m.upper(), **{k: summ[f"{m}_{k}_ms"] for k in ("mean", "p50", "p90", "p99")}}
             for m in ("ttft", "tpot", "itl", "e2e")]
     print(format_table(rows, STAT_COLS))
+    for why in out["not_resolved"]:
+        print(why)
     print(f"throughput {s['output_tokens_per_s']:,.0f} output tokens/s, {s['requests_per_s']:.3g} req/s; mean decode "
           f"batch {s['mean_decode_batch']:.1f}; {s['preemptions']} preemptions; {s['iterations']:,} iterations")
     return EXIT_OK

@@ -491,6 +491,47 @@ def kernel_curve(dep: Deployment, kind: str, dtype: str | None = None) -> Curve 
     return ks.get(cls, variant, kv) or ks.get(cls, variant, "bf16")
 
 
+#: what each kernel class prices, for the sentence that names the classes without a fitted curve
+_CLASS_WORDS = {"gemm": "GEMMs", "grouped_gemm": "MoE grouped GEMMs", "attention_decode": "decode attention",
+                "attention_prefill": "prefill attention"}
+
+
+def unfitted_kernels(dep: Deployment) -> tuple[str, ...]:
+    """The kernel classes this deployment runs whose fitted curve is missing on its GPU although its runtime prices
+    with curves (``runtime.kernel_set``): they fall back to the runtime's scalar efficiencies, fitted on H100
+    (docs/models.md §1.1a). Empty for a scalar runtime (every class scalar by choice) or full coverage. On MI300X
+    only the FP8 GEMMs have kernel data (aiter's table), so DeepSeek's MLA decode attention and MoE grouped GEMMs
+    are priced this way; the issue-19 held-out SGLang measurements read them 2-5x optimistic."""
+    classes = ["gemm", "attention_decode", "attention_prefill"] + (["grouped_gemm"] if dep.model.is_moe else [])
+    ks = dep.kernels
+    if ks is None:  # a scalar runtime by choice, or a curve runtime with no curves at all on this GPU
+        return tuple(classes) if dep.runtime.kernel_set else ()
+    out = []
+    for kind in classes:
+        if kind in ("gemm", "grouped_gemm"):
+            found = ks.get(kind, gemm_variant(dep, dep.weight_dtype), dep.weight_dtype) or ks.get(
+                kind, "plain", dep.weight_dtype) or ks.get(kind, "plain", "bf16")
+        else:
+            found = kernel_curve(dep, kind)
+        if found is None:
+            out.append(kind)
+    return tuple(out)
+
+
+def not_resolved_reason(dep: Deployment) -> str:
+    """One sentence saying why this deployment's numbers are not resolved by kernel data ("" when they are): the
+    kernel classes :func:`unfitted_kernels` names."""
+    missing = unfitted_kernels(dep)
+    if not missing:
+        return ""
+    words = ", ".join(_CLASS_WORDS[k] for k in missing)
+    known = (", which real-engine measurements of DeepSeek (MLA + MoE) decode under SGLang on MI300X put 2-5x "
+             "optimistic" if dep.model.is_mla and dep.hardware.name.startswith("mi") else
+             ", with no kernel-level check there")
+    return (f"not resolved: {dep.hardware.name} has no {dep.runtime.kernel_set} kernel data for the {words} of "
+            f"{dep.model.name}; they are priced with the scalar efficiencies fitted on H100{known}")
+
+
 def _peak_flops(dep: Deployment, kind: str, dtype: str | None) -> float:
     if kind.startswith("attention"):
         return dep.hardware.bf16_TFLOPS * 1e12  # attention computes in the activations' BF16

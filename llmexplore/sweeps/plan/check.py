@@ -90,8 +90,10 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
 
     Returns ``summary`` (the simulator's: mean/p50/p90/p99 of TTFT, TPOT, ITL and E2E [s], throughput,
     preemptions, mean decode batch), ``cdf`` ({metric: values [ms] at :data:`CDF_POINTS`}), ``series`` (batch
-    and KV occupancy over time, at most 2,000 points per instance), ``config`` and ``per_request`` (the simulator's
-    per-request arrays, :class:`~llmexplore.models.serving.simulator.ServingResult`)."""
+    and KV occupancy over time, at most 2,000 points per instance), ``config``, ``per_request`` (the simulator's
+    per-request arrays, :class:`~llmexplore.models.serving.simulator.ServingResult`) and ``not_resolved`` (why
+    the step times are not resolved by kernel data, :func:`~llmexplore.models.step.engine.not_resolved_reason`;
+    empty when they are)."""
     from ...models.serving import simulator as sv
     from ...models.serving.engines import Scheduler, policy_for
     from ...models.serving.workload import LengthDist, Traffic
@@ -173,5 +175,8 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     step = max(1, ser["step_s"].size // 2000)
     series = {k: np.asarray(ser[k])[::step] for k in ("instance", "start_s", "decode_batch", "kv_occupancy")
               if k in ser}
+    from ...models.step.engine import not_resolved_reason
+
+    why = list(dict.fromkeys(r for r in (not_resolved_reason(dep(s)) for s in cfg.sides) if r))
     return {"summary": res.summary, "cdf": cdf, "quantiles": CDF_POINTS, "series": series, "config": cfg.to_json(),
-            "per_request": req}
+            "per_request": req, "not_resolved": why}

@@ -98,5 +98,19 @@ class Question:
         kv = self.kv_dtypes or ("bf16", "fp8")
         return [(a, b) for a in w for b in kv]
 
+    def not_resolved(self) -> list[str]:
+        """Why the planner's numbers for this question are not resolved by kernel data, one sentence per searched
+        dtype pair whose kernels lack fitted curves on the GPU (:func:`..models.step.engine.not_resolved_reason`;
+        empty: every kernel is priced from kernel measurements)."""
+        from ...models.step.engine import Deployment, not_resolved_reason
+
+        out = []
+        for w, kv in self.dtype_options():
+            why = not_resolved_reason(Deployment.build(self.model, self.gpu, 1, runtime=self.runtime, weight_dtype=w,
+                                                       kv_dtype=kv))
+            if why and why not in out:
+                out.append(why)
+        return out
+
     def link_name(self) -> str:
         return self.link or presets.hardware(self.gpu).scale_out_link or "roce-400g"

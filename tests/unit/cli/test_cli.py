@@ -99,8 +99,10 @@ def test_presets_human_tables(capsys, kind, expected):
 # ---- layouts -----------------------------------------------------------------------------------------------
 def test_layouts_json_schema_and_consistency(capsys):
     doc = run_json(capsys, [*LAYOUT_ARGS, "--json"])
-    assert set(doc) == {"layouts", "best", "best_agreement", "band", "boundaries", "would_fit", "inputs"}
+    assert set(doc) == {"layouts", "best", "best_agreement", "band", "boundaries", "would_fit", "not_resolved",
+                        "inputs"}
     assert doc["would_fit"] == []  # something fits
+    assert doc["not_resolved"] is None  # every kernel of this deployment has a fitted curve
     rows = doc["layouts"]
     assert [r["layout"] for r in rows] == ["TP", "CP", "DPA", "DOP"]
     for r in rows:
