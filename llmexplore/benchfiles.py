@@ -69,6 +69,7 @@ import json
 import math
 from pathlib import Path
 
+from ._check import shown
 from .errors import SpecError
 
 __all__ = ["FORMATS", "STATS", "read_benchmark"]
@@ -410,11 +411,11 @@ def _number(where: str, d: dict, key: str, label: str | None = None) -> float | 
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise SpecError(f"{where}: '{label}' is {_kind(v)} ({_short(v)}); expected a number")
+        raise SpecError(f"{where}: '{label}' is {_kind(v)} ({shown(v)}); expected a number")
     v = float(v)
     if not math.isfinite(v):
-        shown = "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-        raise SpecError(f"{where}: '{label}' is {shown}; latencies, token counts and rates must be finite")
+        text = "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+        raise SpecError(f"{where}: '{label}' is {text}; latencies, token counts and rates must be finite")
     if v < 0:
         raise SpecError(f"{where}: '{label}' is {v:g}; latencies, token counts and rates must be >= 0")
     return v
@@ -466,7 +467,7 @@ def _string(where: str, d: dict, key: str) -> str | None:
     if v is None:
         return None
     if not isinstance(v, str):
-        raise SpecError(f"{where}: '{key}' is {_kind(v)} ({_short(v)}); expected the model name as a string")
+        raise SpecError(f"{where}: '{key}' is {_kind(v)} ({shown(v)}); expected the model name as a string")
     return v
 
 
@@ -479,9 +480,4 @@ def _models(where: str, d: dict, key: str) -> str | None:
         return v
     if isinstance(v, list) and all(isinstance(x, str) for x in v):
         return ",".join(v)
-    raise SpecError(f"{where}: '{key}' is {_kind(v)} ({_short(v)}); expected a model name or a list of names")
-
-
-def _short(v) -> str:
-    s = json.dumps(v) if not isinstance(v, float) else repr(v)
-    return s if len(s) <= 40 else s[:37] + "..."
+    raise SpecError(f"{where}: '{key}' is {_kind(v)} ({shown(v)}); expected a model name or a list of names")

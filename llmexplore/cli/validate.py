@@ -37,8 +37,8 @@ def add(sub) -> None:
                    metavar="FILE", help="a CSV of your own measurements in the columns of data/validation/README.md "
                                       "(id, kind, model, gpu, ranks, layout, weight_dtype, kv_dtype, engine, batch, "
                                       "measured [ms], and context / prompt_tokens / isl, osl by kind) (default: "
-                                      "the shipped data/validation/e2e.csv); with --e2e, the JSON that vllm bench serve, "
-                                      "SGLang bench_serving, AIPerf, GenAI-Perf or InferenceX wrote")
+                                      "the shipped data/validation/e2e.csv); with --e2e, the JSON that vllm bench "
+                                      "serve, SGLang bench_serving, AIPerf, GenAI-Perf or InferenceX wrote")
     p.add_argument("--e2e", action="store_true",
                    help="end to end: the serving simulator against real engines' measured mean TTFT and TPOT under "
                         "closed-loop benchmarks (data/validation/serving_e2e.csv, aiconfigurator's measured sample), "
@@ -85,9 +85,7 @@ def run(args) -> int:
     what = "published" if args.data is None else "given"
     print(f"{s['modelled']} of {s['rows']} {what} measurements modelled (runtime: {args.runtime}); median "
           f"|error| {s['median_abs_error_pct']:.1f}%, p90 {s['p90_abs_error_pct']:.1f}%")
-    rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}  # NaN: not modelled
-            for r in table.to_dict("records")]
-    print(format_table(rows, ROW_COLS))
+    print(format_table(_nan_none(table.to_dict("records")), ROW_COLS))  # NaN: not modelled
     print(format_table(cats.to_dict("records"), CATEGORY_COLS))
     over = len(rank)
     resolved = int(rank.resolved.sum()) if over else 0
@@ -138,13 +136,13 @@ def _run_e2e(args) -> int:
                         "rows": [jsonable(r) for r in table.to_dict("records")],
                         "inputs": {"e2e": True, "data": str(e2e.E2E_CSV)}})
             return EXIT_OK
-        print(f"{s['simulated']:,} of {s['rows']:,} measured closed-loop benchmarks simulated (aiconfigurator's measured "
-              f"sample; each row with its engine's preset): TTFT MAPE {s['ttft_mape_pct']:.0f}% (median |error| "
-              f"{s['ttft_median_abs_pct']:.0f}%, median {s['ttft_median_error_pct']:+.0f}%), TPOT MAPE "
-              f"{s['tpot_mape_pct']:.1f}% (median |error| {s['tpot_median_abs_pct']:.1f}%, median "
-              f"{s['tpot_median_error_pct']:+.1f}%). Left out of the warm-up (the first wave of clients), TTFT's "
-              f"median error is {s['ttft_steady_median_error_pct']:+.0f}%: the sources do not say how their clients "
-              f"started, and at these loads that decides TTFT.")
+        print(f"{s['simulated']:,} of {s['rows']:,} measured closed-loop benchmarks simulated (aiconfigurator's "
+              f"measured sample; each row with its engine's preset): TPOT MAPE {s['tpot_mape_pct']:.1f}% (median "
+              f"|error| {s['tpot_median_abs_pct']:.1f}%, median {s['tpot_median_error_pct']:+.1f}%); TTFT not "
+              f"resolved: MAPE {s['ttft_mape_pct']:.0f}% (median |error| {s['ttft_median_abs_pct']:.0f}%, median "
+              f"{s['ttft_median_error_pct']:+.0f}%, {s['ttft_steady_median_error_pct']:+.0f}% without the first "
+              f"wave of clients): the sources do not say how their clients started, and at these loads that "
+              f"decides TTFT.")
         print(format_table(_nan_none(cats.to_dict("records")), E2E_COLS))
         for why, n in s["not_simulated"].items():
             print(f"not simulated ({n}): {why}")
@@ -157,8 +155,8 @@ def _run_e2e(args) -> int:
     if path_kind(path) != "file":
         raise SpecError(f"--data must be an existing benchmark JSON file, got {shown(args.data)}")
     if args.config is None:
-        raise SpecError(f"--config must be given with --e2e --data {shown(args.data)}: the deployment the benchmark ran "
-                        f"(model, GPU, parallelism), which benchmark files do not record")
+        raise SpecError(f"--config must be given with --e2e --data {shown(args.data)}: the deployment the benchmark "
+                        f"ran (model, GPU, parallelism), which benchmark files do not record")
     from .simulate import _read_config
 
     cfg = _read_config(args.config)

@@ -16,7 +16,7 @@ from ..step.decode import memory_per_rank
 from ..step.engine import Deployment
 
 __all__ = ["Scheduler", "RequestState", "EnginePolicy", "TrtllmPolicy", "DEFAULT_POLICY", "ENGINE_POLICIES",
-           "policy_for", "kv_capacity_blocks", "MAX_HOST_S"]
+           "runtime_policy", "policy_for", "kv_capacity_blocks", "MAX_HOST_S"]
 
 MAX_HOST_S = 10.0  # largest host time per step or per request [s]
 
@@ -172,11 +172,19 @@ class TrtllmPolicy(EnginePolicy):
 ENGINE_POLICIES = {"": EnginePolicy, "vllm": EnginePolicy, "sglang": EnginePolicy, "trtllm": TrtllmPolicy}
 
 
+def runtime_policy(runtime, **knobs) -> EnginePolicy:
+    """The :class:`EnginePolicy` a runtime preset (a :class:`~llmexplore.specs.Runtime`) names: its engine's
+    semantics with its serving-stack time per request (``request_host_ms`` + ``request_host_us_per_token`` x
+    prompt tokens); ``knobs`` as :func:`policy_for` takes them, given ones replacing the preset's."""
+    host = {"request_host_s": runtime.request_host_ms / 1e3,
+            "request_host_s_per_token": runtime.request_host_us_per_token / 1e6}
+    return policy_for(runtime.engine, **{**host, **knobs})
+
+
 def policy_for(engine: str, **knobs) -> EnginePolicy:
     """The :class:`EnginePolicy` of a serving engine (``""``: engine-neutral) with its ``knobs`` (the host times
-    ``step_host_s``, ``request_host_s`` and ``request_host_s_per_token``; for ``trtllm`` also ``capacity_scheduler_policy``
-    and ``enable_chunked_prefill``); SpecError naming
-    the engines for an unknown one."""
+    ``step_host_s``, ``request_host_s`` and ``request_host_s_per_token``; for ``trtllm`` also
+    ``capacity_scheduler_policy`` and ``enable_chunked_prefill``); SpecError naming the engines for an unknown one."""
     if engine not in ENGINE_POLICIES:
         raise SpecError(f"engine must be one of {', '.join(repr(e) for e in ENGINE_POLICIES)} (a runtime preset's "
                         f"engine), got {engine!r}")

@@ -67,7 +67,7 @@ from ...specs import Link
 from ..step.engine import Deployment
 from ..step.kv_transfer import transfer_time
 from .batcher import Batcher
-from .engines import EnginePolicy, Scheduler, policy_for
+from .engines import EnginePolicy, Scheduler, runtime_policy
 from .step_tables import StepTables, step_tables
 from .workload import Traffic, requests
 
@@ -169,9 +169,7 @@ def _check_policy(policy, dep: Deployment) -> EnginePolicy:
     """``policy``, or with None the policy of the engine ``dep``'s runtime preset names (``Runtime.engine``), with
     that runtime's serving-stack time per request (``Runtime.request_host_ms`` + ``request_host_us_per_token``)."""
     if policy is None:
-        rt = dep.runtime
-        return policy_for(rt.engine, request_host_s=rt.request_host_ms / 1e3,
-                          request_host_s_per_token=rt.request_host_us_per_token / 1e6)
+        return runtime_policy(dep.runtime)
     if not isinstance(policy, EnginePolicy):
         raise SpecError(f"policy must be an EnginePolicy (llmexplore.models.serving.engines) or None, got "
                         f"{type(policy).__name__}")

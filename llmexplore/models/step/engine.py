@@ -73,6 +73,12 @@ MAX_CONTEXT = 1 << 30  # tokens per sequence
 SGLANG_PRELOAD_GiB = 1.0
 
 
+def sglang_chunked_prefill_size(hbm_GiB: float) -> int:
+    """SGLang's default ``chunked_prefill_size`` on a GPU of ``hbm_GiB`` [tokens]: 8,192 below 160 GiB (H100,
+    H200), 16,384 from there (B200) (``ServerArgs._handle_gpu_memory_settings`` at sgl-project/sglang 001067ff)."""
+    return 16384 if hbm_GiB * 1024.0 >= 160 * 1024 else 8192
+
+
 def sglang_mem_fraction_static(hbm_GiB: float, tp: int, *, mla: bool = False, pp: int = 1) -> float:
     """SGLang's default ``mem_fraction_static`` on one GPU of ``hbm_GiB`` at tensor parallelism ``tp``
     (``ServerArgs._handle_gpu_memory_settings``, python/sglang/srt/server_args.py at sgl-project/sglang 001067ff;
@@ -85,8 +91,8 @@ def sglang_mem_fraction_static(hbm_GiB: float, tp: int, *, mla: bool = False, pp
     (B200); prefill graphs 8 MiB per captured size (58 sizes up to 8,192, 74 up to 16,384) or 1.5 GiB for MLA
     models. H100: 0.830 (TP1) to 0.812 (TP8); H200: 0.903 to 0.893; B200: 0.854 to 0.849."""
     mem = hbm_GiB * 1024.0
-    big = mem >= 160 * 1024
-    chunk = 16384 if big else 8192
+    chunk = sglang_chunked_prefill_size(hbm_GiB)
+    big = chunk > 8192
     max_bs = 512 if big or tp >= 4 else 256
     graphs = 1.5 * 1024 if mla else (74 if big else 58) * 8
     reserved = 512 + 1.5 * max(chunk, 2048) + tp * pp / 8 * 1024 + 2 * max_bs + graphs
@@ -297,8 +303,9 @@ class Deployment:
         of HBM leaves after weights, activations and reserve (vLLM ``gpu_memory_utilization``); with "free" that
         fraction of the HBM left after them (TensorRT-LLM ``free_gpu_memory_fraction``, of the memory free
         after the model loaded and a profiling run); with "static" SGLang's rule, the static share less the
-        weights (``KV = mem_fraction_static x memory free before loading - weights``, mem_cache/kv_cache_configurator.py
-        ``_profile_available_bytes`` at sgl-project/sglang 003fca80). Negative: nothing fits."""
+        weights (``KV = mem_fraction_static x memory free before loading - weights``,
+        mem_cache/kv_cache_configurator.py ``_profile_available_bytes`` at sgl-project/sglang 003fca80).
+        Negative: nothing fits."""
         rule = self.runtime.memory_fraction_of
         if rule == "free":
             left = self.usable_B - weights_B - activations_B - self.reserve_B
@@ -506,16 +513,7 @@ def unfitted_kernels(dep: Deployment) -> tuple[str, ...]:
     ks = dep.kernels
     if ks is None:  # a scalar runtime by choice, or a curve runtime with no curves at all on this GPU
         return tuple(classes) if dep.runtime.kernel_set else ()
-    out = []
-    for kind in classes:
-        if kind in ("gemm", "grouped_gemm"):
-            found = ks.get(kind, gemm_variant(dep, dep.weight_dtype), dep.weight_dtype) or ks.get(
-                kind, "plain", dep.weight_dtype) or ks.get(kind, "plain", "bf16")
-        else:
-            found = kernel_curve(dep, kind)
-        if found is None:
-            out.append(kind)
-    return tuple(out)
+    return tuple(kind for kind in classes if kernel_curve(dep, kind) is None)
 
 
 def not_resolved_reason(dep: Deployment) -> str:

@@ -20,12 +20,12 @@ OSL, and the measured TTFT and TPOT [ms].
   engine's max batch, which the sample records), expert parallelism ``moe_ep_size``; weights as
   ``gemm_quant_mode`` says, the checkpoint's own dtype where no precision is recorded;
 * runtime: the row's engine preset (``trtllm``, ``vllm``, ``sglang``), so the engine's KV budget and admission
-  rule (:mod:`llmexplore.models.serving.engines`); chunked-prefill budget :data:`CHUNK_TOKENS`;
+  rule (:mod:`llmexplore.models.serving.engines`); token budget :func:`chunk_tokens`;
 * traffic: a closed loop of ``concurrency`` requests, :func:`n_requests` of them; the model's TTFT and TPOT are
   the simulator's means over every request (``*_steady_ms``: after the first ``concurrency``, the synchronised
-  start; the sources say neither how their clients started nor whether they warmed up), TPOT per request (last token - first token) / (output - 1). The
-  source states neither the statistic nor the TPOT definition [assumption: means, per-request TPOT, as
-  aiconfigurator's own comparison treats them: one number per row].
+  start; the sources say neither how their clients started nor whether they warmed up), TPOT per request (last
+  token - first token) / (output - 1). The source states neither the statistic nor the TPOT definition
+  [assumption: means, per-request TPOT, as aiconfigurator's own comparison treats them: one number per row].
 
 Not simulated, with the reason in ``status``: disaggregated rows (the simulator's disaggregated mode takes
 open-loop arrivals; a closed loop across two pools is not built yet), attention data parallelism (the simulator
@@ -46,7 +46,8 @@ import pandas as pd
 from ... import _check, presets
 from ...errors import SpecError
 
-__all__ = ["E2E_CSV", "MODELS", "SYSTEMS", "CHUNK_TOKENS", "load", "row_config", "n_requests", "evaluate",
+__all__ = ["E2E_CSV", "MODELS", "SYSTEMS", "CHUNK_TOKENS", "chunk_tokens", "load", "row_config", "n_requests",
+           "evaluate",
            "summary", "category_table", "evaluate_runs", "METRICS"]
 
 E2E_CSV = presets.DATA_DIR / "validation" / "serving_e2e.csv"
@@ -59,11 +60,12 @@ MODELS = {"deepseek-ai/DeepSeek-R1": ("deepseek-r1", "bf16"), "deepseek-ai/DeepS
 #: aiconfigurator system -> GPU preset
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "gb200": "gb200"}
 WEIGHTS = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "bf16": "bf16", "bfloat16": "bf16"}
-#: chunked-prefill token budget of every simulated instance: TensorRT-LLM's max_num_tokens default 8192
-#: (data/engines.yaml scheduling.trtllm), vLLM's max_num_batched_tokens for its API server on GPUs of this class
-#: and SGLang's chunked_prefill_size on H100/H200 [assumption for SGLang on B200, where it may be larger]
+#: token budget of an iteration: TensorRT-LLM's max_num_tokens default 8192 (data/engines.yaml scheduling.trtllm)
+#: and vLLM's max_num_batched_tokens for its API server on GPUs of this class [assumption: the sample does not
+#: record it]; SGLang's is its own chunked_prefill_size default by GPU memory (chunk_tokens)
 CHUNK_TOKENS = 8192
-#: requests per simulation: enough for the closed loop to turn over a few times, bounded for speed
+#: requests per simulation: enough for the closed loop to turn over a few times, bounded for speed [modelling
+#: choice: the source does not say how many requests each benchmark ran]
 MIN_REQUESTS, TURNS, MAX_REQUESTS = 48, 4, 8000
 METRICS = ("ttft", "tpot")
 _CONC = re.compile(r"silicon_concurrency=(\d+)")
@@ -107,31 +109,33 @@ def row_config(row) -> tuple[dict, str, int]:
               spec.weight_dtype)  # no precision recorded (Llama-3.1-8B rows): the checkpoint's own dtype
     if wq not in WEIGHTS:
         raise SpecError(f"not modelled: weight quantisation {wq!r}")
-    moe = spec.is_moe
-    conc = int(row["concurrency"])
-
-    def side(prefix, role, instances, seqs):
-        if _int(row, f"{prefix}pp_size") > 1:
-            raise SpecError("not resolved: pipeline parallelism (issue 21)")
-        if _int(row, f"{prefix}attention_dp_size") > 1:
-            raise SpecError("not resolved: attention data parallelism (the simulator runs TP attention)")
-        ranks = _int(row, f"{prefix}tp_size")
-        if ranks < 1 or instances < 1 or seqs < 1:
-            raise SpecError(f"not modelled: the row gives no {prefix or 'colocated '}tp size, worker count or batch")
-        ep = max(_int(row, f"{prefix}moe_ep_size"), 1) if moe else 1
-        return {"role": role, "instances": instances, "ranks": ranks, "layout": "TP", "ep": ep,
-                "max_num_seqs": seqs, "chunk_tokens": CHUNK_TOKENS}
-
-    if row["mode"] == "agg":
-        bs = _int(row, "batch_size") or conc
-        sides = [side("", "colocated", max(1, conc // bs), bs)]
-        mode = "colocated"
-    else:
+    if row["mode"] != "agg":
         raise SpecError("not resolved: the simulator's disaggregated mode takes open-loop arrivals, not a closed "
                         "loop of clients")
-    cfg = {"model": model, "gpu": SYSTEMS[row["system"]], "mode": mode, "weight_dtype": WEIGHTS[wq],
-           "kv_dtype": kv, "link": None, "sides": sides}
+    if _int(row, "pp_size") > 1:
+        raise SpecError("not resolved: pipeline parallelism (issue 21)")
+    if _int(row, "attention_dp_size") > 1:
+        raise SpecError("not resolved: attention data parallelism (the simulator runs TP attention)")
+    conc = int(row["concurrency"])
+    ranks, seqs = _int(row, "tp_size"), _int(row, "batch_size") or conc
+    if ranks < 1:
+        raise SpecError("not modelled: the row gives no tp size")
+    side = {"role": "colocated", "instances": max(1, conc // seqs), "ranks": ranks, "layout": "TP",
+            "ep": max(_int(row, "moe_ep_size"), 1) if spec.is_moe else 1, "max_num_seqs": seqs,
+            "chunk_tokens": chunk_tokens(str(row["backend"]), SYSTEMS[row["system"]])}
+    cfg = {"model": model, "gpu": SYSTEMS[row["system"]], "mode": "colocated", "weight_dtype": WEIGHTS[wq],
+           "kv_dtype": kv, "link": None, "sides": [side]}
     return cfg, str(row["backend"]), conc
+
+
+def chunk_tokens(engine: str, gpu: str) -> int:
+    """The iteration's token budget a row's engine runs with by default on ``gpu``: SGLang's chunked_prefill_size
+    (:func:`~llmexplore.models.step.engine.sglang_chunked_prefill_size`: 16,384 on B200), else :data:`CHUNK_TOKENS`."""
+    from ...models.step.engine import sglang_chunked_prefill_size
+
+    if engine == "sglang":
+        return sglang_chunked_prefill_size(presets.hardware(gpu).hbm_GiB)
+    return CHUNK_TOKENS
 
 
 def n_requests(concurrency: int) -> int:
@@ -166,7 +170,8 @@ def _simulate(cfg: dict, runtime: str, isl: int, osl: int, concurrency: int | No
 
 
 def regime(concurrency_per_instance: float) -> str:
-    """The load regime of a closed loop by clients per decode instance."""
+    """The load regime of a closed loop by clients per decode instance (bins of the sample's concurrency grid,
+    4-8 / 16-64 / 128+: a reporting choice, not a model parameter)."""
     c = concurrency_per_instance
     return "c<=8" if c <= 8 else "c16-64" if c <= 64 else "c>=128"
 
@@ -182,7 +187,8 @@ def evaluate(rows: pd.DataFrame | None = None, *, progress=None) -> pd.DataFrame
     for i, r in enumerate(rows.to_dict("records")):
         rec = {"id": r["id"], "family": MODELS.get(r["model_path"], (r["model_path"],))[0],
                "gpu": SYSTEMS.get(r["system"], r["system"]), "engine": r["backend"],
-               "engine_version": r.get("backend_version"), "mode": "colocated" if r["mode"] == "agg" else "disaggregated",
+               "engine_version": r.get("backend_version"),
+               "mode": "colocated" if r["mode"] == "agg" else "disaggregated",
                "isl": int(r["isl"]), "osl": int(r["osl"]), "concurrency": r["concurrency"],
                "ttft_measured_ms": float(r["silicon_ttft_ms"]), "tpot_measured_ms": float(r["silicon_tpot_ms"])}
         try:

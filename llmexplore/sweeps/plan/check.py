@@ -95,7 +95,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     the step times are not resolved by kernel data, :func:`~llmexplore.models.step.engine.not_resolved_reason`;
     empty when they are)."""
     from ...models.serving import simulator as sv
-    from ...models.serving.engines import Scheduler, policy_for
+    from ...models.serving.engines import Scheduler, runtime_policy
     from ...models.serving.workload import LengthDist, Traffic
 
     cfg = DeploymentConfig.from_json(cfg)
@@ -129,14 +129,10 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
             raise SpecError(f"capacity_scheduler_policy is TensorRT-LLM's: it needs a runtime preset of that engine "
                             f"(engine 'trtllm'), got runtime {runtime!r} (engine {engine!r})")
         knobs["capacity_scheduler_policy"] = capacity_scheduler_policy
-    rt = presets.runtime(runtime)
     if request_host_ms is not None:  # the caller's serving-stack time (0: the pure engine) replaces the preset's
         ms = _check.number("request_host_ms", request_host_ms, lo=0, hi=1e4, unit="ms")
         knobs.update(request_host_s=ms / 1e3, request_host_s_per_token=0.0)
-    else:
-        knobs.update(request_host_s=rt.request_host_ms / 1e3,
-                     request_host_s_per_token=rt.request_host_us_per_token / 1e6)
-    policy = policy_for(engine, **knobs)
+    policy = runtime_policy(presets.runtime(runtime), **knobs)
 
     def dep(s):
         return Deployment.build(cfg.model, cfg.gpu, s.ranks, runtime=runtime, weight_dtype=cfg.weight_dtype,
