@@ -140,9 +140,9 @@ def _run_e2e(args) -> int:
               f"measured sample; each row with its engine's preset): TPOT MAPE {s['tpot_mape_pct']:.1f}% (median "
               f"|error| {s['tpot_median_abs_pct']:.1f}%, median {s['tpot_median_error_pct']:+.1f}%); TTFT not "
               f"resolved: MAPE {s['ttft_mape_pct']:.0f}% (median |error| {s['ttft_median_abs_pct']:.0f}%, median "
-              f"{s['ttft_median_error_pct']:+.0f}%, {s['ttft_steady_median_error_pct']:+.0f}% without the first "
-              f"wave of clients): the sources do not say how their clients started, and at these loads that "
-              f"decides TTFT.")
+              f"{s['ttft_median_error_pct']:+.0f}% over AIPerf's 20 rounds, {s['ttft_steady_median_error_pct']:+.0f}% "
+              f"without the first, when every client starts at once): simulated clients that start together stay "
+              f"in step, measured ones drift apart, and the sources do not say how.")
         print(format_table(_nan_none(cats.to_dict("records")), E2E_COLS))
         for why, n in s["not_simulated"].items():
             print(f"not simulated ({n}): {why}")

@@ -433,7 +433,7 @@ __all__ += ['accuracy_records', 'category_records', 'validation_rows', 'ranking_
 # ---- serving end to end (issue 19 §2) ----------------------------------------------------------------------------
 def serving_record(table: pd.DataFrame) -> dict:
     """Section 6's records: benchmarks and simulated ones, TTFT and TPOT MAPE and median signed error [%] over all
-    and per engine, and the steady-state TTFT median error (the first wave of clients left out)."""
+    and per engine, and the TTFT median error with the benchmark's synchronised first round left out."""
     from ..sweeps.fidelity import e2e
 
     s = e2e.summary(table)
@@ -463,10 +463,11 @@ def serving_sentence(table: pd.DataFrame, *, short: bool = False) -> str:
             f"deployment. Mean TPOT: MAPE {s['tpot_mape_pct']:.1f}%, median error {s['tpot_median_error_pct']:+.1f}%, "
             f"from {best['tpot_mape_pct']:.0f}% for {best['category']} to {worst['tpot_mape_pct']:.0f}% for "
             f"{worst['category']}. Mean TTFT is not resolved: MAPE {s['ttft_mape_pct']:.0f}% (median |error| "
-            f"{s['ttft_median_abs_pct']:.0f}%), and leaving out the first wave of clients moves its median error "
-            f"from {s['ttft_median_error_pct']:+.0f}% to {s['ttft_steady_median_error_pct']:+.0f}%: at these loads "
-            f"TTFT is set by how the benchmark starts its clients and how the engine queues prompts behind a full "
-            f"KV cache, and the source states neither. {left:,} benchmarks are not simulated, {top[1]:,} of them "
+            f"{s['ttft_median_abs_pct']:.0f}%, median error {s['ttft_median_error_pct']:+.0f}% over the 20 rounds "
+            f"AIPerf measures, {s['ttft_steady_median_error_pct']:+.0f}% without the first, when every client "
+            f"starts at once): simulated clients that start together stay in step, while the measured TTFTs at a "
+            f"few clients show real ones drifting apart, and the source does not say how. {left:,} benchmarks "
+            f"are not simulated, {top[1]:,} of them "
             f"because {top[0].split(': ', 1)[-1]}.")
 
 

@@ -12,10 +12,12 @@ OSL, and the measured TTFT and TPOT [ms].
 **How a row is simulated** (:func:`row_config`):
 
 * model: the checkpoint's architecture preset (:data:`MODELS`); weights FP8 for ``fp8`` / ``fp8_block``, FP4 for
-  ``nvfp4``; KV BF16 [assumption: the source gives no KV dtype; aiconfigurator infers it from the checkpoint's
-  quantisation config, and the native DeepSeek FP8 and Meta/Qwen BF16 checkpoints quantise no KV] except the
-  NVIDIA ModelOpt checkpoints (``nvidia/*``), FP8 KV [assumption: ModelOpt's FP8/NVFP4 exports set
-  ``kv_cache_quant_algo`` FP8];
+  ``nvfp4``; KV FP8 wherever the weights are quantised so, BF16 otherwise [assumption: the source gives no KV
+  dtype. An engine serves FP8 and NVFP4 GEMMs from a checkpoint quantised that way, and for such a checkpoint
+  aiconfigurator itself, the sample's publisher, infers FP8 KV (``quant_algo`` fp8, fp8_block or nvfp4 sets
+  ``kvcache_quant_mode`` fp8: aic-core ``sdk/models/helpers.py`` ``_infer_quant_modes_from_raw_config`` at
+  095f58a5). The measurements agree where memory decides: Llama-3.1-70B FP4 on one B200 at 64 clients of
+  1,024 + 8,192 tokens needs 193 GB of BF16 KV, more than the GPU has, yet was served at 241 ms TTFT];
 * colocated: ``concurrency / batch_size`` instances of ``tp_size`` GPUs, ``max_num_seqs`` = ``batch_size`` (the
   engine's max batch, which the sample records), expert parallelism ``moe_ep_size``; weights as
   ``gemm_quant_mode`` says, the checkpoint's own dtype where no precision is recorded;
@@ -46,20 +48,22 @@ import pandas as pd
 from ... import _check, presets
 from ...errors import SpecError
 
-__all__ = ["E2E_CSV", "MODELS", "SYSTEMS", "CHUNK_TOKENS", "chunk_tokens", "load", "row_config", "n_requests",
+__all__ = ["E2E_CSV", "MODELS", "SYSTEMS", "CHUNK_TOKENS", "chunk_tokens", "load", "row_config", "n_requests", "round_weights", "ROUNDS",
            "evaluate",
            "summary", "category_table", "evaluate_runs", "METRICS"]
 
 E2E_CSV = presets.DATA_DIR / "validation" / "serving_e2e.csv"
-#: checkpoint -> (architecture preset, KV dtype) [KV: see the module docstring]
-MODELS = {"deepseek-ai/DeepSeek-R1": ("deepseek-r1", "bf16"), "deepseek-ai/DeepSeek-V3": ("deepseek-v3", "bf16"),
-          "nvidia/DeepSeek-R1-NVFP4": ("deepseek-r1", "fp8"), "meta-llama/Llama-3.1-70B": ("llama-3-70b", "bf16"),
-          "meta-llama/Llama-3.1-8B-Instruct": ("llama-3-8b", "bf16"),
-          "nvidia/Llama-3.1-8B-Instruct-FP8": ("llama-3-8b", "fp8"), "Qwen/Qwen3-32B": ("qwen3-32b", "bf16"),
-          "nvidia/Qwen3-32B-NVFP4": ("qwen3-32b", "fp8")}
+#: checkpoint -> architecture preset
+MODELS = {"deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+          "nvidia/DeepSeek-R1-NVFP4": "deepseek-r1", "meta-llama/Llama-3.1-70B": "llama-3-70b",
+          "meta-llama/Llama-3.1-8B-Instruct": "llama-3-8b", "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3-8b",
+          "Qwen/Qwen3-32B": "qwen3-32b", "nvidia/Qwen3-32B-NVFP4": "qwen3-32b"}
 #: aiconfigurator system -> GPU preset
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "gb200": "gb200"}
 WEIGHTS = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "bf16": "bf16", "bfloat16": "bf16"}
+#: the KV dtype of a row by its GEMM quantisation (module docstring: aiconfigurator's inference for a checkpoint
+#: quantised so)
+KV = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp8", "bf16": "bf16", "bfloat16": "bf16"}
 #: token budget of an iteration: TensorRT-LLM's max_num_tokens default 8192 (data/engines.yaml scheduling.trtllm)
 #: and vLLM's max_num_batched_tokens for its API server on GPUs of this class [assumption: the sample does not
 #: record it]; SGLang's is its own chunked_prefill_size default by GPU memory (chunk_tokens)
@@ -67,6 +71,14 @@ CHUNK_TOKENS = 8192
 #: requests per simulation: enough for the closed loop to turn over a few times, bounded for speed [modelling
 #: choice: the source does not say how many requests each benchmark ran]
 MIN_REQUESTS, TURNS, MAX_REQUESTS = 48, 4, 8000
+#: rounds of the closed loop the benchmark measures: aiconfigurator's generated benchmark runs AIPerf with
+#: ``--num-requests concurrency x 20`` after ``--warmup-request-count concurrency x 2``
+#: (src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2, BENCH_MULTI_ROUND default
+#: 20; its sflow generator the same with a warmup of ``concurrency``), and AIPerf waits for every warmup request
+#: to return before its profiling phase issues the first credits (aiperf/timing/credit_issuing_strategy.py
+#: ``_execute_phases`` at ai-dynamo/aiperf db4f6397), so every client starts at once [assumption: the sample's
+#: rows were measured this way; the source does not say]
+ROUNDS = 20
 METRICS = ("ttft", "tpot")
 _CONC = re.compile(r"silicon_concurrency=(\d+)")
 
@@ -103,7 +115,7 @@ def row_config(row) -> tuple[dict, str, int]:
         raise SpecError(f"not modelled: no preset for GPU {row['system']}")
     if not row["concurrency"] > 0:  # NaN too
         raise SpecError("not modelled: the row records no concurrency")
-    model, kv = MODELS[row["model_path"]]
+    model = MODELS[row["model_path"]]
     spec = presets.model(model)
     wq = next((row.get(c) for c in ("gemm_quant_mode", "precision") if isinstance(row.get(c), str)),
               spec.weight_dtype)  # no precision recorded (Llama-3.1-8B rows): the checkpoint's own dtype
@@ -124,7 +136,7 @@ def row_config(row) -> tuple[dict, str, int]:
             "ep": max(_int(row, "moe_ep_size"), 1) if spec.is_moe else 1, "max_num_seqs": seqs,
             "chunk_tokens": chunk_tokens(str(row["backend"]), SYSTEMS[row["system"]])}
     cfg = {"model": model, "gpu": SYSTEMS[row["system"]], "mode": "colocated", "weight_dtype": WEIGHTS[wq],
-           "kv_dtype": kv, "link": None, "sides": [side]}
+           "kv_dtype": KV[wq], "link": None, "sides": [side]}
     return cfg, str(row["backend"]), conc
 
 
@@ -145,27 +157,48 @@ def n_requests(concurrency: int) -> int:
     return int(max(min(max(TURNS * concurrency, MIN_REQUESTS + concurrency), MAX_REQUESTS), 2 * concurrency))
 
 
+def round_weights(n: int, concurrency: int, rounds: int = ROUNDS) -> np.ndarray:
+    """Weights [1] over ``n`` simulated requests of a closed loop of ``concurrency`` clients (in submission
+    order) that turn their means into those of a ``rounds``-round benchmark: turn ``k // concurrency`` (the last
+    holds any remainder); the first turn (every client at once) and the last (the loop draining) count once each,
+    the turns between share the other ``rounds - 2`` (with two turns simulated, the second takes them). Sums to 1.
+    Simulating every round of the largest loops would cost 5x more for the same steady state."""
+    c = max(int(concurrency), 1)
+    turns = max(n // c, 1)
+    turn = np.minimum(np.arange(n) // c, turns - 1)
+    if turns == 1:
+        return np.full(n, 1.0 / n)
+    per_turn = np.full(turns, (rounds - 2) / max(turns - 2, 1))
+    per_turn[0] = 1.0
+    per_turn[-1] = 1.0 if turns > 2 else rounds - 1.0
+    size = np.bincount(turn, minlength=turns).astype(float)
+    return per_turn[turn] / size[turn] / rounds
+
+
 def _simulate(cfg: dict, runtime: str, isl: int, osl: int, concurrency: int | None, rate_per_s: float | None,
               n: int) -> dict:
-    """The simulator's means on one configuration, over every request (``ttft_model_ms``, ``tpot_model_ms``:
-    what a benchmark that starts its clients at once and averages every request reports) and over the requests
-    after the first ``concurrency`` (``ttft_steady_ms``, ``tpot_steady_ms``: a benchmark that warms up first).
-    The sources say neither how their clients started nor whether they warmed up, and at these loads that
-    decides TTFT: both are kept."""
+    """The simulator's means on one configuration as the benchmark reports them (``ttft_model_ms``,
+    ``tpot_model_ms``: a closed loop that starts every client at once after its warmup drained and runs
+    :data:`ROUNDS` rounds, :func:`round_weights`; an open loop: every request), and over the requests after the
+    first ``concurrency`` (``ttft_steady_ms``, ``tpot_steady_ms``: the loop with its synchronised start left
+    out, for the sensitivity to how the clients started)."""
     from ..plan import simulate_config
 
     out = simulate_config(cfg, isl=isl, osl=osl, concurrency=concurrency, rate_per_s=rate_per_s, n_requests=n,
                           runtime=runtime)
     s, req = out["summary"], out["per_request"]
-    skip = concurrency if concurrency is not None and concurrency < len(req["ttft_s"]) else 0
+    n_done = len(req["ttft_s"])
+    closed = concurrency is not None and concurrency < n_done
+    w_bench = round_weights(n_done, concurrency) if closed else np.full(n_done, 1.0 / max(n_done, 1))
+    w_steady = np.where(np.arange(n_done) >= (concurrency if closed else 0), 1.0, 0.0)
 
-    def mean_ms(name, start):
-        v = np.asarray(req[name][start:], dtype=float)
-        v = v[np.isfinite(v)]
-        return float(v.mean()) * 1e3 if v.size else np.nan
+    def mean_ms(name, w):
+        v = np.asarray(req[name], dtype=float)
+        ok = np.isfinite(v) & (w > 0)
+        return float(np.sum(v[ok] * w[ok]) / np.sum(w[ok])) * 1e3 if ok.any() else np.nan
 
-    return {"ttft_model_ms": mean_ms("ttft_s", 0), "tpot_model_ms": mean_ms("tpot_s", 0),
-            "ttft_steady_ms": mean_ms("ttft_s", skip), "tpot_steady_ms": mean_ms("tpot_s", skip),
+    return {"ttft_model_ms": mean_ms("ttft_s", w_bench), "tpot_model_ms": mean_ms("tpot_s", w_bench),
+            "ttft_steady_ms": mean_ms("ttft_s", w_steady), "tpot_steady_ms": mean_ms("tpot_s", w_steady),
             "output_tokens_per_s_model": s["output_tokens_per_s"], "preemptions": s["preemptions"]}
 
 
@@ -185,7 +218,7 @@ def evaluate(rows: pd.DataFrame | None = None, *, progress=None) -> pd.DataFrame
     cache: dict = {}
     out = []
     for i, r in enumerate(rows.to_dict("records")):
-        rec = {"id": r["id"], "family": MODELS.get(r["model_path"], (r["model_path"],))[0],
+        rec = {"id": r["id"], "family": MODELS.get(r["model_path"], r["model_path"]),
                "gpu": SYSTEMS.get(r["system"], r["system"]), "engine": r["backend"],
                "engine_version": r.get("backend_version"),
                "mode": "colocated" if r["mode"] == "agg" else "disaggregated",
