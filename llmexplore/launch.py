@@ -1,10 +1,13 @@
-"""Engine command lines for a planned deployment: what a user types to run it with vLLM or SGLang.
+"""Engine command lines for a planned deployment: what a user types to run it with vLLM, SGLang or TensorRT-LLM.
 
 The deployment planner (``llmexplore.sweeps.plan``) picks a configuration; :func:`launch_commands` turns it
 into one launch command per role (colocated, or prefill and decode) for one engine, and :func:`launch_text`
 prints them with the router step a disaggregated deployment needs. Every flag comes from ``data/engines.yaml``,
 which records it from the engine's own argument parser at a named release; a configuration an engine cannot
-express gets ``command: None`` and a note saying why, never an invented flag.
+express gets ``command: None`` and a note saying why, never an invented flag. TensorRT-LLM (``trtllm-serve``)
+takes what its flags do not reach (the KV dtype, attention data parallelism, the KV transceiver of a
+disaggregated pool) from a YAML file of LLM API fields, ``--extra_llm_api_options``: an entry's ``files`` holds
+each file's name and text, and :func:`launch_text` writes them out before the command.
 
 The configuration (a :class:`llmexplore.deployment.DeploymentConfig` or its JSON, as the planner produces it)::
 
@@ -38,7 +41,7 @@ from .errors import SpecError
 
 __all__ = ["ENGINES", "emitted_flags", "engine_table", "launch_commands", "launch_text", "router_command"]
 
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang", "trtllm")
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")  # the dtypes the launch lines know checkpoints and flags for
 KV_DTYPES = ("bf16", "fp8")
 GPUS_PER_HOST = 8  # assumption: the common 8-GPU host; a larger instance needs the engine's multi-node flags
@@ -96,7 +99,6 @@ def _checkpoint(cfg: dict, engine: str, eng: dict) -> tuple[str | None, list[str
     native = entry.get("native_dtype", "bf16")
     want = cfg["weight_dtype"]
     choices = eng["choices"]
-    quant = eng["flags"]["quantization"]["flag"]
     notes = []
     if want == native or {want, native} == {"bf16", "fp16"}:
         if want != native:
@@ -106,7 +108,9 @@ def _checkpoint(cfg: dict, engine: str, eng: dict) -> tuple[str | None, list[str
         return None, [], [(f"{repo} is released in {native} and data/engines.yaml lists no {want} checkpoint of "
                           f"{cfg['model']}; engines do not up-cast a quantized checkpoint for serving")]
     if want == "fp8":
-        ckpt = entry.get("fp8")
+        listed = entry.get("fp8") or []
+        listed = [listed] if isinstance(listed, dict) else list(listed)
+        ckpt = next((c for c in listed if engine in c.get("engines", ())), listed[0] if listed else None)
         if ckpt and engine in ckpt.get("engines", ()):
             who = "official" if ckpt.get("official") else "third-party"
             notes.append(f"{ckpt['repo']} is the {who} FP8 checkpoint; the engine reads its quantization from "
@@ -119,15 +123,21 @@ def _checkpoint(cfg: dict, engine: str, eng: dict) -> tuple[str | None, list[str
         if native != "bf16" and native != "fp16":
             return None, [], [(f"{repo} is released in {native}; FP8 weights need an FP8 checkpoint, which "
                               "data/engines.yaml does not list")]
+        if choices.get("quantization_online_fp8") is None:
+            return None, [], notes + [(f"no FP8 checkpoint of {cfg['model']} that {eng['display_name']} loads is "
+                                       f"listed in data/engines.yaml, and its PyTorch backend reads the quantization "
+                                       f"from the checkpoint only (no load-time FP8): quantize {repo} offline with "
+                                       f"NVIDIA ModelOpt (examples/llm_ptq, --quant fp8) and serve the export")]
         notes.append(f"no FP8 checkpoint of {cfg['model']} that {eng['display_name']} loads is listed in "
                      f"data/engines.yaml: the engine quantizes {repo} to FP8 at load time")
-        return repo, [quant, choices["quantization_online_fp8"]], notes
+        return repo, [eng["flags"]["quantization"]["flag"], choices["quantization_online_fp8"]], notes
     # fp4
     ckpt = entry.get("fp4")
     if ckpt and engine in ckpt.get("engines", ()):
         who = "official" if ckpt.get("official") else "third-party (NVIDIA ModelOpt)"
         notes.append(f"{ckpt['repo']} is a {who} NVFP4 checkpoint")
-        return ckpt["repo"], [quant, choices["quantization_fp4_checkpoint"]], notes
+        fp4 = choices.get("quantization_fp4_checkpoint")  # None: the engine reads it from the checkpoint
+        return ckpt["repo"], [eng["flags"]["quantization"]["flag"], fp4] if fp4 else [], notes
     return None, [], [(f"no NVFP4 checkpoint of {cfg['model']} in data/engines.yaml, and {eng['display_name']} "
                       f"{eng['release']} cannot quantize a whole {native} checkpoint to FP4 at load time (its "
                       "online FP4 methods convert only MoE expert weights: vLLM nvfp4_per_token, SGLang "
@@ -194,6 +204,62 @@ def _sglang_parallel(cfg: dict, side: dict, eng: dict) -> tuple[list[str] | None
     return args, notes
 
 
+def _trtllm_parallel(cfg: dict, side: dict, eng: dict) -> tuple[list[str] | None, list[str], dict]:
+    """(flags, notes, LLM API fields for the extra-options file) of one side under trtllm-serve."""
+    f = eng["flags"]
+    ranks, ep, moe = side["ranks"], side["ep"], cfg["moe"]
+    notes, extra = [], {}
+    args = [f["backend"]["flag"], eng["choices"]["backend"], f["tensor_parallel"]["flag"], str(ranks)]
+    if moe and ep > 1:
+        args += [f["expert_parallel"]["flag"], str(ep)]
+        if ep < ranks:
+            notes.append(f"TensorRT-LLM shards each expert over ranks/ep = {ranks // ep} ranks (moe_tp_size)")
+    seqs = side["max_num_seqs"]
+    if side["layout"] == "DPA":
+        extra["enable_attention_dp"] = True
+        seqs = math.ceil(seqs / ranks)
+        notes.append(f"attention data parallel over the {ranks} ranks (enable_attention_dp); "
+                     f"{f['max_running_requests']['flag']} is taken per rank, ceil({side['max_num_seqs']} / {ranks}) "
+                     f"= {seqs} [assumption: each attention-DP rank schedules its own requests, as in vLLM and "
+                     f"SGLang; not read in TensorRT-LLM's source]")
+    if moe and cfg["moe_dispatch"] == "alltoall":
+        notes.append("no trtllm-serve flag or LLM API field read here selects DeepEP-style all-to-all dispatch, so "
+                     "none is written: TensorRT-LLM chooses its MoE communication itself")
+    args += [f["max_running_requests"]["flag"], str(seqs)]
+    if side["chunk_tokens"] is None and side["role"] != "decode":  # a decode pool never prefills
+        notes.append(f"whole prompts (TensorRT-LLM's default): {f['chunk_budget']['flag']} (default "
+                     f"{eng['chunked_prefill_default_tokens']:,}) must hold the longest prompt")
+    return args, notes, extra
+
+
+def _trtllm_files(cfg: dict, side: dict, eng: dict, extra: dict) -> tuple[list[str], dict]:
+    """(flags, {file name: YAML text}) of the extra-options file one side needs (none when it would be empty)."""
+    fields = dict(extra)
+    kv = eng["choices"]["kv_cache_dtype"][cfg["kv_dtype"]]
+    if kv != "auto":
+        fields["kv_cache_config"] = {"dtype": kv}
+    if side["role"] != "colocated":
+        fields["cache_transceiver_config"] = {"backend": eng["choices"]["cache_transceiver_backend"]}
+        if side["role"] == "prefill":  # examples/disaggregated/README.md: context servers run without it
+            fields["disable_overlap_scheduler"] = True
+    if not fields:
+        return [], {}
+    name = eng["extra_options_file"] if side["role"] == "colocated" else f"{side['role']}-{eng['extra_options_file']}"
+    return [eng["flags"]["extra_options"]["flag"], name], {name: _yaml(fields)}
+
+
+def _yaml(fields: dict, indent: int = 0) -> str:
+    """A small YAML mapping of bools, numbers, strings and nested mappings (what the extra-options files hold)."""
+    lines = []
+    for k, v in fields.items():
+        if isinstance(v, dict):
+            lines.append(" " * indent + f"{k}:")
+            lines.append(_yaml(v, indent + 2).rstrip("\n"))
+        else:
+            lines.append(" " * indent + f"{k}: {str(v).lower() if isinstance(v, bool) else v}")
+    return "\n".join(lines) + "\n"
+
+
 def _chunk_args(engine: str, side: dict, eng: dict) -> list[str]:
     f = eng["flags"]
     chunk = side["chunk_tokens"]
@@ -201,17 +267,21 @@ def _chunk_args(engine: str, side: dict, eng: dict) -> list[str]:
         if chunk is None:
             return [f["chunked_prefill_off"]["flag"]]
         return [f["chunked_prefill_on"]["flag"], f["chunk_budget"]["flag"], str(chunk)]
+    if engine == "trtllm":  # whole prompts by default (enable_chunked_prefill False)
+        return [] if chunk is None else [f["chunked_prefill_on"]["flag"], f["chunk_budget"]["flag"], str(chunk)]
     return [f["chunk_budget"]["flag"], str(chunk) if chunk is not None else eng["chunked_prefill_off"]]
 
 
-def _kv_args(cfg: dict, eng: dict) -> list[str]:
+def _kv_args(cfg: dict, engine: str, eng: dict) -> list[str]:
+    if engine == "trtllm":  # in the extra-options file (_trtllm_files)
+        return []
     value = eng["choices"]["kv_cache_dtype"][cfg["kv_dtype"]]
     return [] if value == "auto" else [eng["flags"]["kv_cache_dtype"]["flag"], value]
 
 
 def _pd_args(engine: str, role: str, eng: dict) -> list[str]:
     f = eng["flags"]
-    if role == "colocated":
+    if role == "colocated" or engine == "trtllm":  # trtllm: the transceiver is in the extra-options file
         return []
     if engine == "vllm":
         spec = {"kv_connector": eng["pd_connector"], "kv_role": eng["choices"]["kv_role"][role]}
@@ -228,12 +298,13 @@ def _join(argv: list[str]) -> str:
 
 
 def launch_commands(config: dict, engine: str) -> list[dict]:
-    """One entry per role of ``config`` for ``engine`` ("vllm" or "sglang"):
-    ``{"role", "instances", "gpus_per_instance", "command", "note", "flags"}``.
+    """One entry per role of ``config`` for ``engine`` ("vllm", "sglang" or "trtllm"):
+    ``{"role", "instances", "gpus_per_instance", "command", "note", "flags", "files"}``.
 
     ``command`` is the shell line to run once per instance (None when the engine cannot express the side;
-    ``note`` then says why), ``flags`` the option names it uses. Raises SpecError naming the field for a bad
-    config. Flags and checkpoints: data/engines.yaml.
+    ``note`` then says why), ``flags`` the option names it uses, ``files`` the files the command reads ({name:
+    text}; TensorRT-LLM's extra-options YAML, else empty). Raises SpecError naming the field for a bad config.
+    Flags and checkpoints: data/engines.yaml.
     """
     eng = _engine(engine)
     cfg = _validate(config)
@@ -241,7 +312,8 @@ def launch_commands(config: dict, engine: str) -> list[dict]:
     out = []
     for side in cfg["sides"]:
         entry = {"role": side["role"], "instances": side["instances"], "gpus_per_instance": side["ranks"],
-                 "command": None, "note": None, "flags": []}
+                 "command": None, "note": None, "flags": [], "files": {}}
+        extra: dict = {}
         notes = list(weight_notes)
         if side["layout"] == "DOP":
             notes = [(f"{eng['display_name']} {eng['release']} has no DOP layout (attention weights sharded like TP, "
@@ -250,13 +322,18 @@ def launch_commands(config: dict, engine: str) -> list[dict]:
             parallel = None
         elif repo is None:
             parallel = None
+        elif engine == "trtllm":
+            parallel, more, extra = _trtllm_parallel(cfg, side, eng)
+            notes += more
         else:
             parallel, more = (_vllm_parallel if engine == "vllm" else _sglang_parallel)(cfg, side, eng)
             notes += more
         if parallel is not None and repo is not None:
             head = shlex.split(eng["launch"].format(model=repo))
-            argv = head + parallel + weight_args + _kv_args(cfg, eng) + _chunk_args(engine, side, eng) + \
-                _pd_args(engine, side["role"], eng)
+            files_args, files = _trtllm_files(cfg, side, eng, extra) if engine == "trtllm" else ([], {})
+            argv = head + parallel + weight_args + _kv_args(cfg, engine, eng) + _chunk_args(engine, side, eng) + \
+                _pd_args(engine, side["role"], eng) + files_args
+            entry["files"] = files
             entry["command"] = _join(argv)
             entry["flags"] = [a for a in argv if a.startswith("--")]
             if side["ranks"] > GPUS_PER_HOST:
@@ -269,7 +346,8 @@ def launch_commands(config: dict, engine: str) -> list[dict]:
 
 def router_command(config: dict, engine: str) -> dict | None:
     """The router/proxy step a disaggregated config needs in front of its prefill and decode instances
-    (``{"command", "note"}``), or None for a colocated one. Hosts are placeholders (PREFILL_HOST_1, ...)."""
+    (``{"command", "note"}``, plus ``files`` for TensorRT-LLM's disagg_config.yaml), or None for a colocated one.
+    Hosts are placeholders (PREFILL_HOST_1, ...)."""
     eng = _engine(engine)
     cfg = _validate(config)
     if cfg["mode"] == "colocated":
@@ -278,6 +356,14 @@ def router_command(config: dict, engine: str) -> dict | None:
     port = eng["default_port"]
     prefill = [f"PREFILL_HOST_{i + 1}" for i in range(n["prefill"])]
     decode = [f"DECODE_HOST_{i + 1}" for i in range(n["decode"])]
+    if engine == "trtllm":
+        def servers(hosts):
+            return {"num_instances": len(hosts), "urls": "[" + ", ".join(f'"{h}:{port}"' for h in hosts) + "]"}
+
+        text = _yaml({"hostname": "0.0.0.0", "port": port, "backend": eng["choices"]["backend"],
+                      "context_servers": servers(prefill), "generation_servers": servers(decode)})
+        return {"command": eng["router"]["command"], "note": eng["router"]["note"],
+                "files": {eng["router"]["config_file"]: text}}
     if engine == "vllm":
         cmd = eng["router"]["command"].format(
             prefill_hosts=" ".join(prefill), prefill_ports=" ".join([str(port)] * len(prefill)),
@@ -305,6 +391,7 @@ def launch_text(config: dict, engine: str) -> str:
         if e["command"] is None:
             lines.append("#   not expressible: " + (e["note"] or ""))
         else:
+            lines += _heredocs(e.get("files") or {})
             argv = shlex.split(e["command"])
             lines.append(_format_argv(argv))
             if e["note"]:
@@ -312,9 +399,18 @@ def launch_text(config: dict, engine: str) -> str:
     router = router_command(config, engine)
     if router is not None:
         lines.append("# router (start after the prefill and decode instances):")
+        lines += _heredocs(router.get("files") or {})
         lines.append(router["command"])
         lines.append("#   note: " + router["note"])
     return "\n".join(lines) + "\n"
+
+
+def _heredocs(files: dict) -> list[str]:
+    """Shell lines that write each file: ``cat > NAME <<'EOF'`` ... ``EOF``."""
+    out = []
+    for name, text in files.items():
+        out += [f"cat > {shlex.quote(name)} <<'EOF'", text.rstrip("\n"), "EOF"]
+    return out
 
 
 def _format_argv(argv: list[str]) -> str:

@@ -17,6 +17,11 @@ It reads the option strings each engine registers, from the source text only (no
   (``sglang/srt/arg_groups/arg_utils.py``) registers; plus literal ``add_argument`` strings in
   ``sglang/srt/server_args.py``.
 
+* TensorRT-LLM (no wheel on PyPI, only a source stub pointing to pypi.nvidia.com: check out the commit the
+  YAML names, ``git clone https://github.com/NVIDIA/TensorRT-LLM && git -C TensorRT-LLM checkout 00209af149``,
+  and pass ``--trtllm TensorRT-LLM``): every string literal starting with ``--`` passed to a
+  ``click.option(...)`` call in the cited ``tensorrt_llm/commands/serve.py``.
+
 It prints each recorded flag with the file and line that registers it, and exits 1 if a recorded flag is not
 registered in the file the YAML cites. (The choice values under `choices` are checked by hand against the
 files named in `sources`.)
@@ -39,6 +44,18 @@ def _add_argument_flags(path: Path) -> dict[str, int]:
     out: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            for a in node.args:
+                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--"):
+                    out.setdefault(a.value, node.lineno)
+    return out
+
+
+def _click_option_flags(path: Path) -> dict[str, int]:
+    """Option strings of every ``click.option("--x", "--y", ...)`` call (a decorator) in a file -> line."""
+    out: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "option"
+                and getattr(node.func.value, "id", None) == "click"):
             for a in node.args:
                 if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--"):
                     out.setdefault(a.value, node.lineno)
@@ -85,7 +102,7 @@ def registered(engine: str, src: Path, files: set[str]) -> dict[str, tuple[str, 
     out: dict[str, tuple[str, int]] = {}
     for rel in sorted(files):
         path = src / rel
-        flags = _add_argument_flags(path)
+        flags = _click_option_flags(path) if engine == "trtllm" else _add_argument_flags(path)
         if engine == "sglang" and "/arg_groups/fields/" in rel:
             flags.update(_dataclass_flags(path))
         for f, line in flags.items():
@@ -116,11 +133,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vllm", type=Path, help="unpacked vLLM release (the directory holding vllm/)")
     ap.add_argument("--sglang", type=Path, help="unpacked SGLang release (the directory holding sglang/)")
+    ap.add_argument("--trtllm", type=Path, help="TensorRT-LLM source at the YAML's commit (holding tensorrt_llm/)")
     ap.add_argument("--yaml", type=Path, default=ROOT / "data" / "engines.yaml")
     args = ap.parse_args(argv)
     table = yaml.safe_load(args.yaml.read_text(encoding="utf-8"))
     problems = []
-    for engine in ("vllm", "sglang"):
+    for engine in ("vllm", "sglang", "trtllm"):
         src = getattr(args, engine)
         if src is not None:
             problems += check(engine, table["engines"][engine], src)

@@ -89,8 +89,10 @@ def add(sub) -> None:
                    help="KV-transfer link of disaggregated serving (default: the GPU's scale-out link)")
     p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
                    help="runtime preset (default: default)")
-    p.add_argument("--engine", default="vllm", action=Checked, check=one_of(["vllm", "sglang"]), metavar="E",
-                   help="engine whose launch commands are printed (both are in --json) (default: vllm)")
+    p.add_argument("--engine", default="vllm", action=Checked, check=one_of(["vllm", "sglang", "trtllm"]),
+                   metavar="E", help="engine whose launch commands are printed: vllm, sglang or trtllm "
+                                     "(trtllm-serve, with its extra-options YAML); all three are in --json "
+                                     "(default: vllm)")
     p.add_argument("--top", default=8, action=Checked, check=int_in(1, 1000), metavar="K",
                    help="configurations listed (default: 8)")
     p.add_argument("--simulate", default=0, action=Checked, check=int_in(0, 10), metavar="K",
@@ -154,7 +156,7 @@ def run(args) -> int:
         print(f"launch ({args.engine}):")
         for e in b["launch"][args.engine]:
             head = f"  {e['role']}: {e['instances']} x {e['gpus_per_instance']} GPUs"
-            print(head + (f"\n    {e['command']}" if e.get("command") else "") +
+            print(head + _files_text(e) + (f"\n    {e['command']}" if e.get("command") else "") +
                   (f"\n    note: {e['note']}" if e.get("note") else ""))
     for s in doc["simulation"]:
         print(s["sentence"])
@@ -164,6 +166,14 @@ def run(args) -> int:
     if v is not None and b is not None and v["label"] != b["label"]:
         print(f"launch ({args.engine}) of {v['label']}, the best that meets both targets in the simulation:")
         for e in v["launch"][args.engine]:
-            print(f"  {e['role']}: {e['instances']} x {e['gpus_per_instance']} GPUs"
+            print(f"  {e['role']}: {e['instances']} x {e['gpus_per_instance']} GPUs" + _files_text(e)
                   + (f"\n    {e['command']}" if e.get("command") else ""))
     return EXIT_OK
+
+
+def _files_text(entry: dict) -> str:
+    """The files a launch command reads (TensorRT-LLM's extra-options YAML), each under a 'file NAME:' line."""
+    out = ""
+    for name, text in (entry.get("files") or {}).items():
+        out += f"\n    file {name}:" + "".join(f"\n      {line}" for line in text.rstrip("\n").splitlines())
+    return out

@@ -128,7 +128,7 @@ def launch_of(row: dict, q: sp.Question) -> dict:
     from .. import launch
 
     cfg = sp.config_of(row, q)
-    return {eng: launch.launch_commands(cfg, eng) for eng in ("vllm", "sglang")}
+    return {eng: launch.launch_commands(cfg, eng) for eng in launch.ENGINES}
 
 
 def _clean(d):
@@ -220,14 +220,14 @@ def frontier_title(res: dict) -> str:
 
 
 def launch_texts(res: dict) -> dict:
-    """The best configuration's launch steps as text per engine ({"vllm": text, "sglang": text}; empty when
+    """The best configuration's launch steps as text per engine ({"vllm": text, "sglang": text, "trtllm": text}; empty when
     nothing is feasible): :func:`llmexplore.launch.launch_text`."""
     from .. import launch
 
     if res["best"] is None:
         return {}
     cfg = sp.config_of(res["best"], res["question"])
-    return {eng: launch.launch_text(cfg, eng) for eng in ("vllm", "sglang")}
+    return {eng: launch.launch_text(cfg, eng) for eng in launch.ENGINES}
 
 
 def launch_sentence(res: dict) -> str:
@@ -241,7 +241,7 @@ def launch_sentence(res: dict) -> str:
                   f"GPU{'s' if s.ranks != 1 else ''}" for s in cfg.sides])
     table = launch.engine_table()["engines"]
     ok, no = [], []
-    for eng in ("vllm", "sglang"):
+    for eng in launch.ENGINES:
         name = f"{table[eng]['display_name']} {table[eng]['release']}"
         missing = [e for e in launch.launch_commands(cfg, eng) if e["command"] is None]
         (no if missing else ok).append((name, missing[0]["note"] if missing else ""))

@@ -178,11 +178,15 @@ def rate_figure(sweep: pd.DataFrame, *, rate_per_s: float | None = None, gpus: i
     return {"data": data, "layout": base_layout(title, height=430, **lay)}
 
 
+#: the engines' names in table headers and launch blocks
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
 def top_people_table(top: pd.DataFrame, stat: str = "p90") -> PeopleTable:
     """The top configurations (:func:`llmexplore.sweeps.plan.top_table`) for people: sizes, throughput,
-    latency at ``stat`` and the vLLM and SGLang flags per role."""
+    latency at ``stat`` and the vLLM, SGLang and TensorRT-LLM flags per role."""
     shared = {k: v for k, v in top.attrs.get("shared_flags", {}).items() if v}
-    names = {"vllm": "vLLM", "sglang": "SGLang"}
+    names = ENGINE_TITLES
     caption = ("Every configuration below also takes " + "; ".join(f"in {names.get(k, k)}: {v}" for k, v in
                                                                    shared.items())) if shared else ""
     return people_table(top, {
@@ -190,7 +194,7 @@ def top_people_table(top: pd.DataFrame, stat: str = "p90") -> PeopleTable:
         "n_decode": "decode / colocated instances", "rate_per_s": "rate [req/s]",
         "tokens_per_s_per_gpu": "output tokens/s per GPU", "tokens_per_s_per_user": "tokens/s per user",
         "ttft_ms": f"TTFT {stat} [ms]", "tpot_ms": f"TPOT {stat} [ms]", "max_num_seqs": "max running requests",
-        "vllm": "vLLM flags", "sglang": "SGLang flags"}, caption=caption)
+        **{e: f"{t} flags" for e, t in ENGINE_TITLES.items()}}, caption=caption)
 
 
 def check_people_table(checks: pd.DataFrame, stat: str = "p90") -> PeopleTable:
@@ -227,4 +231,4 @@ class LaunchBlock:
 
 def launch_block(texts: dict[str, str]) -> LaunchBlock:
     """The best configuration's launch steps (:func:`llmexplore.findings.plan.launch_texts`) as text blocks."""
-    return LaunchBlock(texts, {"vllm": "vLLM", "sglang": "SGLang"})
+    return LaunchBlock(texts, ENGINE_TITLES)

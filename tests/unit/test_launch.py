@@ -64,7 +64,34 @@ def test_every_emitted_flag_is_recorded_from_the_engine_parser(engine):
                 assert [a for a in argv if a.startswith("--")] == entry["flags"]
                 emitted |= set(entry["flags"])
     assert emitted <= recorded, sorted(emitted - recorded)
-    assert len(emitted) >= 8  # the spread reaches most of the recorded flags
+    assert len(emitted) >= min(8, len(recorded))  # the spread reaches most of the recorded flags
+
+
+def test_trtllm_files_hold_only_recorded_llm_api_fields():
+    """TensorRT-LLM's extra-options YAML (and the router's disagg_config.yaml) parse, name the file the command
+    reads, and set only the LLM API fields data/engines.yaml records with their sources."""
+    import yaml
+
+    allowed = set(launch.engine_table()["engines"]["trtllm"]["llm_api_fields"])
+    seen = set()
+    for cfg in _all_configs():
+        for e in launch.launch_commands(cfg, "trtllm"):
+            if e["command"] is None:
+                assert e["files"] == {}
+                continue
+            for name, text in e["files"].items():
+                assert f"--extra_llm_api_options {name}" in e["command"]
+                doc = yaml.safe_load(text)
+                keys = {f"{k}.{kk}" if isinstance(v, dict) else k for k, v in doc.items()
+                        for kk in (v if isinstance(v, dict) else [None])}
+                assert keys <= allowed, keys - allowed
+                seen |= keys
+            if cfg["kv_dtype"] == "fp8":
+                assert any(yaml.safe_load(t)["kv_cache_config"]["dtype"] == "fp8" for t in e["files"].values())
+    assert seen == allowed  # the spread writes every recorded field
+    router = launch.router_command(_disagg(), "trtllm")
+    doc = yaml.safe_load(router["files"]["disagg_config.yaml"])
+    assert doc["context_servers"]["num_instances"] == 2 and len(doc["generation_servers"]["urls"]) == 1
 
 
 @pytest.mark.parametrize("engine", launch.ENGINES)
@@ -73,7 +100,7 @@ def test_recorded_flags_come_from_the_cited_files(engine):
     entry = launch.engine_table()["engines"][engine]
     by_flag = {v["flag"]: v for v in entry["flags"].values()}
     assert set(entry["recorded_flags"]) == set(by_flag)
-    prefix = {"vllm": "vllm/", "sglang": "sglang/srt/arg_groups/fields/"}[engine]
+    prefix = {"vllm": "vllm/", "sglang": "sglang/srt/arg_groups/fields/", "trtllm": "tensorrt_llm/commands/"}[engine]
     for flag, spec in by_flag.items():
         assert flag.startswith("--") and spec["file"].startswith(prefix), flag
     assert entry["release"] and "commit" in entry and entry["sources"]["flags"]
@@ -97,6 +124,11 @@ def test_the_extraction_rules_read_flags_from_source(tmp_path):
     b.write_text(fields)
     assert set(mod._add_argument_flags(a)) == {"--tensor-parallel-size", "--max-num-seqs"}
     assert set(mod._dataclass_flags(b)) == {"--tp-size", "--tensor-parallel-size", "--nnodes"}
+    c = tmp_path / "serve.py"  # TensorRT-LLM's trtllm-serve: click decorators
+    c.write_text('@click.command("serve")\n@click.argument("model", type=str)\n'
+                 '@click.option("--tensor_parallel_size",\n              "--tp_size", type=int, default=1)\n'
+                 '@click.option("--enable_chunked_prefill", is_flag=True)\ndef serve(model): pass\n')
+    assert set(mod._click_option_flags(c)) == {"--tensor_parallel_size", "--tp_size", "--enable_chunked_prefill"}
 
 
 @pytest.mark.parametrize("engine", launch.ENGINES)
@@ -116,7 +148,7 @@ def test_dtype_mapping():
     assert "--kv-cache-dtype fp8_e4m3" in launch.launch_commands(fp8kv, "sglang")[0]["command"]
     assert "--kv-cache-dtype" not in launch.launch_commands(_config("qwen3-32b"), "vllm")[0]["command"]
     ckpt = _config("qwen3-32b", weight_dtype="fp8")
-    for engine in launch.ENGINES:
+    for engine in ("vllm", "sglang"):  # TensorRT-LLM: test_trtllm_reads_quantization_from_the_checkpoint
         [e] = launch.launch_commands(ckpt, engine)
         assert "Qwen/Qwen3-32B-FP8" in e["command"] and "--quantization" not in e["flags"]
     online = _config("llama-3-70b", weight_dtype="fp8")
@@ -126,12 +158,33 @@ def test_dtype_mapping():
     fp4 = dict(_config("deepseek-r1", weight_dtype="fp4", sides=[_side(ep=8)]), gpu="b200")
     for engine in launch.ENGINES:
         assert "nvidia/DeepSeek-R1-FP4 --" in launch.launch_commands(fp4, engine)[0]["command"] + " --"
-        assert "modelopt_fp4" in launch.launch_commands(fp4, engine)[0]["command"]
+        assert ("modelopt_fp4" in launch.launch_commands(fp4, engine)[0]["command"]) == (engine != "trtllm")
     dense_fp4 = dict(_config("qwen3-32b", weight_dtype="fp4"), gpu="b200")
     [e] = launch.launch_commands(dense_fp4, "vllm")
     assert e["command"] is None and "FP4" in e["note"]
     native = _config("deepseek-v3", weight_dtype="fp8", sides=[_side(ep=8)])
     assert "deepseek-ai/DeepSeek-V3 " in launch.launch_commands(native, "vllm")[0]["command"]
+
+
+def test_trtllm_reads_quantization_from_the_checkpoint():
+    """trtllm-serve: no quantization flag; an FP8 Llama runs NVIDIA's ModelOpt checkpoint (TensorRT-LLM's
+    perf-benchmarking guide), a model with no listed TensorRT-LLM FP8 checkpoint is not expressible, with the
+    ModelOpt route in its note; FP4 DeepSeek runs nvidia/DeepSeek-R1-FP4; the KV dtype goes to the YAML file."""
+    [e] = launch.launch_commands(_config("llama-3-70b", weight_dtype="fp8", kv_dtype="fp8"), "trtllm")
+    assert e["command"].startswith("trtllm-serve nvidia/Llama-3.1-70B-Instruct-FP8 --backend pytorch --tp_size 8")
+    assert "--quantization" not in e["command"] and "dtype: fp8" in e["files"]["extra-llm-api-config.yaml"]
+    assert "--max_batch_size 256 --enable_chunked_prefill --max_num_tokens 8192" in e["command"]
+    [q] = launch.launch_commands(_config("qwen3-32b", weight_dtype="fp8"), "trtllm")
+    assert q["command"] is None and "ModelOpt" in q["note"] and q["files"] == {}
+    [b] = launch.launch_commands(_config("qwen3-32b"), "trtllm")  # BF16, BF16 KV: no file at all
+    assert b["command"].startswith("trtllm-serve Qwen/Qwen3-32B ") and b["files"] == {}
+    fp4 = dict(_config("deepseek-r1", weight_dtype="fp4", sides=[_side(ep=8, layout="DPA", chunk_tokens=None)]),
+               gpu="b200")
+    [d] = launch.launch_commands(fp4, "trtllm")
+    assert d["command"].startswith("trtllm-serve nvidia/DeepSeek-R1-FP4 --backend pytorch --tp_size 8 --ep_size 8 "
+                                   "--max_batch_size 32")  # per attention-DP rank: 256 / 8
+    assert "--enable_chunked_prefill" not in d["command"] and "whole prompts" in d["note"]
+    assert "enable_attention_dp: true" in d["files"]["extra-llm-api-config.yaml"]
 
 
 @pytest.mark.parametrize("engine", launch.ENGINES)
@@ -141,7 +194,12 @@ def test_disaggregated_gives_two_roles_and_a_router(engine):
     assert [e["role"] for e in entries] == ["prefill", "decode"]
     assert [e["instances"] for e in entries] == [2, 1]
     assert all(e["command"] for e in entries)
-    if engine == "sglang":
+    if engine == "trtllm":  # the KV transceiver and the context side's overlap scheduler live in the YAML files
+        pre, dec = (list(e["files"].values())[0] for e in entries)
+        assert "cache_transceiver_config:\n  backend: DEFAULT" in pre and "disable_overlap_scheduler: true" in pre
+        assert "cache_transceiver_config" in dec and "disable_overlap_scheduler" not in dec
+        assert "disagg_config.yaml" in launch.launch_text(cfg, engine)
+    elif engine == "sglang":
         assert "--disaggregation-mode prefill" in entries[0]["command"]
         assert "--disaggregation-mode decode" in entries[1]["command"]
         assert "--attn-dp-size 8" in entries[0]["command"] and "--tp-size 8" in entries[0]["command"]

@@ -108,10 +108,24 @@ def launch_arguments(row: dict, q: Question, engine: str, *, leave_out=()) -> st
     parts = []
     for e in launch.launch_commands(config_of(row, q), engine):
         head = f"{e['role']} x{e['instances']}"
-        flags = [f for f in _flag_groups(e["command"]) if f not in set(leave_out)]
+        flags = [f for f in _flag_groups(e["command"]) if f not in set(leave_out)] + _file_fields(e)
         parts.append(f"{head}: {' '.join(flags) or '(only the shared flags)'}" if e["command"] else
                      f"{head}: not expressible ({e['note']})")
     return "; ".join(parts)
+
+
+def _file_fields(entry: dict) -> list[str]:
+    """The fields of the files a launch command reads (TensorRT-LLM's extra-options YAML) as ``[name: a.b=v,
+    ...]``, so that rows which differ only there (KV dtype, attention data parallelism) still read apart."""
+    import yaml
+
+    out = []
+    for name, text in (entry.get("files") or {}).items():
+        doc = yaml.safe_load(text) or {}
+        fields = [f"{k}.{kk}={vv}" if isinstance(v, dict) else f"{k}={v}" for k, v in doc.items()
+                  for kk, vv in (v.items() if isinstance(v, dict) else [(None, None)])]
+        out.append(f"[{name}: {', '.join(fields)}]")
+    return out
 
 
 def shared_flags(res: dict, k: int = TOP, engine: str = "vllm") -> list[str]:
@@ -132,14 +146,16 @@ def shared_flags(res: dict, k: int = TOP, engine: str = "vllm") -> list[str]:
 
 
 def top_table(res: dict, k: int = TOP) -> pd.DataFrame:
-    """The ``k`` best feasible configurations of a :func:`plan` result with their launch flags for vLLM and
-    SGLang (columns of :data:`TABLE_COLUMNS` plus ``vllm`` and ``sglang``). Flags every row takes
+    """The ``k`` best feasible configurations of a :func:`plan` result with their launch flags for vLLM, SGLang
+    and TensorRT-LLM (columns of :data:`TABLE_COLUMNS` plus ``vllm``, ``sglang`` and ``trtllm``). Flags every row takes
     (:func:`shared_flags`) are left out of the rows and listed in ``attrs["shared_flags"]`` ({engine: text})."""
     k = _check.integer("k", k, lo=1, hi=10_000)
     q = res["question"]
     ok = res["table"][res["table"]["feasible"]].head(k).reset_index(drop=True)
-    shared = {eng: shared_flags(res, k, eng) for eng in ("vllm", "sglang")}
-    for eng in ("vllm", "sglang"):
+    from ... import launch
+
+    shared = {eng: shared_flags(res, k, eng) for eng in launch.ENGINES}
+    for eng in launch.ENGINES:
         ok[eng] = [launch_arguments(r, q, eng, leave_out=shared[eng]) for r in ok.to_dict("records")]
     ok.attrs["shared_flags"] = {eng: " ".join(v) for eng, v in shared.items()}
     return ok

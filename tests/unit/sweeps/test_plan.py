@@ -182,16 +182,16 @@ def test_bad_questions_name_the_field(field, value, match):
 
 
 # ---- output: launch commands, sentences, the simulator check ------------------------------------------------------
-def test_best_config_gives_launch_commands_for_both_engines(ref):
+def test_best_config_gives_launch_commands_for_every_engine(ref):
     cfg = sp.config_of(ref["best"], REF)
     roles = [s.role for s in cfg.sides]
     assert roles == (["colocated"] if cfg.mode == "colocated" else ["prefill", "decode"])
-    for eng in ("vllm", "sglang"):
+    for eng in launch.ENGINES:
         cmds = launch.launch_commands(cfg, eng)
         assert [c["role"] for c in cmds] == roles
         assert all(c["command"] or c["note"] for c in cmds)
     doc = fp.summary(ref, top=3)
-    assert doc["best"]["config"] == cfg.to_json() and set(doc["best"]["launch"]) == {"vllm", "sglang"}
+    assert doc["best"]["config"] == cfg.to_json() and set(doc["best"]["launch"]) == {"vllm", "sglang", "trtllm"}
     assert len(doc["top"]) == 3 and doc["feasible"] <= doc["configurations"]
     assert f"{ref['best']['gpus']:.0f} GPUs" in doc["sentences"][0]
 
@@ -261,8 +261,21 @@ def test_cli_plan_json_is_the_same_with_a_worker_pool(capsys):
     assert a == b
     assert a["best_mode"] in MODES and a["best"]["mode"] == a["best_mode"]
     assert set(a["frontiers"]) == set(MODES) and all(a["frontiers"][m] for m in MODES)
-    assert set(a["best"]["launch"]) == {"vllm", "sglang"} and a["best"]["config"]["sides"]
+    assert set(a["best"]["launch"]) == {"vllm", "sglang", "trtllm"} and a["best"]["config"]["sides"]
     assert a["disagg_over_agg_ratio"] > 0
+
+
+def test_cli_plan_prints_trtllm_serve_with_its_options_file(capsys):
+    """Issue 19 §1: `plan --engine trtllm` prints trtllm-serve lines and the YAML file each one reads (FP8 Llama
+    runs NVIDIA's ModelOpt checkpoint; FP8 KV is a kv_cache_config field, not a flag)."""
+    from llmexplore import cli
+
+    argv = [a for a in PLAN_ARGV if a != "--json"] + ["--kv-dtype", "fp8", "--engine", "trtllm"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "launch (trtllm):" in out and "trtllm-serve nvidia/Llama-3.1-8B-Instruct-FP8 --backend pytorch" in out
+    assert "file extra-llm-api-config.yaml:" in out or "file prefill-extra-llm-api-config.yaml:" in out
+    assert "dtype: fp8" in out and "--extra_llm_api_options" in out
 
 
 def test_cli_simulate_reads_a_plan_and_gives_distributions(capsys, tmp_path):

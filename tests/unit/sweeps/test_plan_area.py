@@ -77,14 +77,23 @@ def test_top_table_lists_the_flags_every_row_shares_once(res):
     shared = top.attrs["shared_flags"]
     assert "--kv-transfer-config" in shared["vllm"] and "--disaggregation-transfer-backend" in shared["sglang"]
     for row in top.to_dict("records"):
-        for eng in ("vllm", "sglang"):
-            full = " ".join(e["command"] for e in launch.launch_commands(sp.config_of(row, REF), eng))
+        for eng in launch.ENGINES:
+            full = " ".join(e["command"] for e in launch.launch_commands(sp.config_of(row, REF), eng)
+                            if e["command"])
             assert all(f in full for f in shlex.split(shared[eng]) if f.startswith("--"))
-            assert shared[eng].split()[0] not in row[eng]  # left out of the rows
+            if shared[eng]:
+                assert shared[eng].split()[0] not in row[eng]  # left out of the rows
+    # Qwen3-32B FP8 has no FP8 checkpoint TensorRT-LLM loads listed, so its rows say why and share nothing
+    assert shared["trtllm"] == "" and "not expressible" in top.loc[0, "trtllm"] and "ModelOpt" in top.loc[0, "trtllm"]
     assert top.loc[0, "vllm"].startswith("prefill x7: --tensor-parallel-size 2")
     assert "decode x4: --tp-size 4 --max-running-requests 64" in top.loc[0, "sglang"]
     one = sp.top_table(res, 1)  # a single row shares nothing with anyone: all its flags stay in it
-    assert one.attrs["shared_flags"] == {"vllm": "", "sglang": ""} and "--kv-transfer-config" in one.loc[0, "vllm"]
+    assert one.attrs["shared_flags"] == {"vllm": "", "sglang": "", "trtllm": ""}
+    assert "--kv-transfer-config" in one.loc[0, "vllm"]
+    # TensorRT-LLM's rows carry what their extra-options files set, so rows that differ only there read apart
+    bf16 = dict(res["best"], weight_dtype="bf16")
+    want = "[prefill-extra-llm-api-config.yaml: kv_cache_config.dtype=fp8, cache_transceiver_config.backend=DEFAULT"
+    assert want in sp.launch_arguments(bf16, REF, "trtllm")
 
 
 def test_simulate_best_runs_the_best_configuration_at_its_rate(res, sim):
@@ -231,7 +240,7 @@ def test_tables_for_people_carry_units_and_the_shared_flags(res):
                                                          ttft_sim_ms=317.0, ttft_gap_pct=6.66, disagrees=False)]))
     assert checks.frame.loc[0, "TTFT gap [%]"] == "6.7" and checks.frame.loc[0, "more than 10% apart"] == "no"
     html = pp.launch_block(fp.launch_texts(res))._repr_html_()
-    assert html.count("<pre") == 2 and "vllm serve Qwen/Qwen3-32B-FP8" in html
+    assert html.count("<pre") == 3 and "vllm serve Qwen/Qwen3-32B-FP8" in html and "TensorRT-LLM" in html
 
 
 # ---- the explorer (as in test_widgets.py) ---------------------------------------------------------------------
