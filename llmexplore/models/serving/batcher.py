@@ -150,7 +150,9 @@ class Batcher:
         # reservation to completion (EnginePolicy.reserve_to_completion): each request's blocks at its last token,
         # and the sum of those of the admitted requests, which never exceeds the capacity
         self.reserve = bool(policy.reserve_to_completion)
-        self.final = [-(-(p + o) // self.bt) for p, o in zip(self.P, self.O)] if self.reserve else []
+        cap = policy.reserve_output_tokens  # None: every output token
+        self.final = ([-(-(p + (o if cap is None else min(o, cap))) // self.bt) for p, o in zip(self.P, self.O)]
+                      if self.reserve else [])
         self.committed = 0
         # what fast_forward reads on every call, none of it ever rebound: one attribute load instead of many
         self._ff = (self.heap, self.state, self.fin_it, self.bucket, self.bt, self.waiting, self.fresh, self.P,

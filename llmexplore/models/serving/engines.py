@@ -90,6 +90,10 @@ class EnginePolicy:
     #: whether admission reserves the KV blocks of a request's whole sequence (prompt + every output token)
     #: beside those of the requests already admitted, so that nothing admitted is ever preempted
     reserve_to_completion = False
+    #: with ``reserve_to_completion``: the most output tokens a request's reservation counts (None: all of
+    #: them). A request whose output runs past it holds more blocks than were reserved, and the base
+    #: preemption frees blocks if they run out
+    reserve_output_tokens: int | None = None
     #: whether a prompt may be split over iterations (chunked prefill: vLLM V1 always); False: a prompt runs
     #: whole in one iteration, admitted only when it fits the iteration's token budget beside the decodes and
     #: the other prompts (a prompt longer than the budget runs as the iteration's only prompt)
@@ -167,9 +171,34 @@ class TrtllmPolicy(EnginePolicy):
                 f"enable_chunked_prefill={self.chunked_prefill!r}, {self._host_repr()})")
 
 
+class SglangPolicy(EnginePolicy):
+    """SGLang's admission (``PrefillAdder`` in ``python/sglang/srt/managers/schedule_policy.py``, sglang 0.5.23;
+    data/engines.yaml cites it). A waiting request is admitted when its prompt plus
+    ``min(max_new_tokens, CLIP_MAX_NEW_TOKENS)`` output tokens fit in the KV pool beside what the running
+    requests hold. Each running request also counts ``min(remaining output, CLIP_MAX_NEW_TOKENS)`` times the
+    new-token ratio. For a request that ignores EOS, as a benchmark's does, that ratio is 1.0
+    (``_get_running_request_total_token_offset``: "Fixed-length requests cannot benefit from the early-EOS
+    estimate"). The simulator's requests end at a known output length, so they are modelled as such requests:
+    admission reserves each request's prompt + min(output, 4,096) tokens. When an output longer than 4,096 runs
+    past its reservation and the pool runs out, SGLang retracts decodes; the base policy's preemption by
+    recompute stands in for that.
+
+    Not modelled:
+
+    * the ratio for requests that may stop early (0.7, decaying to 0.098 over 600 steps), which needs each
+      client's max_tokens;
+    * the growth of a long request's reservation as it decodes (its reservation is fixed at admission here);
+    * SGLang's prefill batches that run apart from the decodes (mixed chunking off by default)."""
+
+    name = "sglang"
+    reserve_to_completion = True
+    #: CLIP_MAX_NEW_TOKENS: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096 (schedule_policy.py)
+    reserve_output_tokens = 4096
+
+
 #: the serving engines' semantics by engine name (a runtime preset's ``engine``; "" = engine-neutral, the
-#: base policy). vLLM V1 is the base policy; SGLang's scheduler is not modelled apart yet (the base policy)
-ENGINE_POLICIES = {"": EnginePolicy, "vllm": EnginePolicy, "sglang": EnginePolicy, "trtllm": TrtllmPolicy}
+#: base policy). vLLM V1 is the base policy
+ENGINE_POLICIES = {"": EnginePolicy, "vllm": EnginePolicy, "sglang": SglangPolicy, "trtllm": TrtllmPolicy}
 
 
 def runtime_policy(runtime, **knobs) -> EnginePolicy:

@@ -305,9 +305,6 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
             raise SpecError(f"{nm} must be a Deployment, got {type(d).__name__}")
     if not isinstance(link, Link):
         raise SpecError(f"link must be a Link preset (llmexplore.presets.link), got {type(link).__name__}")
-    if traffic.concurrency is not None:
-        raise SpecError("closed-loop concurrency is simulated for colocated serving only; give a rate_per_s or a "
-                        "trace for the disaggregated simulation")
     if not isinstance(decode_scheduler, Scheduler):
         raise SpecError(f"decode_scheduler must be a Scheduler, got {type(decode_scheduler).__name__}")
     if prefill_dep.model.name != decode_dep.model.name:
@@ -326,8 +323,55 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     tp = step_tables(prefill_dep, max_tokens=max(budget, int(max(new))), max_batch=min(budget, 1 << 16),
                      max_context=Sctx)
     host = policy.request_host_s + policy.request_host_s_per_token * P  # the serving stack, per request [s]
-    arr = (req["arrival_s"] + host).tolist()  # at the prefill queue
     x0 = X0.tolist()
+    tr = transfer_time(prefill_dep.model, link, P.astype(float), kv_dtype=decode_dep.kv_dtype,
+                       page_tokens=decode_dep.runtime.page_tokens, prefill_tp=prefill_dep.ranks,
+                       decode_tp=decode_dep.ranks, op_overhead_us=op_overhead_us, batched_ops=batched_ops, nics=nics)
+    busy = np.broadcast_to(tr["bandwidth_s"] + tr["ops_s"], P.shape)
+    total = np.broadcast_to(tr["transfer_s"], P.shape)
+    td = step_tables(decode_dep, max_tokens=_iteration_tokens(req, decode_scheduler, policy),
+                     max_batch=decode_scheduler.max_num_seqs, max_context=Sctx)
+    args = (req, n, kp, kd, budget, tp, td, kv, policy, decode_scheduler, P, X0, new, x0, busy, total)
+    if traffic.concurrency is None:
+        out = _disagg_pass(req["arrival_s"] + host, *args)
+    else:  # closed loop: iterate to the fixed point of "the next request arrives when one finishes"
+        out = _closed_loop_fixed_point(traffic.concurrency, host, args)
+    first, finish, npre, inst, extra, parts, more = out
+    return _assemble(req, first, finish, npre, inst, np.concatenate(extra) if extra else np.zeros(0), parts,
+                     [kv] * kd, more)
+
+
+#: fixed-point passes a disaggregated closed loop may take (each a whole simulation); a loop that has not
+#: converged by then is refused rather than reported [modelling choice: converged loops here take 3-40]
+MAX_CLOSED_LOOP_PASSES = 200
+
+
+def _closed_loop_fixed_point(concurrency: int, host: np.ndarray, args: tuple):
+    """A closed loop of ``concurrency`` clients on the staged disaggregated simulation: the first
+    ``concurrency`` requests arrive at 0 and request ``concurrency + j`` at the ``j``-th finish (as the colocated
+    Batcher releases them). The staged passes (prefill, transfer, decode) need every arrival up front, so the
+    arrivals are iterated, a_{k+1} = [0] * C ++ sort(finish(a_k))[:n - C], from every request at 0, until they
+    no longer move; the result then meets the closed-loop condition exactly. SpecError when
+    :data:`MAX_CLOSED_LOOP_PASSES` passes do not get there."""
+    req, n = args[0], args[1]
+    c = min(int(concurrency), n)
+    a = np.zeros(n)
+    for _ in range(MAX_CLOSED_LOOP_PASSES):
+        out = _disagg_pass(a + host, *args)
+        nxt = np.concatenate([np.zeros(c), np.sort(out[1])[:n - c]])
+        if np.array_equal(nxt, a):
+            req["arrival_s"] = a
+            return out
+        a = nxt
+    raise SpecError(f"not resolved: the disaggregated closed loop of {concurrency:,} clients did not settle in "
+                    f"{MAX_CLOSED_LOOP_PASSES} passes of the staged simulation")
+
+
+def _disagg_pass(arrival_at_queue, req, n, kp, kd, budget, tp, td, kv, policy, decode_scheduler, P, X0, new, x0,
+                 busy, total):
+    """One pass of the staged disaggregated simulation for arrivals at the prefill queue [s] (in request order):
+    (first token, finish, preemptions, decode instance, ITL extras, series parts, prefill/transfer columns)."""
+    arr = np.asarray(arrival_at_queue, dtype=float).tolist()
     done_p = np.zeros(n)
     inst_p = np.zeros(n, dtype=np.int64)
     free = [(0.0, j) for j in range(kp)]
@@ -349,11 +393,6 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
         ptr = k
         heapq.heappush(free, (t + dur, j))
     # ---- KV transfer: FIFO on the sending instance's NICs ---------------------------------------------------------
-    tr = transfer_time(prefill_dep.model, link, P.astype(float), kv_dtype=decode_dep.kv_dtype,
-                       page_tokens=decode_dep.runtime.page_tokens, prefill_tp=prefill_dep.ranks,
-                       decode_tp=decode_dep.ranks, op_overhead_us=op_overhead_us, batched_ops=batched_ops, nics=nics)
-    busy = np.broadcast_to(tr["bandwidth_s"] + tr["ops_s"], P.shape)
-    total = np.broadcast_to(tr["transfer_s"], P.shape)
     order = np.lexsort((np.arange(n), done_p))
     nic_free = [0.0] * kp
     arrive = np.zeros(n)
@@ -369,8 +408,6 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     inst = np.full(n, -1, dtype=np.int64)
     todo = np.nonzero(req["output_tokens"] > 1)[0]
     todo = todo[np.lexsort((todo, arrive[todo]))]
-    td = step_tables(decode_dep, max_tokens=_iteration_tokens(req, decode_scheduler, policy),
-                     max_batch=decode_scheduler.max_num_seqs, max_context=Sctx)
     extra, parts = [], []
     for j in range(kd):
         idx = todo[j::kd]
@@ -383,5 +420,4 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
         extra.append(x)
         parts.append((j, s))
     more = {"prefill_done_s": done_p, "transfer_s": arrive - done_p, "prefill_instance": inst_p}
-    return _assemble(req, first, finish, npre, inst, np.concatenate(extra) if extra else np.zeros(0), parts,
-                     [kv] * kd, more)
+    return first, finish, npre, inst, extra, parts, more

@@ -21,18 +21,22 @@ OSL, and the measured TTFT and TPOT [ms].
 * colocated: ``concurrency / batch_size`` instances of ``tp_size`` GPUs, ``max_num_seqs`` = ``batch_size`` (the
   engine's max batch, which the sample records), expert parallelism ``moe_ep_size``; weights as
   ``gemm_quant_mode`` says, the checkpoint's own dtype where no precision is recorded;
+* disaggregated: ``prefill_num_workers`` x TP ``prefill_tp_size`` prefill instances (whole prompts, one per
+  batch at these fixed lengths, as every such row's ``prefill_batch_size`` of 1 says) and ``decode_num_workers`` x TP ``decode_tp_size`` decode instances of max batch
+  ``decode_batch_size``, over the GPU's scale-out link [assumption: the source does not say whether the pools
+  shared an NVLink domain]; the closed loop is the disaggregated simulator's fixed point
+  (:func:`llmexplore.models.serving.simulator.simulate_disaggregated`);
 * runtime: the row's engine preset (``trtllm``, ``vllm``, ``sglang``), so the engine's KV budget and admission
   rule (:mod:`llmexplore.models.serving.engines`); token budget :func:`chunk_tokens`;
 * traffic: a closed loop of ``concurrency`` requests, :func:`n_requests` of them; the model's TTFT and TPOT are
-  the simulator's means over every request (``*_steady_ms``: after the first ``concurrency``, the synchronised
-  start; the sources say neither how their clients started nor whether they warmed up), TPOT per request (last
-  token - first token) / (output - 1). The source states neither the statistic nor the TPOT definition
+  the simulator's means as the benchmark measures them (:data:`ROUNDS`, :func:`round_weights`), and over the
+  requests after the first ``concurrency`` (``*_steady_ms``, the synchronised start left out); TPOT per request
+  (last token - first token) / (output - 1). The source states neither the statistic nor the TPOT definition
   [assumption: means, per-request TPOT, as aiconfigurator's own comparison treats them: one number per row].
 
-Not simulated, with the reason in ``status``: disaggregated rows (the simulator's disaggregated mode takes
-open-loop arrivals; a closed loop across two pools is not built yet), attention data parallelism (the simulator
-runs TP attention), rank counts the model's heads or experts do not divide (GB200 NVL72 slices of 20-52 GPUs),
-pipeline parallelism, and deployments whose weights leave no KV memory.
+Not simulated, with the reason in ``status``: disaggregated rows whose source records no worker counts,
+attention data parallelism (the simulator runs TP attention), rank counts the model's heads or experts do not
+divide (GB200 NVL72 slices of 20-52 GPUs), pipeline parallelism, and deployments whose weights leave no KV memory.
 """
 
 from __future__ import annotations
@@ -121,23 +125,39 @@ def row_config(row) -> tuple[dict, str, int]:
               spec.weight_dtype)  # no precision recorded (Llama-3.1-8B rows): the checkpoint's own dtype
     if wq not in WEIGHTS:
         raise SpecError(f"not modelled: weight quantisation {wq!r}")
+    conc = int(row["concurrency"])
+    cfg = {"model": model, "gpu": SYSTEMS[row["system"]], "weight_dtype": WEIGHTS[wq], "kv_dtype": KV[wq],
+           "link": None}
     if row["mode"] != "agg":
-        raise SpecError("not resolved: the simulator's disaggregated mode takes open-loop arrivals, not a closed "
-                        "loop of clients")
+        sides = []
+        for role in ("prefill", "decode"):
+            if _int(row, f"{role}_pp_size") > 1:
+                raise SpecError("not resolved: pipeline parallelism (issue 21)")
+            if _int(row, f"{role}_attention_dp_size") > 1:
+                raise SpecError("not resolved: attention data parallelism (the simulator runs TP attention)")
+            ranks = _int(row, f"{role}_tp_size")
+            if _int(row, f"{role}_num_workers") < 1:
+                raise SpecError("not resolved: the source records no prefill and decode worker counts for this "
+                                "disaggregated benchmark")
+            if ranks < 1:
+                raise SpecError(f"not modelled: the row gives no {role} tp size")
+            sides.append({"role": role, "instances": _int(row, f"{role}_num_workers"), "ranks": ranks,
+                          "layout": "TP", "ep": max(_int(row, f"{role}_moe_ep_size"), 1) if spec.is_moe else 1,
+                          "max_num_seqs": _int(row, f"{role}_batch_size") or conc,
+                          "chunk_tokens": None if role == "prefill" else
+                          chunk_tokens(str(row["backend"]), SYSTEMS[row["system"]])})
+        return {**cfg, "mode": "disaggregated", "sides": sides}, str(row["backend"]), conc
     if _int(row, "pp_size") > 1:
         raise SpecError("not resolved: pipeline parallelism (issue 21)")
     if _int(row, "attention_dp_size") > 1:
         raise SpecError("not resolved: attention data parallelism (the simulator runs TP attention)")
-    conc = int(row["concurrency"])
     ranks, seqs = _int(row, "tp_size"), _int(row, "batch_size") or conc
     if ranks < 1:
         raise SpecError("not modelled: the row gives no tp size")
     side = {"role": "colocated", "instances": max(1, conc // seqs), "ranks": ranks, "layout": "TP",
             "ep": max(_int(row, "moe_ep_size"), 1) if spec.is_moe else 1, "max_num_seqs": seqs,
             "chunk_tokens": chunk_tokens(str(row["backend"]), SYSTEMS[row["system"]])}
-    cfg = {"model": model, "gpu": SYSTEMS[row["system"]], "mode": "colocated", "weight_dtype": WEIGHTS[wq],
-           "kv_dtype": KV[wq], "link": None, "sides": [side]}
-    return cfg, str(row["backend"]), conc
+    return {**cfg, "mode": "colocated", "sides": [side]}, str(row["backend"]), conc
 
 
 def chunk_tokens(engine: str, gpu: str) -> int:

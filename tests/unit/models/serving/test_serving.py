@@ -24,7 +24,7 @@ from llmexplore import presets
 from llmexplore.errors import SpecError
 from llmexplore.models.queueing import core as qz
 from llmexplore.models.serving import simulator as sv
-from llmexplore.models.serving.engines import (ENGINE_POLICIES, EnginePolicy, Scheduler, TrtllmPolicy,
+from llmexplore.models.serving.engines import (ENGINE_POLICIES, EnginePolicy, Scheduler, SglangPolicy, TrtllmPolicy,
                                                kv_capacity_blocks, policy_for)
 from llmexplore.models.serving.step_tables import step_tables
 from llmexplore.models.step.decode import memory_per_rank, step_time
@@ -184,6 +184,27 @@ def test_trtllm_reserves_blocks_to_completion_and_never_preempts():
     assert trt.series["kv_blocks"].max() <= 900
     # admitting only what can finish keeps fewer requests running than vLLM's optimistic admission
     assert trt.summary["mean_decode_batch"] < vllm.summary["mean_decode_batch"]
+
+
+def test_sglang_reserves_prompt_and_clipped_output():
+    """SGLang's PrefillAdder with fixed-length (ignore-EOS) requests: admission counts each request's prompt + at
+    most 4,096 output tokens (CLIP_MAX_NEW_TOKENS). Outputs within the clip never preempt, as with a reservation
+    to completion; 6,000-token outputs are admitted more densely than TensorRT-LLM's reservation of all of them
+    and are preempted (SGLang retracts) when they outgrow it."""
+    short = Traffic(rate_per_s=3.0, isl=LengthDist.lognormal(800, 0.3), osl=LengthDist.lognormal(300, 0.3))
+    tiny = Scheduler(kv_blocks=900)
+    sg = sv.simulate_colocated(dep(), short, 300, seed=1, tables=tables(), scheduler=tiny, policy=SglangPolicy())
+    vl = sv.simulate_colocated(dep(), short, 300, seed=1, tables=tables(), scheduler=tiny, policy=EnginePolicy())
+    assert sg.summary["preemptions"] == 0 < vl.summary["preemptions"]
+    assert np.isfinite(sg.requests["finish_s"]).all() and sg.series["kv_blocks"].max() <= 900
+    long_out = Traffic(concurrency=12, isl=LengthDist.fixed(500), osl=LengthDist.fixed(6000))
+    mem = Scheduler(kv_blocks=3000)  # 48,000 tokens: 10 of 4,596-token reservations, 7 of 6,500
+    tb = step_tables(dep(), max_tokens=8192 + 256, max_batch=256, max_context=6600)
+    sgl = sv.simulate_colocated(dep(), long_out, 24, tables=tb, scheduler=mem, policy=SglangPolicy())
+    trt = sv.simulate_colocated(dep(), long_out, 24, tables=tb, scheduler=mem, policy=TrtllmPolicy())
+    assert sgl.summary["mean_decode_batch"] > trt.summary["mean_decode_batch"]
+    assert trt.summary["preemptions"] == 0 < sgl.summary["preemptions"]
+    assert type(policy_for("sglang")) is SglangPolicy and SglangPolicy.reserve_output_tokens == 4096
 
 
 def test_the_engine_policies_cover_the_runtime_engines():
@@ -362,10 +383,34 @@ def test_a_slower_link_raises_ttft_through_the_nic_queue():
         assert np.all(np.diff(end) > 0)
 
 
-def test_disaggregated_rejects_closed_loop_and_bad_input():
+@pytest.mark.parametrize("c", [1, 6, 40])
+def test_disaggregated_closed_loop_is_exact(c):
+    """Issue 19: a closed loop of C clients on the disaggregated simulation, the fixed point of "the next request
+    arrives when one finishes": the first C arrive at 0, request C + j at the j-th finish, exactly; never more
+    than C in flight; one client runs its requests back to back; Little's law holds over the run."""
     d8 = Deployment.build("llama-3-70b", "h100-sxm", 8)
-    with pytest.raises(SpecError, match="closed-loop concurrency is simulated for colocated serving only"):
-        sv.simulate_disaggregated(d8, d8, presets.link("roce-400g"), Traffic(concurrency=4), 10)
+    d4 = Deployment.build("llama-3-70b", "h100-sxm", 4)
+    tr = Traffic(concurrency=c, isl=LengthDist.lognormal(1500, 0.4), osl=LengthDist.lognormal(120, 0.5))
+    res = sv.simulate_disaggregated(d8, d4, presets.link("roce-400g"), tr, 4 * c + 20, prefill_instances=1,
+                                    decode_instances=2, seed=3)
+    R = res.requests
+    arr, fin = R["arrival_s"], R["finish_s"]
+    n = arr.size
+    assert np.all(arr[:c] == 0) and np.array_equal(arr[c:], np.sort(fin)[:n - c])
+    events = np.concatenate([arr, fin])
+    in_flight = [(np.sum((arr <= t) & (fin > t))) for t in events]
+    assert max(in_flight) <= c and max(in_flight) == c
+    assert np.all(R["ttft_s"] > 0) and np.all(fin >= R["first_token_s"])
+    if c == 1:
+        assert np.array_equal(arr[1:], fin[:-1])
+    # Little's law: C = throughput x mean residence, over the span where every client is busy
+    span = np.sort(fin)[n - c - 1]  # the last release
+    busy = np.sum(np.minimum(fin, span) - np.minimum(arr, span))
+    assert busy / span == pytest.approx(c, rel=1e-9)
+
+
+def test_disaggregated_rejects_bad_input():
+    d8 = Deployment.build("llama-3-70b", "h100-sxm", 8)
     with pytest.raises(SpecError, match="link must be a Link preset"):
         sv.simulate_disaggregated(d8, d8, "roce-400g", Traffic(rate_per_s=1), 10)
 
