@@ -189,12 +189,16 @@ def top_people_table(top: pd.DataFrame, stat: str = "p90") -> PeopleTable:
     names = ENGINE_TITLES
     caption = ("Every configuration below also takes " + "; ".join(f"in {names.get(k, k)}: {v}" for k, v in
                                                                    shared.items())) if shared else ""
+    for eng, why in top.attrs.get("not_expressible", {}).items():
+        none = eng not in top.columns
+        caption += (f"{'. ' if caption else ''}{names.get(eng, eng)} cannot express "
+                    f"{'any of these configurations' if none else 'the roles marked so'}: {'; '.join(why)}")
     return people_table(top, {
         "label": "configuration", "gpus": "GPUs", "n_prefill": "prefill instances",
         "n_decode": "decode / colocated instances", "rate_per_s": "rate [req/s]",
         "tokens_per_s_per_gpu": "output tokens/s per GPU", "tokens_per_s_per_user": "tokens/s per user",
         "ttft_ms": f"TTFT {stat} [ms]", "tpot_ms": f"TPOT {stat} [ms]", "max_num_seqs": "max running requests",
-        **{e: f"{t} flags" for e, t in ENGINE_TITLES.items()}}, caption=caption)
+        **{e: f"{t} flags" for e, t in ENGINE_TITLES.items() if e in top.columns}}, caption=caption)
 
 
 def check_people_table(checks: pd.DataFrame, stat: str = "p90") -> PeopleTable:

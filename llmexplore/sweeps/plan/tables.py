@@ -100,17 +100,23 @@ def _flag_groups(command: str | None) -> list[str]:
     return [" ".join(shlex.quote(a) for a in g) for g in groups if g[0] != "--model-path"]
 
 
-def launch_arguments(row: dict, q: Question, engine: str, *, leave_out=()) -> str:
+def launch_arguments(row: dict, q: Question, engine: str, *, leave_out=(), reasons: list | None = None) -> str:
     """A configuration's launch flags for ``engine``, role by role ("prefill x9: --tensor-parallel-size 1 ...;
-    decode x5: ..."), without the flags in ``leave_out``; the engine's reason when it cannot express a role."""
+    decode x5: ..."), without the flags in ``leave_out``; the engine's reason when it cannot express a role
+    (with ``reasons`` given, the reason is appended there instead and the cell says only "not expressible")."""
     from ... import launch
 
     parts = []
     for e in launch.launch_commands(config_of(row, q), engine):
         head = f"{e['role']} x{e['instances']}"
-        flags = [f for f in _flag_groups(e["command"]) if f not in set(leave_out)] + _file_fields(e)
-        parts.append(f"{head}: {' '.join(flags) or '(only the shared flags)'}" if e["command"] else
-                     f"{head}: not expressible ({e['note']})")
+        if e["command"]:
+            flags = [f for f in _flag_groups(e["command"]) if f not in set(leave_out)] + _file_fields(e)
+            parts.append(f"{head}: {' '.join(flags) or '(only the shared flags)'}")
+        elif reasons is not None:
+            reasons.append(e["note"])
+            parts.append(f"{head}: not expressible")
+        else:
+            parts.append(f"{head}: not expressible ({e['note']})")
     return "; ".join(parts)
 
 
@@ -147,7 +153,9 @@ def shared_flags(res: dict, k: int = TOP, engine: str = "vllm") -> list[str]:
 
 def top_table(res: dict, k: int = TOP) -> pd.DataFrame:
     """The ``k`` best feasible configurations of a :func:`plan` result with their launch flags for vLLM, SGLang
-    and TensorRT-LLM (columns of :data:`TABLE_COLUMNS` plus ``vllm``, ``sglang`` and ``trtllm``). Flags every row takes
+    and TensorRT-LLM (columns of :data:`TABLE_COLUMNS` plus ``vllm``, ``sglang`` and ``trtllm``; an engine that
+    can express none of the rows has no column). Why an engine cannot express a role is in
+    ``attrs["not_expressible"]`` ({engine: [reasons]}), each reason once. Flags every row takes
     (:func:`shared_flags`) are left out of the rows and listed in ``attrs["shared_flags"]`` ({engine: text})."""
     k = _check.integer("k", k, lo=1, hi=10_000)
     q = res["question"]
@@ -155,9 +163,16 @@ def top_table(res: dict, k: int = TOP) -> pd.DataFrame:
     from ... import launch
 
     shared = {eng: shared_flags(res, k, eng) for eng in launch.ENGINES}
+    inexpressible = {}
     for eng in launch.ENGINES:
-        ok[eng] = [launch_arguments(r, q, eng, leave_out=shared[eng]) for r in ok.to_dict("records")]
+        why: list = []
+        cells = [launch_arguments(r, q, eng, leave_out=shared[eng], reasons=why) for r in ok.to_dict("records")]
+        if why:  # each reason once, in attrs, not repeated in every cell
+            inexpressible[eng] = list(dict.fromkeys(why))
+        if not all(c and all(p.endswith("not expressible") for p in c.split("; ")) for c in cells):
+            ok[eng] = cells
     ok.attrs["shared_flags"] = {eng: " ".join(v) for eng, v in shared.items()}
+    ok.attrs["not_expressible"] = inexpressible
     return ok
 
 

@@ -77,14 +77,17 @@ def test_top_table_lists_the_flags_every_row_shares_once(res):
     shared = top.attrs["shared_flags"]
     assert "--kv-transfer-config" in shared["vllm"] and "--disaggregation-transfer-backend" in shared["sglang"]
     for row in top.to_dict("records"):
-        for eng in launch.ENGINES:
-            full = " ".join(e["command"] for e in launch.launch_commands(sp.config_of(row, REF), eng)
-                            if e["command"])
+        for eng in ("vllm", "sglang"):
+            full = " ".join(e["command"] for e in launch.launch_commands(sp.config_of(row, REF), eng))
             assert all(f in full for f in shlex.split(shared[eng]) if f.startswith("--"))
-            if shared[eng]:
-                assert shared[eng].split()[0] not in row[eng]  # left out of the rows
-    # Qwen3-32B FP8 has no FP8 checkpoint TensorRT-LLM loads listed, so its rows say why and share nothing
-    assert shared["trtllm"] == "" and "not expressible" in top.loc[0, "trtllm"] and "ModelOpt" in top.loc[0, "trtllm"]
+            assert shared[eng].split()[0] not in row[eng]  # left out of the rows
+    # Qwen3-32B FP8 has no FP8 checkpoint TensorRT-LLM loads listed: no TensorRT-LLM column, the reason once
+    assert "trtllm" not in top.columns and shared["trtllm"] == ""
+    [why] = top.attrs["not_expressible"]["trtllm"]
+    assert "ModelOpt" in why and set(top.attrs["not_expressible"]) == {"trtllm"}
+    people = pp.top_people_table(top, "p90")
+    assert "TensorRT-LLM flags" not in people.frame.columns
+    assert people.caption.count("ModelOpt") == 1 and "TensorRT-LLM cannot express any of these" in people.caption
     assert top.loc[0, "vllm"].startswith("prefill x7: --tensor-parallel-size 2")
     assert "decode x4: --tp-size 4 --max-running-requests 64" in top.loc[0, "sglang"]
     one = sp.top_table(res, 1)  # a single row shares nothing with anyone: all its flags stay in it
