@@ -248,16 +248,11 @@ def _trtllm_files(cfg: dict, side: dict, eng: dict, extra: dict) -> tuple[list[s
     return [eng["flags"]["extra_options"]["flag"], name], {name: _yaml(fields)}
 
 
-def _yaml(fields: dict, indent: int = 0) -> str:
-    """A small YAML mapping of bools, numbers, strings and nested mappings (what the extra-options files hold)."""
-    lines = []
-    for k, v in fields.items():
-        if isinstance(v, dict):
-            lines.append(" " * indent + f"{k}:")
-            lines.append(_yaml(v, indent + 2).rstrip("\n"))
-        else:
-            lines.append(" " * indent + f"{k}: {str(v).lower() if isinstance(v, bool) else v}")
-    return "\n".join(lines) + "\n"
+def _yaml(fields: dict) -> str:
+    """The YAML text of an LLM API options file (keys in the order written)."""
+    import yaml
+
+    return yaml.safe_dump(fields, sort_keys=False, default_flow_style=False)
 
 
 def _chunk_args(engine: str, side: dict, eng: dict) -> list[str]:
@@ -358,7 +353,7 @@ def router_command(config: dict, engine: str) -> dict | None:
     decode = [f"DECODE_HOST_{i + 1}" for i in range(n["decode"])]
     if engine == "trtllm":
         def servers(hosts):
-            return {"num_instances": len(hosts), "urls": "[" + ", ".join(f'"{h}:{port}"' for h in hosts) + "]"}
+            return {"num_instances": len(hosts), "urls": [f"{h}:{port}" for h in hosts]}
 
         text = _yaml({"hostname": "0.0.0.0", "port": port, "backend": eng["choices"]["backend"],
                       "context_servers": servers(prefill), "generation_servers": servers(decode)})

@@ -171,9 +171,9 @@ def chunk_tokens(engine: str, gpu: str) -> int:
 
 
 def n_requests(concurrency: int) -> int:
-    """Requests simulated for a closed loop of ``concurrency`` clients: ``TURNS`` turns of the loop (the first
-    is left out of the means), at least ``MIN_REQUESTS`` after it, at most ``MAX_REQUESTS`` (the largest loops run
-    fewer turns, never fewer than two)."""
+    """Requests simulated for a closed loop of ``concurrency`` clients: ``TURNS`` turns of the loop, at least
+    ``MIN_REQUESTS`` after the first, at most ``MAX_REQUESTS`` (the largest loops run fewer turns, never fewer
+    than two); :func:`round_weights` turns them into the benchmark's :data:`ROUNDS` rounds."""
     return int(max(min(max(TURNS * concurrency, MIN_REQUESTS + concurrency), MAX_REQUESTS), 2 * concurrency))
 
 
@@ -196,12 +196,13 @@ def round_weights(n: int, concurrency: int, rounds: int = ROUNDS) -> np.ndarray:
 
 
 def _simulate(cfg: dict, runtime: str, isl: int, osl: int, concurrency: int | None, rate_per_s: float | None,
-              n: int) -> dict:
+              n: int, *, rounds: int | None = ROUNDS) -> dict:
     """The simulator's means on one configuration as the benchmark reports them (``ttft_model_ms``,
     ``tpot_model_ms``: a closed loop that starts every client at once after its warmup drained and runs
-    :data:`ROUNDS` rounds, :func:`round_weights`; an open loop: every request), and over the requests after the
-    first ``concurrency`` (``ttft_steady_ms``, ``tpot_steady_ms``: the loop with its synchronised start left
-    out, for the sensitivity to how the clients started)."""
+    ``rounds`` rounds, :func:`round_weights`; ``rounds`` None, or an open loop: the plain mean over the ``n``
+    requests, for a run whose every request is simulated), and over the requests after the first
+    ``concurrency`` (``ttft_steady_ms``, ``tpot_steady_ms``: the loop with its synchronised start left out, for
+    the sensitivity to how the clients started)."""
     from ..plan import simulate_config
 
     out = simulate_config(cfg, isl=isl, osl=osl, concurrency=concurrency, rate_per_s=rate_per_s, n_requests=n,
@@ -209,7 +210,8 @@ def _simulate(cfg: dict, runtime: str, isl: int, osl: int, concurrency: int | No
     s, req = out["summary"], out["per_request"]
     n_done = len(req["ttft_s"])
     closed = concurrency is not None and concurrency < n_done
-    w_bench = round_weights(n_done, concurrency) if closed else np.full(n_done, 1.0 / max(n_done, 1))
+    w_bench = (round_weights(n_done, concurrency, rounds) if closed and rounds is not None
+               else np.full(n_done, 1.0 / max(n_done, 1)))
     w_steady = np.where(np.arange(n_done) >= (concurrency if closed else 0), 1.0, 0.0)
 
     def mean_ms(name, w):
@@ -335,8 +337,9 @@ def evaluate_runs(runs: list[dict], cfg, *, runtime: str) -> pd.DataFrame:
             rate = None if conc is not None else r["rate_per_s"]
             n = int(r["requests"] or n_requests(conc or 64))
             try:
+                # every request of the run is simulated (its own count): its plain mean, not a 20-round one
                 rec.update(_simulate(cfg, runtime, max(1, round(r["isl"])), max(1, round(r["osl"])), conc, rate,
-                                     min(n, 100_000)), status="ok")
+                                     min(n, 100_000), rounds=None), status="ok")
             except SpecError as exc:
                 rec["status"] = f"not simulated: {exc}"
         out.append(rec)

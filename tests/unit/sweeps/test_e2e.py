@@ -148,6 +148,11 @@ def test_your_own_benchmark_json_in(tmp_path, capsys):
     assert row["status"] == "ok" and row["concurrency"] == 16 and row["isl"] == 1000 and row["osl"] == 200
     assert row["ttft_measured_ms"] == 120.0 and row["tpot_measured_ms"] == 14.0
     assert row["tpot_error_pct"] == pytest.approx(100 * (row["tpot_model_ms"] / 14.0 - 1))
+    # the run's own 64 requests are all simulated: their plain mean, not the 20-round weighting of the sample
+    from llmexplore.sweeps.plan import simulate_config
+
+    sim = simulate_config(CFG, isl=1000, osl=200, concurrency=16, n_requests=64, runtime="vllm")
+    assert row["ttft_model_ms"] == pytest.approx(1e3 * sim["summary"]["ttft_mean_s"], rel=1e-12)
     assert cli.main(["validate", "--e2e", "--data", str(f), "--config", json.dumps(CFG)]) == 0
     assert "1 of 1 runs of run.json simulated" in capsys.readouterr().out
 
