@@ -17,7 +17,7 @@ FLAGS = {"rate_per_s": "--rate", "concurrency": "--concurrency", "requests": "--
          "osl": "--osl", "isl_sigma": "--isl-sigma", "osl_sigma": "--osl-sigma", "seed": "--seed",
          "runtime": "--runtime", "config": "--config", "trace": "--trace", "prefix_ratio": "--prefix-ratio",
          "sampler": "--sampler", "capacity_scheduler_policy": "--capacity-policy",
-         "request_host_ms": "--request-host-ms"}
+         "request_host_ms": "--request-host-ms", "enable_mixed_chunk": "--mixed-chunk"}
 
 STAT_COLS = [Col("metric", "metric"), Col("mean", "mean ms", ".4g"), Col("p50", "p50 ms", ".4g"),
              Col("p90", "p90 ms", ".4g"), Col("p99", "p99 ms", ".4g")]
@@ -66,6 +66,10 @@ def add(sub) -> None:
                         "GUARANTEED_NO_EVICT admits a request only when the KV blocks to complete it fit (its "
                         "default), MAX_UTILIZATION packs what fits and pauses requests when blocks run out "
                         "(default: the engine's)")
+    p.add_argument("--mixed-chunk", action="store_true", default=None,
+                   help="SGLang's --enable-mixed-chunk, with a runtime of that engine (--runtime sglang): prefill "
+                        "chunks share the decodes' iterations (default: off, as in SGLang, whose scheduler runs a "
+                        "prefill batch apart, before the decodes, whenever a prompt can run)")
     p.add_argument("--request-host-ms", default=None, action=Checked, check=number_in(0.0, 1e4), metavar="MS",
                    help="serving-stack time per request before the scheduler (HTTP, tokenisation) [ms], replacing "
                         "the runtime preset's (its request_host_ms + request_host_us_per_token x prompt tokens); 0: "
@@ -130,7 +134,7 @@ def run(args) -> int:
                              osl_sigma=args.osl_sigma, seed=args.seed, trace=args.trace,
                              prefix_ratio=args.prefix_ratio, sampler=args.sampler,
                              capacity_scheduler_policy=args.capacity_policy,
-                             request_host_ms=args.request_host_ms)
+                             request_host_ms=args.request_host_ms, enable_mixed_chunk=args.mixed_chunk)
     s = out["summary"]
     summ = {(k[:-2] + "_ms" if _is_duration_s(k) else k): (v * 1e3 if _is_duration_s(k) else v) for k, v in s.items()}
     if args.json:
@@ -141,7 +145,7 @@ def run(args) -> int:
                                "trace": args.trace, "prefix_ratio": args.prefix_ratio,
                                "seed": args.seed, "runtime": args.runtime, "sampler": args.sampler,
                                "capacity_policy": args.capacity_policy,
-                               "request_host_ms": args.request_host_ms}})
+                               "request_host_ms": args.request_host_ms, "mixed_chunk": args.mixed_chunk}})
         return EXIT_OK
     load = (f"{args.rate:g} req/s (Poisson)" if args.rate is not None else f"concurrency {args.concurrency}"
             if args.concurrency is not None else f"the arrivals of {args.trace}")

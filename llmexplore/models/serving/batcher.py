@@ -97,7 +97,8 @@ class Batcher:
                  "arr", "host_s", "ready", "first", "finish", "last_tok", "fresh", "g", "x", "Lc", "state", "it0",
                  "c0", "g0", "key", "fin_it", "npre", "extra", "bucket", "heap", "waiting", "running", "prefilling",
                  "n_running", "B", "sum_ctx", "used", "now", "it", "ptr", "released", "done", "rec", "_ff", "_dec",
-                 "_price", "reserve", "final", "committed")
+                 "_price", "reserve", "final", "committed", "mixed", "stall",
+                 "stall_new")
 
     def __init__(self, tables: StepTables, scheduler: Scheduler, kv_blocks: int, arrival, prompt, output, prefix,
                  *, have_kv: bool = False, concurrency: int = 0, policy: EnginePolicy = DEFAULT_POLICY) -> None:
@@ -154,6 +155,13 @@ class Batcher:
         self.final = ([-(-(p + (o if cap is None else min(o, cap))) // self.bt) for p, o in zip(self.P, self.O)]
                       if self.reserve else [])
         self.committed = 0
+        # prefill apart from the decodes (EnginePolicy.mixed_prefill False): the decodes wait through prefill-only
+        # iterations, so their next gap is those iterations' time (``stall``, since the last decode iteration)
+        # plus the decode iteration's own; a request whose first token came from one of them (``stall_new``:
+        # (request, first token time)) has its gap from that token on
+        self.mixed = bool(policy.mixed_prefill)
+        self.stall = 0.0
+        self.stall_new = []
         # what fast_forward reads on every call, none of it ever rebound: one attribute load instead of many
         self._ff = (self.heap, self.state, self.fin_it, self.bucket, self.bt, self.waiting, self.fresh, self.P,
                     self.x, self.Lc, tables.shared_s, tables.head_s, tables._ctx, tables._dec_rows, self.rec.cols,
@@ -177,23 +185,34 @@ class Batcher:
         # the steps, bound once (the loop runs ~1e5 times)
         fast_forward, schedule, admit, run_iteration = self.fast_forward, self.schedule, self.admit, self.run_iteration
         finish_prefills, finish_decodes = self.finish_prefills, self.finish_decodes
+        mixed, fresh = self.mixed, self.fresh
         while self.done < n:
             if self.ptr < self.released and ready[self.ptr] <= self.now:
                 self.arrivals()
             # a stretch needs decodes, no prefill, and no finish due now (the heap's top, stale or not, is later)
-            if self.B and not self.prefilling and heap[0][0] > self.it and fast_forward():
+            if self.B and not self.prefilling and not self.stall and heap[0][0] > self.it and fast_forward():
                 continue
-            chunks, demand, budget = schedule()
+            if not mixed and (self.prefilling or (waiting and not fresh[waiting[0]])):
+                # a prefill-only iteration first, if any prompt can run (SGLang: "run prefill first if possible")
+                chunks, demand, budget = self.schedule_prefill()
+                if waiting:  # prompts only: a request arriving with its KV joins a decode iteration
+                    demand, _ = admit(chunks, demand, budget, arrivals=False)
+                if chunks:
+                    end = self.run_prefill_iteration(chunks, demand)
+                    finish_prefills(chunks, end, self.it)  # the decodes did not move: they go on at ``it``
+                    self.now = end
+                    continue
+            chunks, demand, budget = schedule(mixed)
             admitted = ()
             if waiting:
-                demand, admitted = admit(chunks, demand, budget)
+                demand, admitted = admit(chunks, demand, budget, mixed)
             if not self.B and not chunks:
                 if not self.idle():
                     break
                 continue
             end = run_iteration(chunks, demand, admitted)
             if chunks:
-                finish_prefills(chunks, end)
+                finish_prefills(chunks, end, self.it + 1)
             if heap and heap[0][0] <= self.it:
                 finish_decodes(end)
             self.now = end
@@ -241,7 +260,7 @@ class Batcher:
             if fresh[h]:
                 need = -(-(P[h] + 1) // bt)
             else:
-                need = -(-(x[h] + min(Lc[h] - x[h], self.budget_all - B)) // bt)
+                need = -(-(x[h] + min(Lc[h] - x[h], self.budget_all - (B if self.mixed else 0))) // bt)
             if admits(need, kv_blocks - used - bucket[(-it) % bt]) and (
                     not self.reserve or self.committed + self.final[h] <= kv_blocks):
                 return False
@@ -323,12 +342,18 @@ class Batcher:
         return False
 
     # ---- 3. schedule the running requests ----------------------------------------------------------------------
-    def schedule(self) -> tuple[list, int, int]:
+    def schedule(self, prompts: bool = True) -> tuple[list, int, int]:
         """The running requests' part of the iteration: (prefill chunks [(request, tokens)], the blocks the
-        decodes and chunks need, the token budget left), preempting until those blocks fit."""
-        if not self.prefilling:  # decodes only (the common case): nothing to chunk
+        decodes and chunks need, the token budget left), preempting until those blocks fit. ``prompts`` False
+        (a decode iteration of a policy that prefills apart): the decodes only."""
+        if not self.prefilling or not prompts:  # decodes only (the common case): nothing to chunk
             dec_need = self.bucket[(-self.it) % self.bt]
             if dec_need <= self.kv_blocks - self.used:
+                return [], dec_need, self.budget_all - self.B
+            if not prompts:
+                while dec_need > self.kv_blocks - self.used:
+                    self.preempt(self.policy.victim(self.running, self.state))
+                    dec_need = self.bucket[(-self.it) % self.bt]
                 return [], dec_need, self.budget_all - self.B
         bt, bucket = self.bt, self.bucket
         Lc, x = self.Lc, self.x
@@ -351,6 +376,32 @@ class Batcher:
                 return chunks, dec_need + pre_need, budget
             self.preempt(self.policy.victim(self.running, self.state))
 
+    def schedule_prefill(self) -> tuple[list, int, int]:
+        """A prefill-only iteration's part for the running prefills (no decodes, the whole token budget): (chunks,
+        their new blocks, the budget left). Chunks are taken in admission order while their blocks fit, and
+        nothing is preempted for them: a prefill that does not fit waits for a decode iteration, which preempts
+        if its own blocks do not fit (SGLang admits a prefill only into free memory and retracts decodes)."""
+        bt, Lc, x = self.bt, self.Lc, self.x
+        while True:
+            budget = self.budget_all
+            free = self.kv_blocks - self.used
+            chunks = []
+            need = 0
+            for r in self.prefilling:
+                if budget <= 0:
+                    break
+                c = min(Lc[r] - x[r], budget)
+                more = -(-(x[r] + c) // bt) + (-x[r] // bt)
+                if need + more > free:
+                    break
+                need += more
+                chunks.append((r, c))
+                budget -= c
+            if chunks or self.B or not self.prefilling:
+                return chunks, need, budget
+            # partial prefills hold the memory and no decode runs to free it: evict one, as a decode would
+            self.preempt(self.policy.victim(self.running, self.state))
+
     def preempt(self, r: int) -> None:
         """Evict running request ``r`` by recompute: free its blocks and put it back at the front of the
         waiting queue; readmitted, it prefills its prompt and the tokens it generated again (the shared prefix
@@ -363,7 +414,9 @@ class Batcher:
             self.bucket[self.key[r]] -= 1
             self.B -= 1
             self.sum_ctx -= c
-            self.last_tok[r] = self.now
+            # its last token: the last decode iteration's end, before any prefill-only iterations since (or the
+            # one that gave its first token)
+            self.last_tok[r] = next((f for q, f in self.stall_new if q == r), self.now - self.stall)
         else:
             self.used -= -(-self.x[r] // self.bt)
             self.prefilling.remove(r)
@@ -378,9 +431,13 @@ class Batcher:
         self.waiting.appendleft(r)
 
     # ---- 4. admit waiting requests -------------------------------------------------------------------------------
-    def admit(self, chunks: list, demand: int, budget: int) -> tuple[int, list]:
+    def admit(self, chunks: list, demand: int, budget: int, prompts: bool = True,
+              arrivals: bool = True) -> tuple[int, list]:
         """Admit waiting requests FCFS into this iteration (appending their chunks to ``chunks``); returns the
-        iteration's block demand and the requests that arrived holding KV and decode from now on."""
+        iteration's block demand and the requests that arrived holding KV and decode from now on. A policy that
+        prefills apart admits only prompts into a prefill-only iteration (``arrivals`` False) and only requests
+        arriving with their KV into a decode iteration (``prompts`` False): admission stops at the first request
+        of the other kind."""
         waiting = self.waiting
         admitted = []
         state, P, Lc, x = self.state, self.P, self.Lc, self.x
@@ -393,6 +450,8 @@ class Batcher:
                 break  # its blocks to completion do not fit beside the admitted requests' (no eviction later)
             free = self.kv_blocks - self.used - demand
             if self.fresh[r]:
+                if not arrivals:
+                    break
                 need = -(-(P[r] + 1) // bt)
                 if not admits(need, free):
                     break
@@ -405,6 +464,8 @@ class Batcher:
                 budget -= 1
                 admitted.append(r)
             else:
+                if not prompts:
+                    break
                 c = Lc[r] - x[r]
                 if c > budget:
                     if chunked:
@@ -445,6 +506,28 @@ class Batcher:
         state[r] = _DECODING
 
     # ---- 5. price and run the iteration --------------------------------------------------------------------------
+    def run_prefill_iteration(self, chunks: list, demand: int) -> float:
+        """A prefill-only iteration (EnginePolicy.mixed_prefill False): allocate its blocks, price its chunks
+        alone and record it (no decodes; the decodes' wait goes into ``stall``); returns its end time [s]."""
+        shared, head, _, chunk_core, cols, step_host, x, _, _ = self._price
+        used = self.used = self.used + demand
+        cp_tok, pairs = 0, 0.0
+        for r, c in chunks:
+            cp_tok += c
+            pairs += c * (x[r] + c / 2.0)
+        xe = pairs / cp_tok - cp_tok / 2.0
+        t = shared[cp_tok] + head[len(chunks)] + chunk_core(cp_tok, xe if xe > 0 else 0.0) + step_host
+        cs, cd, cb, cdec, cw, cp, ck = cols
+        cs.append(self.now)
+        cd.append(t)
+        cb.append(len(chunks))
+        cdec.append(0)
+        cw.append(0)
+        cp.append(cp_tok)
+        ck.append(used)
+        self.stall += t
+        return self.now + t
+
     def run_iteration(self, chunks: list, demand: int, admitted: list) -> float:
         """Allocate the iteration's new blocks, price it (the step tables plus the policy's host time per
         step) and record it; returns its end time [s]."""
@@ -472,7 +555,14 @@ class Batcher:
         cd.append(t)
         cb.append(B + len(chunks))
         cdec.append(B)
-        cw.append(B - len(admitted))
+        if self.stall:  # the decodes waited through prefill-only iterations: one longer gap each
+            cw.append(0)
+            new = [(r, f) for r, f in self.stall_new if self.state[r] == _DECODING and self.it0[r] == self.it]
+            extra.extend([t + self.stall] * (B - len(admitted) - len(new)))
+            extra.extend(end - f for _, f in new)
+            self.stall, self.stall_new = 0.0, []
+        else:
+            cw.append(B - len(admitted))
         cp.append(cp_tok)
         ck.append(used)
         if admitted:
@@ -481,9 +571,10 @@ class Batcher:
         return end
 
     # ---- 6. emit tokens, retire ------------------------------------------------------------------------------------
-    def finish_prefills(self, chunks: list, end: float) -> None:
+    def finish_prefills(self, chunks: list, end: float, next_it: int) -> None:
         """The chunks ran: a prefill whose last chunk ran emits a token (its first, or the next after a
-        recompute) and decodes from the next iteration, or retires if that was its last."""
+        recompute) and decodes from iteration ``next_it`` (the next decode iteration), or retires if that was its
+        last."""
         x, Lc, g, first, state = self.x, self.Lc, self.g, self.first, self.state
         ended = False
         for r, c in chunks:
@@ -499,7 +590,9 @@ class Batcher:
             if g[r] >= self.O[r]:
                 self.retire(r, end, -(-x[r] // self.bt))
                 continue
-            self.start_decode(r, Lc[r], self.it + 1, g[r])
+            self.start_decode(r, Lc[r], next_it, g[r])
+            if next_it == self.it:  # a prefill-only iteration's: its first gap ends at the next decode iteration
+                self.stall_new.append((r, end))
         if ended:
             self.prefilling = [r for r in self.prefilling if state[r] == _PREFILLING]
 

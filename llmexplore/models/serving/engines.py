@@ -50,15 +50,19 @@ class Scheduler:
             object.__setattr__(self, "kv_blocks", _check.integer("kv_blocks", self.kv_blocks, lo=1, hi=1 << 40))
 
 
-def kv_capacity_blocks(dep: Deployment, scheduler: Scheduler = Scheduler()) -> int:
-    """KV blocks one instance holds: the KV budget per rank beside the weights and the activations of a full
+def kv_capacity_blocks(dep: Deployment, scheduler: Scheduler = Scheduler(), layout: str = "TP") -> int:
+    """KV blocks one scheduler holds: the KV budget per rank beside the weights and the activations of a full
     token budget (the runtime's memory rule, :meth:`..step.engine.Deployment.kv_budget_B`: vLLM's share of the
-    total, TensorRT-LLM's share of what is free) / (KV bytes per token per rank x ``block_tokens``), on the TP
-    layout (:func:`..step.decode.memory_per_rank`). 0 if the weights do not fit."""
+    total, TensorRT-LLM's share of what is free) / (KV bytes per token per rank x ``block_tokens``)
+    (:func:`..step.decode.memory_per_rank`). ``layout`` "TP": the instance's scheduler, KV sharded by heads;
+    "DPA": one attention-DP rank's, whose ``scheduler`` counts that rank's tokens and which holds its own
+    requests' whole KV beside replicated attention weights (the activations of every rank's budget gathered for
+    the FFN). 0 if the weights do not fit."""
     page = dep.runtime.page_tokens
-    mem = memory_per_rank(dep, scheduler.max_num_batched_tokens, 1, "TP")
+    g = dep.ranks if layout == "DPA" else 1
+    mem = memory_per_rank(dep, g * scheduler.max_num_batched_tokens, 1, layout)
     free = float(mem["kv_budget_B"])  # the runtime's memory rule (Deployment.kv_budget_B)
-    per_token = float(memory_per_rank(dep, 1, page, "TP")["kv_B"]) / page
+    per_token = float(memory_per_rank(dep, 1, page, layout)["kv_B"]) / page
     return max(0, int(free // (per_token * scheduler.block_tokens)))
 
 
@@ -98,6 +102,12 @@ class EnginePolicy:
     #: whole in one iteration, admitted only when it fits the iteration's token budget beside the decodes and
     #: the other prompts (a prompt longer than the budget runs as the iteration's only prompt)
     chunked_prefill = True
+    #: whether prefill chunks share an iteration with the running decodes (vLLM V1's chunked prefill,
+    #: TensorRT-LLM's in-flight batching); False: an iteration that can prefill runs prompts only, and the
+    #: decodes wait for it (SGLang without ``--enable-mixed-chunk``)
+    mixed_prefill = True
+    #: whether an attention-DP instance splits its token budget over its ranks (:meth:`dp_rank_scheduler`)
+    dp_divides_token_budget = False
 
     def __init__(self, *, step_host_s: float = 0.0, request_host_s: float = 0.0,
                  request_host_s_per_token: float = 0.0) -> None:
@@ -117,10 +127,26 @@ class EnginePolicy:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._host_repr()})"
 
-    def kv_blocks(self, dep: Deployment, scheduler: Scheduler) -> int:
-        """KV blocks of one instance: the scheduler's ``kv_blocks`` if set, else what the memory left after
-        weights, activations and reserve holds (:func:`kv_capacity_blocks`)."""
-        return scheduler.kv_blocks if scheduler.kv_blocks is not None else kv_capacity_blocks(dep, scheduler)
+    def kv_blocks(self, dep: Deployment, scheduler: Scheduler, layout: str = "TP") -> int:
+        """KV blocks of one scheduler (an instance; under DPA an attention-DP rank): the scheduler's
+        ``kv_blocks`` if set, else what the memory left after weights, activations and reserve holds
+        (:func:`kv_capacity_blocks`)."""
+        return (scheduler.kv_blocks if scheduler.kv_blocks is not None
+                else kv_capacity_blocks(dep, scheduler, layout))
+
+    def dp_rank_scheduler(self, scheduler: Scheduler, ranks: int) -> Scheduler:
+        """The scheduler of one attention-DP rank of an instance of ``ranks`` ranks whose ``scheduler`` is given
+        for the whole instance (a configuration's ``max_num_seqs`` counts the instance's requests): at most
+        ceil(max_num_seqs / ranks) running requests per rank (vLLM's ``--max-num-seqs`` is per data-parallel
+        engine, and the launch lines write the per-rank value), the token budget per rank unchanged
+        (``dp_divides_token_budget`` False: vLLM's ``--max-num-batched-tokens`` and TensorRT-LLM's
+        ``max_num_tokens`` are each rank's own [assumption for TensorRT-LLM: not read in its source])."""
+        seqs = -(-scheduler.max_num_seqs // ranks)
+        tokens = scheduler.max_num_batched_tokens
+        if self.dp_divides_token_budget:
+            tokens = max(tokens // ranks, 1)
+        return Scheduler(max_num_seqs=seqs, max_num_batched_tokens=max(tokens, seqs),
+                         block_tokens=scheduler.block_tokens, kv_blocks=scheduler.kv_blocks)
 
     def admits(self, need_blocks: int, free_blocks: int) -> bool:
         """Whether a waiting request whose first chunk needs ``need_blocks`` is admitted when ``free_blocks``
@@ -188,10 +214,34 @@ class SglangPolicy(EnginePolicy):
     * the ratio for requests that may stop early (0.7, decaying to 0.098 over 600 steps), which needs each
       client's max_tokens;
     * the growth of a long request's reservation as it decodes (its reservation is fixed at admission here);
-    * SGLang's prefill batches that run apart from the decodes (mixed chunking off by default)."""
+    * under DP attention, ``schedule_conservativeness`` x 0.3 (``_handle_data_parallelism``), which scales only
+      the ratio above, 1.0 for these requests.
+
+    Under DP attention SGLang divides the instance's ``chunked_prefill_size`` and ``max_running_requests`` by
+    the attention-DP size for each rank (sglang 0.5.23: ``srt/arg_groups/parallel_hook.py``
+    ``_handle_data_parallelism``, ``chunked_prefill_size // attn_dp_size``; ``srt/mem_cache/kv_cache_configurator.py``
+    and ``srt/arg_groups/moe_hook.py``, ``max_running_requests // attn_dp_size`` per rank), so
+    ``dp_divides_token_budget``. A rank's requests are rounded up here (the step engine's worst rank holds
+    ceil(B / T)); SGLang rounds down."""
 
     name = "sglang"
     reserve_to_completion = True
+    dp_divides_token_budget = True
+    mixed_prefill = False
+
+    def __init__(self, *, enable_mixed_chunk: bool = False, **host) -> None:
+        """``enable_mixed_chunk``: SGLang's ``--enable-mixed-chunk`` (default False, sglang 0.5.23
+        ``srt/arg_groups/fields/schedule.py``). Off, an iteration that can prefill runs prompts only: the
+        scheduler builds a prefill batch whenever a waiting or partly prefilled request can run, and runs it
+        before the decodes ("Run prefill first if possible", ``Scheduler.get_next_batch_to_run`` in
+        ``srt/managers/scheduler.py``), with the whole ``chunked_prefill_size`` for prompts (the running decodes
+        are counted against it only when mixing, ``running_bs if self.is_mixed_chunk else 0``). On, prefill
+        chunks share the decodes' iteration, as in vLLM."""
+        super().__init__(**host)
+        self.mixed_prefill = _check.boolean("enable_mixed_chunk", enable_mixed_chunk)
+
+    def __repr__(self) -> str:
+        return f"SglangPolicy(enable_mixed_chunk={self.mixed_prefill!r}, {self._host_repr()})"
     #: CLIP_MAX_NEW_TOKENS: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096 (schedule_policy.py)
     reserve_output_tokens = 4096
 
@@ -213,7 +263,8 @@ def runtime_policy(runtime, **knobs) -> EnginePolicy:
 def policy_for(engine: str, **knobs) -> EnginePolicy:
     """The :class:`EnginePolicy` of a serving engine (``""``: engine-neutral) with its ``knobs`` (the host times
     ``step_host_s``, ``request_host_s`` and ``request_host_s_per_token``; for ``trtllm`` also
-    ``capacity_scheduler_policy`` and ``enable_chunked_prefill``); SpecError naming the engines for an unknown one."""
+    ``capacity_scheduler_policy`` and ``enable_chunked_prefill``; for ``sglang`` ``enable_mixed_chunk``);
+    SpecError naming the engines for an unknown one."""
     if engine not in ENGINE_POLICIES:
         raise SpecError(f"engine must be one of {', '.join(repr(e) for e in ENGINE_POLICIES)} (a runtime preset's "
                         f"engine), got {engine!r}")

@@ -48,7 +48,17 @@ durations weighted by how many decodes they served, plus one sample per gap that
 preempted request's gap across its recompute, a transferred request's first decode gap). TPOT of a request
 is (last token - first token) / (output - 1), NaN for one-token outputs.
 
-Assumptions: TP layout pricing (:func:`..step.prefill.mixed_step_time`); a cached prefix is counted in the KV of
+**Data-parallel attention** (``layout="DPA"``, either mode and either side): an instance of T ranks runs one
+scheduler per attention-DP rank, as SGLang, vLLM and TensorRT-LLM do. Each rank holds its own requests' whole KV
+in its own memory (:func:`.engines.kv_capacity_blocks` with the DPA layout) and admits at most
+ceil(max_num_seqs / T) of them (the configuration's ``max_num_seqs`` counts the instance's,
+:meth:`.engines.EnginePolicy.dp_rank_scheduler`). Requests are dealt round-robin over the instances' ranks
+(SGLang's DP controller's default ``round_robin``) and each rank's iteration is priced with every rank as loaded
+as it is (:mod:`.step_tables`, "DPA": exact for balanced ranks, optimistic by their imbalance otherwise). A
+disaggregated request's KV goes from the one prefill rank that holds it to one decode rank (TP degree 1 on a DPA
+side of the transfer), through that rank's NIC.
+
+Assumptions: TP layout pricing (:func:`..step.prefill.mixed_step_time`), or DPA as above; a cached prefix is counted in the KV of
 every request that uses it (shared blocks are not deduplicated); no CPU swap, no speculative decoding; the
 prefill instances' KV memory is not limited and they do not wait for the decode side.
 """
@@ -67,8 +77,8 @@ from ...specs import Link
 from ..step.engine import Deployment
 from ..step.kv_transfer import transfer_time
 from .batcher import Batcher
-from .engines import EnginePolicy, Scheduler, runtime_policy
-from .step_tables import StepTables, step_tables
+from .engines import DEFAULT_POLICY, EnginePolicy, Scheduler, runtime_policy
+from .step_tables import SIM_LAYOUTS, StepTables, step_tables
 from .workload import Traffic, requests
 
 __all__ = ["ServingResult", "simulate_colocated", "simulate_disaggregated", "weighted_quantile", "METRICS",
@@ -87,10 +97,13 @@ class ServingResult:
     ``requests``: per-request arrays, shape (n,): ``arrival_s``, ``prompt_tokens``, ``output_tokens``,
     ``prefix_tokens``, ``first_token_s``, ``finish_s``, ``ttft_s``, ``tpot_s`` (NaN for one-token outputs),
     ``e2e_s``, ``instance`` (the decode instance in disaggregated mode), ``preemptions``; disaggregated runs
-    add ``prefill_done_s``, ``transfer_s`` (transfer start to arrival) and ``prefill_instance``.
+    add ``prefill_done_s``, ``transfer_s`` (transfer start to arrival) and ``prefill_instance``; a DPA side adds
+    its attention-DP rank within the instance (``dp_rank``, ``prefill_dp_rank``).
     ``itl_s`` / ``itl_weight``: inter-token gaps and how many gaps each value stands for. ``series``: per
-    iteration of every instance, ``instance``, ``start_s``, ``step_s``, ``batch`` (requests scheduled),
-    ``decode_batch``, ``prefill_tokens``, ``kv_blocks`` (in use) and ``kv_occupancy`` (share of capacity).
+    iteration of every scheduler, ``instance``, ``start_s``, ``step_s``, ``batch`` (requests scheduled),
+    ``decode_batch``, ``prefill_tokens``, ``kv_blocks`` (in use) and ``kv_occupancy`` (share of capacity), and
+    under DPA ``dp_rank`` (each attention-DP rank schedules its own; its counts are its own).
+    ``kv_blocks``: the KV capacity of each scheduler (one per instance; under DPA one per rank).
     ``summary``: mean/p50/p90/p99 of each metric, throughput and counts (see :func:`simulate_colocated`).
     """
 
@@ -176,15 +189,72 @@ def _check_policy(policy, dep: Deployment) -> EnginePolicy:
     return policy
 
 
-def _blocks(dep: Deployment, sched: Scheduler, where: str, policy: EnginePolicy) -> int:
-    kv = policy.kv_blocks(dep, sched)
+def _blocks(dep: Deployment, sched: Scheduler, where: str, policy: EnginePolicy, layout: str = "TP") -> int:
+    # a policy written before DPA was simulated takes (dep, scheduler): TP calls it so
+    kv = policy.kv_blocks(dep, sched) if layout == "TP" else policy.kv_blocks(dep, sched, layout)
     if kv < 1:
         raise SpecError(f"the {where} has no memory left for KV blocks: the weights, activations and reserve of "
-                        f"{dep.label()} exceed its usable HBM (more ranks or smaller weights)")
+                        f"{dep.label()}{' (DPA)' if layout == 'DPA' else ''} exceed its usable HBM (more ranks or "
+                        f"smaller weights)")
     return kv
 
 
-def _assemble(req: dict, first, finish, npre, inst, extra_all, series_parts, kv_blocks, more=None) -> ServingResult:
+def _layout(name: str, layout, dep: Deployment) -> int:
+    """Attention-DP ranks per instance of a side run with ``layout`` (1 for TP); SpecError naming ``name``."""
+    _check.choice(name, layout, SIM_LAYOUTS)
+    dep.check_layout(layout)
+    return dep.ranks if layout == "DPA" else 1
+
+
+def _schedulers(k: int, ranks: int, concurrency: int | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The schedulers requests are dealt to: (instance, attention-DP rank, clients) of each, j = 0.. in dealing
+    order (request i goes to scheduler i mod their number: the instances in turn, then the ranks). A closed
+    loop's clients split as evenly as they go; under DPA a rank with no client is left out (it idles), while an
+    instance without one is an error."""
+    S = k * ranks
+    j = np.arange(S)
+    inst, rank = j % k, j // k
+    if concurrency is None:
+        return inst, rank, [0] * S
+    conc = [concurrency // S + (i < concurrency % S) for i in range(S)]
+    if concurrency < k:
+        raise SpecError(f"concurrency ({concurrency}) must be >= instances ({k})")
+    keep = [i for i in range(S) if conc[i] > 0]
+    return inst[keep], rank[keep], [conc[i] for i in keep]
+
+
+class _Runs:
+    """Batcher runs of one simulation by their inputs. A run is deterministic, so schedulers given the same
+    requests (the ranks of a DPA instance under a closed loop of fixed lengths, or a decode server whose arrivals
+    did not move between two passes of the closed-loop fixed point) share one run, exactly. Holds the runs of
+    the current pass and the one before (:meth:`next_pass`), so memory stays at two passes' worth."""
+
+    def __init__(self):
+        self.prev, self.cur = {}, {}
+
+    def run(self, tables, scheduler, kv, arrival, prompt, output, prefix, *, have_kv=False, concurrency=0,
+            policy=DEFAULT_POLICY) -> tuple:
+        # a closed loop overwrites the arrivals, so they are not part of its key
+        key = (kv, have_kv, concurrency, b"" if concurrency else np.ascontiguousarray(arrival, dtype=float).tobytes(),
+               np.ascontiguousarray(prompt).tobytes(), np.ascontiguousarray(output).tobytes(),
+               np.ascontiguousarray(prefix).tobytes())
+        out = self.cur.get(key)
+        if out is None:
+            out = self.prev.get(key)
+            if out is None:
+                out = Batcher(tables, scheduler, kv, arrival, prompt, output, prefix, have_kv=have_kv,
+                              concurrency=concurrency, policy=policy).run()
+            self.cur[key] = out
+        return out
+
+    def next_pass(self) -> None:
+        self.prev, self.cur = self.cur, {}
+
+
+def _assemble(req: dict, first, finish, npre, inst, extra_all, series_parts, kv_blocks, more=None,
+              ranks=None) -> ServingResult:
+    """The result from per-scheduler parts: ``series_parts`` [(instance, series tuple)], ``kv_blocks`` the
+    capacity of each part's scheduler, ``ranks`` (DPA) each part's attention-DP rank."""
     req = dict(req)
     req["first_token_s"] = first
     req["finish_s"] = finish
@@ -199,7 +269,10 @@ def _assemble(req: dict, first, finish, npre, inst, extra_all, series_parts, kv_
     cols = ("start_s", "step_s", "batch", "decode_batch", "weight", "prefill_tokens", "kv_blocks")
     series = {c: np.concatenate([p[k] for _, p in series_parts]) for k, c in enumerate(cols)}
     series["instance"] = np.concatenate([np.full(p[0].size, j) for j, p in series_parts]).astype(np.int64)
-    cap = np.concatenate([np.full(p[0].size, float(kv_blocks[j])) for j, p in series_parts])
+    cap = np.concatenate([np.full(p[0].size, float(kv_blocks[i])) for i, (_, p) in enumerate(series_parts)])
+    if ranks is not None:
+        series["dp_rank"] = np.concatenate([np.full(p[0].size, r) for r, (_, p) in zip(ranks, series_parts)]
+                                           ).astype(np.int64)
     series["kv_occupancy"] = series["kv_blocks"] / cap
     for c in ("batch", "decode_batch", "prefill_tokens", "kv_blocks"):
         series[c] = series[c].astype(np.int64)
@@ -224,18 +297,21 @@ def _iteration_tokens(req: dict, scheduler: Scheduler, policy: EnginePolicy) -> 
 
 def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None = None, *, instances: int = 1,
                        scheduler: Scheduler = Scheduler(), seed=0, tables: StepTables | None = None,
-                       policy: EnginePolicy | None = None) -> ServingResult:
+                       policy: EnginePolicy | None = None, layout: str = "TP") -> ServingResult:
     """Simulate ``n_requests`` of ``traffic`` on ``instances`` colocated instances of ``dep`` (continuous
     batching with chunked prefill, the loop of the module docstring); request i goes to instance
     i mod ``instances`` (a closed-loop ``concurrency`` is split the same way).
 
     Returns a :class:`ServingResult`; its ``summary`` has ``{ttft,tpot,itl,e2e}_{mean,p50,p90,p99}_s``,
     ``output_tokens_per_s`` and ``requests_per_s`` (over first arrival to last finish), ``preemptions``,
-    ``iterations``, ``mean_decode_batch`` (time-weighted over busy iterations) and ``makespan_s``.
+    ``iterations`` (of every scheduler), ``mean_decode_batch`` (per instance, time-weighted over busy
+    iterations; a DPA instance's sums its ranks') and ``makespan_s``.
     Deterministic for a ``seed``. ``tables``: precomputed :func:`.step_tables.step_tables` (built when None).
     ``policy``: the serving engine's semantics (:class:`.engines.EnginePolicy`); None: those of the engine the
     runtime preset names (``dep.runtime.engine``: ``trtllm`` reserves blocks to completion, the others and
-    engine-neutral presets run the base policy).
+    engine-neutral presets run the base policy). ``layout`` "DPA": each instance's ranks schedule their own
+    requests (module docstring), ``scheduler`` is the instance's (its ``max_num_seqs`` split over the ranks,
+    its ``kv_blocks``, if given, each rank's) and ``tables`` must be DPA tables.
     """
     k = _check_common(traffic, n_requests, instances)
     if not isinstance(scheduler, Scheduler):
@@ -243,48 +319,53 @@ def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None
     if not isinstance(dep, Deployment):
         raise SpecError(f"dep must be a Deployment, got {type(dep).__name__}")
     policy = _check_policy(policy, dep)
+    T = _layout("layout", layout, dep)
+    sched = policy.dp_rank_scheduler(scheduler, T) if layout == "DPA" else scheduler
+    where = "attention-DP rank" if layout == "DPA" else "instance"
     req = requests(traffic, n_requests, seed)
-    kv = _blocks(dep, scheduler, "instance", policy)
-    _check_fit(req, kv, scheduler.block_tokens, "instance")
+    kv = _blocks(dep, sched, where, policy, layout)
+    _check_fit(req, kv, sched.block_tokens, where)
     n = req["prompt_tokens"].size
-    tokens = _iteration_tokens(req, scheduler, policy)
+    tokens = _iteration_tokens(req, sched, policy)
     if tables is None:
-        tables = step_tables(dep, max_tokens=tokens, max_batch=scheduler.max_num_seqs,
-                             max_context=int((req["prompt_tokens"] + req["output_tokens"]).max()) + 1)
-    elif tables.max_tokens < tokens or tables.max_batch < scheduler.max_num_seqs:
-        raise SpecError(f"tables must cover the iteration's {tokens:,} tokens (the scheduler's max_num_batched_tokens, "
-                        f"or with whole prompts the longest one beside a full batch) and max_num_seqs; build them "
-                        f"with step_tables(dep, max_tokens=..., max_batch=..., max_context=...)")
+        tables = step_tables(dep, max_tokens=tokens, max_batch=sched.max_num_seqs,
+                             max_context=int((req["prompt_tokens"] + req["output_tokens"]).max()) + 1, layout=layout)
+    elif tables.max_tokens < tokens or tables.max_batch < sched.max_num_seqs or tables.layout != layout:
+        raise SpecError(f"tables must be of layout {layout} and cover the iteration's {tokens:,} tokens (the "
+                        f"scheduler's max_num_batched_tokens, or with whole prompts the longest one beside a full "
+                        f"batch) and max_num_seqs ({sched.max_num_seqs}{' per rank' if layout == 'DPA' else ''}); "
+                        f"build them with step_tables(dep, max_tokens=..., max_batch=..., max_context=..., "
+                        f"layout=...)")
     first, finish, npre = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
     arrival = np.array(req["arrival_s"])
-    inst = np.arange(n) % k
+    s_inst, s_rank, s_conc = _schedulers(k, T, traffic.concurrency)
+    who = np.arange(n) % s_inst.size
     extra, parts = [], []
-    for j in range(k):
-        idx = np.nonzero(inst == j)[0]
+    runs = _Runs()
+    for j in range(s_inst.size):
+        idx = np.nonzero(who == j)[0]
         if idx.size == 0:
-            parts.append((j, tuple(np.zeros(0) for _ in range(7))))
+            parts.append((int(s_inst[j]), tuple(np.zeros(0) for _ in range(7))))
             continue
-        conc = 0
-        if traffic.concurrency is not None:
-            conc = traffic.concurrency // k + (j < traffic.concurrency % k)
-            if conc == 0:
-                raise SpecError(f"concurrency ({traffic.concurrency}) must be >= instances ({k})")
-        f, e, p, a, x, s = Batcher(tables, scheduler, kv, arrival[idx], req["prompt_tokens"][idx],
-                                   req["output_tokens"][idx], req["prefix_tokens"][idx], concurrency=conc,
-                                   policy=policy).run()
+        f, e, p, a, x, s = runs.run(tables, sched, kv, arrival[idx], req["prompt_tokens"][idx],
+                                    req["output_tokens"][idx], req["prefix_tokens"][idx], concurrency=s_conc[j],
+                                    policy=policy)
         first[idx], finish[idx], npre[idx], arrival[idx] = f, e, p, a
         extra.append(x)
-        parts.append((j, s))
+        parts.append((int(s_inst[j]), s))
     req["arrival_s"] = arrival
-    return _assemble(req, first, finish, npre, inst, np.concatenate(extra) if extra else np.zeros(0), parts,
-                     [kv] * k)
+    more = {"dp_rank": s_rank[who]} if layout == "DPA" else None
+    res = _assemble(req, first, finish, npre, s_inst[who], np.concatenate(extra) if extra else np.zeros(0), parts,
+                    [kv] * s_inst.size, more, s_rank.tolist() if layout == "DPA" else None)
+    return _per_instance_batch(res, s_inst.size / k)
 
 
 def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link: Link, traffic: Traffic,
                            n_requests: int | None = None, *, prefill_instances: int = 1, decode_instances: int = 1,
                            prefill_tokens: int = 8192, decode_scheduler: Scheduler = Scheduler(), seed=0,
                            nics: int | None = None, batched_ops: bool = True, op_overhead_us: float = 1.0,
-                           policy: EnginePolicy | None = None) -> ServingResult:
+                           policy: EnginePolicy | None = None, prefill_layout: str = "TP",
+                           decode_layout: str = "TP") -> ServingResult:
     """Simulate ``n_requests`` of open-loop ``traffic`` on a disaggregated deployment (module docstring).
 
     Prefill: ``prefill_instances`` of ``prefill_dep`` behind one FCFS queue, each running batches of whole
@@ -296,7 +377,10 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     arrival. TTFT = KV arrival - request arrival. ``policy`` (:class:`.engines.EnginePolicy`; None: that of
     the engine ``decode_dep``'s runtime preset names): the engine's semantics on both sides; its per-request host time delays a request's arrival at the prefill queue, its
     per-step host time lengthens every prefill batch and decode iteration. Returns a :class:`ServingResult`
-    (``requests`` adds ``prefill_done_s``, ``transfer_s``, ``prefill_instance``).
+    (``requests`` adds ``prefill_done_s``, ``transfer_s``, ``prefill_instance``). ``prefill_layout`` /
+    ``decode_layout`` "DPA": that side's ranks each serve their own requests (module docstring): a prefill rank
+    runs its own batches (``prefill_tokens`` each), a decode rank has its own KV and ceil(max_num_seqs / ranks)
+    of ``decode_scheduler``'s requests.
     """
     kp = _check_common(traffic, n_requests, prefill_instances, "prefill_instances")
     kd = _check.integer("decode_instances", decode_instances, lo=1, hi=MAX_INSTANCES)
@@ -312,33 +396,60 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
                         f"{decode_dep.model.name}")
     budget = _check.integer("prefill_tokens", prefill_tokens, lo=1, hi=1 << 20, unit="tokens")
     policy = _check_policy(policy, decode_dep)
+    Tp = _layout("prefill_layout", prefill_layout, prefill_dep)
+    Td = _layout("decode_layout", decode_layout, decode_dep)
+    if decode_layout == "DPA":
+        decode_scheduler = policy.dp_rank_scheduler(decode_scheduler, Td)
+    where = "decode attention-DP rank" if decode_layout == "DPA" else "decode instance"
     req = requests(traffic, n_requests, seed)
-    kv = _blocks(decode_dep, decode_scheduler, "decode instance", policy)
-    _check_fit(req, kv, decode_scheduler.block_tokens, "decode instance")
+    kv = _blocks(decode_dep, decode_scheduler, where, policy, decode_layout)
+    _check_fit(req, kv, decode_scheduler.block_tokens, where)
     n = req["prompt_tokens"].size
     P, X0 = req["prompt_tokens"], req["prefix_tokens"]
     new = (P - X0).tolist()
     # ---- prefill pool: one FCFS queue, batches of whole prompts ---------------------------------------------------
     Sctx = int((P + req["output_tokens"]).max()) + 1
     tp = step_tables(prefill_dep, max_tokens=max(budget, int(max(new))), max_batch=min(budget, 1 << 16),
-                     max_context=Sctx)
+                     max_context=Sctx, layout=prefill_layout, decodes=False)
     host = policy.request_host_s + policy.request_host_s_per_token * P  # the serving stack, per request [s]
     x0 = X0.tolist()
     tr = transfer_time(prefill_dep.model, link, P.astype(float), kv_dtype=decode_dep.kv_dtype,
-                       page_tokens=decode_dep.runtime.page_tokens, prefill_tp=prefill_dep.ranks,
-                       decode_tp=decode_dep.ranks, op_overhead_us=op_overhead_us, batched_ops=batched_ops, nics=nics)
+                       page_tokens=decode_dep.runtime.page_tokens, prefill_tp=prefill_dep.ranks // Tp,
+                       decode_tp=decode_dep.ranks // Td, op_overhead_us=op_overhead_us, batched_ops=batched_ops,
+                       nics=nics)
     busy = np.broadcast_to(tr["bandwidth_s"] + tr["ops_s"], P.shape)
     total = np.broadcast_to(tr["transfer_s"], P.shape)
     td = step_tables(decode_dep, max_tokens=_iteration_tokens(req, decode_scheduler, policy),
-                     max_batch=decode_scheduler.max_num_seqs, max_context=Sctx)
-    args = (req, n, kp, kd, budget, tp, td, kv, policy, decode_scheduler, P, X0, new, x0, busy, total)
+                     max_batch=decode_scheduler.max_num_seqs, max_context=Sctx, layout=decode_layout)
+    # the servers of each side: an instance each, or under DPA each instance's ranks (dealt instances first)
+    args = (req, n, kp * Tp, kd * Td, budget, tp, td, kv, policy, decode_scheduler, P, X0, new, x0, busy, total,
+            _Runs())
     if traffic.concurrency is None:
         out = _disagg_pass(req["arrival_s"] + host, *args)
     else:  # closed loop: iterate to the fixed point of "the next request arrives when one finishes"
         out = _closed_loop_fixed_point(traffic.concurrency, host, args)
-    first, finish, npre, inst, extra, parts, more = out
-    return _assemble(req, first, finish, npre, inst, np.concatenate(extra) if extra else np.zeros(0), parts,
-                     [kv] * kd, more)
+    first, finish, npre, srv, extra, parts, more = out
+    # server j is instance j mod k, attention-DP rank j // k (_schedulers' dealing order)
+    inst = np.where(srv >= 0, srv % kd, -1)
+    pj = more["prefill_instance"]
+    more["prefill_instance"] = pj % kp
+    if prefill_layout == "DPA":
+        more["prefill_dp_rank"] = pj // kp
+    if decode_layout == "DPA":
+        more["dp_rank"] = np.where(srv >= 0, srv // kd, -1)
+    parts = [(j % kd, p) for j, p in parts]
+    ranks = [j // kd for j in range(kd * Td)] if decode_layout == "DPA" else None
+    res = _assemble(req, first, finish, npre, inst, np.concatenate(extra) if extra else np.zeros(0), parts,
+                    [kv] * (kd * Td), more, ranks)
+    return _per_instance_batch(res, Td)
+
+
+def _per_instance_batch(res: ServingResult, schedulers_per_instance: float) -> ServingResult:
+    """The summary's ``mean_decode_batch`` per instance: a DPA instance's is its ranks' (their time-weighted mean
+    per scheduler x the schedulers an instance runs; the ranks run in lockstep)."""
+    if schedulers_per_instance != 1:
+        res.summary["mean_decode_batch"] *= schedulers_per_instance
+    return res
 
 
 #: fixed-point passes a disaggregated closed loop may take (each a whole simulation); a loop that has not
@@ -358,6 +469,7 @@ def _closed_loop_fixed_point(concurrency: int, host: np.ndarray, args: tuple):
     a = np.zeros(n)
     for _ in range(MAX_CLOSED_LOOP_PASSES):
         out = _disagg_pass(a + host, *args)
+        args[-1].next_pass()  # the decode runs of this pass stay reusable in the next
         nxt = np.concatenate([np.zeros(c), np.sort(out[1])[:n - c]])
         if np.array_equal(nxt, a):
             req["arrival_s"] = a
@@ -368,13 +480,14 @@ def _closed_loop_fixed_point(concurrency: int, host: np.ndarray, args: tuple):
 
 
 def _disagg_pass(arrival_at_queue, req, n, kp, kd, budget, tp, td, kv, policy, decode_scheduler, P, X0, new, x0,
-                 busy, total):
+                 busy, total, runs):
     """One pass of the staged disaggregated simulation for arrivals at the prefill queue [s] (in request order):
     (first token, finish, preemptions, decode instance, ITL extras, series parts, prefill/transfer columns)."""
     arr = np.asarray(arrival_at_queue, dtype=float).tolist()
-    done_p = np.zeros(n)
-    inst_p = np.zeros(n, dtype=np.int64)
+    done = [0.0] * n
+    srv = [0] * n
     free = [(0.0, j) for j in range(kp)]
+    cost = {}  # batch duration by (tokens, prompts, effective context): fixed lengths repeat one batch
     ptr = 0
     while ptr < n:
         t_free, j = heapq.heappop(free)
@@ -385,22 +498,29 @@ def _disagg_pass(arrival_at_queue, req, n, kp, kd, budget, tp, td, kv, policy, d
             pairs += new[k] * (x0[k] + new[k] / 2.0)
             k += 1
         xe = pairs / tok - tok / 2.0
-        dur = tp.shared_s[tok] + tp.head_s[k - ptr] + tp.chunk_core_s(tok, xe if xe > 0 else 0.0)
-        if policy.step_host_s:
-            dur += policy.step_host_s
-        done_p[ptr:k] = t + dur
-        inst_p[ptr:k] = j
+        key = (tok, k - ptr, xe)
+        dur = cost.get(key)
+        if dur is None:
+            dur = cost[key] = (tp.shared_s[tok] + tp.head_s[k - ptr] + tp.chunk_core_s(tok, xe if xe > 0 else 0.0)
+                               + policy.step_host_s)
+        end = t + dur
+        done[ptr:k] = [end] * (k - ptr)
+        srv[ptr:k] = [j] * (k - ptr)
         ptr = k
-        heapq.heappush(free, (t + dur, j))
+        heapq.heappush(free, (end, j))
+    done_p = np.asarray(done)
+    inst_p = np.asarray(srv, dtype=np.int64)
     # ---- KV transfer: FIFO on the sending instance's NICs ---------------------------------------------------------
     order = np.lexsort((np.arange(n), done_p))
     nic_free = [0.0] * kp
-    arrive = np.zeros(n)
+    arrive_l = [0.0] * n
+    busy_l, total_l = busy.tolist(), total.tolist()
     for i in order.tolist():
-        j = int(inst_p[i])
-        st = max(float(done_p[i]), nic_free[j])
-        nic_free[j] = st + float(busy[i])
-        arrive[i] = st + float(total[i])
+        j = srv[i]
+        st = done[i] if done[i] > nic_free[j] else nic_free[j]
+        nic_free[j] = st + busy_l[i]
+        arrive_l[i] = st + total_l[i]
+    arrive = np.asarray(arrive_l)
     # ---- decode pool ----------------------------------------------------------------------------------------------
     first = arrive.copy()
     finish = np.where(req["output_tokens"] <= 1, arrive, np.nan)
@@ -414,8 +534,8 @@ def _disagg_pass(arrival_at_queue, req, n, kp, kd, budget, tp, td, kv, policy, d
         if idx.size == 0:
             parts.append((j, tuple(np.zeros(0) for _ in range(7))))
             continue
-        f, e, p, _, x, s = Batcher(td, decode_scheduler, kv, arrive[idx], P[idx], req["output_tokens"][idx],
-                                   X0[idx], have_kv=True, policy=policy).run()
+        f, e, p, _, x, s = runs.run(td, decode_scheduler, kv, arrive[idx], P[idx], req["output_tokens"][idx],
+                                    X0[idx], have_kv=True, policy=policy)
         finish[idx], npre[idx], inst[idx] = e, p, j
         extra.append(x)
         parts.append((j, s))

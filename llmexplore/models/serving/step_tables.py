@@ -6,7 +6,18 @@ exactly for every token count, the LM head exactly for every logit count, the de
 a geometric context grid (linear in the context between nodes), the chunk core on a token x context grid
 (log-linear in tokens, linear in context). Measured against direct calls, the table is within 0.1 %
 (tests/unit/models/serving/test_serving.py). Priced on the TP layout (:func:`..step.prefill.mixed_step_time`, which
-:meth:`StepTables.step_s` reproduces exactly for one chunk).
+:meth:`StepTables.step_s` reproduces exactly for one chunk), or on the DPA layout for one attention-DP rank.
+
+**DPA** (``layout="DPA"``, docs/models.md §4.9): the tables price one rank's iteration of a data-parallel-attention
+instance of T ranks, indexed by that rank's own tokens, decodes and logits. The iteration is the step engine's DPA
+step of T times them (:func:`..step.decode.step_time` with batch T x n: each rank attends over its own n sequences
+with whole heads, and the FFN/MoE runs over the gathered T x n tokens). That is the step engine's own gather,
+padded to the busiest rank (``_tokens``: "FFN sees the padded gather"), with every rank carrying this rank's load
+[assumption: balanced ranks. The ranks of an instance run each iteration in lockstep (the MoE collectives need
+all of them), so the true step is set by the busiest rank and the sum of their tokens. The simulator runs one
+scheduler per rank and prices each by its own load; with requests dealt round-robin, fixed lengths and a
+synchronised start (a benchmark's closed loop) the ranks carry the same load and this is exact, and otherwise it
+is optimistic by the imbalance between ranks].
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from ...errors import SpecError
 from ..step.decode import core_s, step_time
 from ..step.engine import MAX_CONTEXT, Deployment
 
-__all__ = ["StepTables", "step_tables"]
+__all__ = ["StepTables", "step_tables", "SIM_LAYOUTS"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,7 +43,8 @@ class StepTables:
 
     ``shared_s[m]``: everything but the attention cores and the LM head for m tokens; ``head_s[n]``: LM head
     and embedding/logit collectives for n logits; ``dec_core`` [batch, context node] over ``ctx_grid``;
-    ``chunk_core`` [token node, context node] over ``chunk_grid`` x ``ctx_grid``.
+    ``chunk_core`` [token node, context node] over ``chunk_grid`` x ``ctx_grid``. ``layout``: "TP" (the
+    instance's iteration) or "DPA" (one attention-DP rank's, module docstring).
     """
 
     dep: Deployment
@@ -42,6 +54,7 @@ class StepTables:
     dec_core: np.ndarray
     chunk_grid: np.ndarray
     chunk_core: np.ndarray
+    layout: str = "TP"
     _ctx: list = field(repr=False, default_factory=list)
     _dec_rows: list = field(repr=False, default_factory=list)
     _chunk_log: list = field(repr=False, default_factory=list)
@@ -59,7 +72,8 @@ class StepTables:
 
     @property
     def max_batch(self) -> int:
-        return len(self.dec_core) - 1
+        """Most logits (decodes, or prompts of a prefill batch) the tables price."""
+        return len(self.head_s) - 2
 
     def _lerp_ctx(self, row: list, s: float) -> float:
         g = self._ctx
@@ -100,32 +114,46 @@ class StepTables:
         return t
 
 
-def step_tables(dep: Deployment, *, max_tokens: int, max_batch: int, max_context: int) -> StepTables:
+#: the attention layouts the simulator runs (TP: one scheduler per instance; DPA: one per attention-DP rank)
+SIM_LAYOUTS = ("TP", "DPA")
+
+
+def step_tables(dep: Deployment, *, max_tokens: int, max_batch: int, max_context: int,
+                layout: str = "TP", decodes: bool = True) -> StepTables:
     """Tabulate a deployment's iteration times for the serving simulator (:mod:`.simulator`; a few ms with the
     vectorised engine). ``max_tokens``: most tokens in one iteration; ``max_batch``: most decodes (and logits)
-    in one; ``max_context``: longest context [tokens]."""
+    in one; ``max_context``: longest context [tokens]. ``layout`` "DPA": the counts are one attention-DP
+    rank's, and the tables price its iteration with every rank as loaded (module docstring). ``decodes`` False
+    (a prefill pool's tables): no decode attention core is tabulated (its rows stay zero), only the parts that
+    price batches of prompts."""
     if not isinstance(dep, Deployment):
         raise SpecError(f"dep must be a Deployment, got {type(dep).__name__}")
+    layout = _check.choice("layout", layout, SIM_LAYOUTS)
+    dep.check_layout(layout)
     M = _check.integer("max_tokens", max_tokens, lo=1, hi=1 << 22, unit="tokens")
     B = _check.integer("max_batch", max_batch, lo=1, hi=1 << 16)
     S = _check.integer("max_context", max_context, lo=1, hi=MAX_CONTEXT, unit="tokens")
     B = min(B, M)
     d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
     L = dep.model.layers
+    # the engine's batch for a count of the table's: the instance's own (TP), or every rank's (DPA)
+    g = float(dep.ranks) if layout == "DPA" else 1.0
     m = np.arange(1, M + 1, dtype=float)
-    st = step_time(d1, m, 1.0, "TP")
+    st = step_time(d1, g * m, 1.0, layout)
     shared = np.asarray(st["step_s"] - st["core_s"] - st["head_s"] - st["comm_head_s"], dtype=float)
     n = np.arange(1, B + 1, dtype=float)
-    hd = step_time(d1, np.arange(1, B + 2, dtype=float), 1.0, "TP")  # decodes + one chunk's logit
+    hd = step_time(d1, g * np.arange(1, B + 2, dtype=float), 1.0, layout)  # decodes + one chunk's logit
     head = np.asarray(hd["head_s"] + hd["comm_head_s"], dtype=float)
     ctx = np.unique(np.concatenate([[0.0, 1.0], np.round(np.geomspace(1.0, S + 2.0, 72))]))
-    dec = np.asarray(step_time(d1, n[:, None], np.maximum(ctx, 1.0)[None, :], "TP")["core_s"], dtype=float)
+    dec = (np.asarray(step_time(d1, g * n[:, None], np.maximum(ctx, 1.0)[None, :], layout)["core_s"], dtype=float)
+           if decodes else np.zeros((1, ctx.size)))
     # integers up to 32 (the decode/prefill kernel switch is at 16 queries), geometric beyond
     cg = np.unique(np.concatenate([np.arange(1.0, min(M, 32) + 1), np.round(np.geomspace(32, max(M, 33), 48))]))
     cg = cg[cg <= max(M, 2)]
     if cg.size < 2:
         cg = np.array([1.0, 2.0])
-    chunk = L * np.asarray(core_s(d1, 1, np.maximum(ctx[None, :] + cg[:, None] / 2.0, 1.0), "TP", cg[:, None]),
+    # one sequence's chunk: under DPA it sits on one rank, which attends with whole heads
+    chunk = L * np.asarray(core_s(d1, 1, np.maximum(ctx[None, :] + cg[:, None] / 2.0, 1.0), layout, cg[:, None]),
                            dtype=float)
     return StepTables(dep=dep, shared_s=[0.0] + shared.tolist(), head_s=[0.0] + head.tolist(), ctx_grid=ctx,
-                      dec_core=np.vstack([np.zeros(ctx.size), dec]), chunk_grid=cg, chunk_core=chunk)
+                      dec_core=np.vstack([np.zeros(ctx.size), dec]), chunk_grid=cg, chunk_core=chunk, layout=layout)

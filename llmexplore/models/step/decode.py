@@ -133,8 +133,14 @@ def _activation_bytes(dep: Deployment, b: np.ndarray, layout: str) -> np.ndarray
     ffn_local = 2 * max(m.intermediate / T if m.dense_layers else 0.0,
                         (m.experts_per_token + m.shared_experts) * m.moe_intermediate / T if m.is_moe else 0.0)
     hidden_states = n_ffn * ba * (2 * m.hidden + ffn_local) + n_attn * ba * qkv_out
-    # FP32 logits: gathered on the sampling rank, or only the rank's own with a data-parallel LM head
-    logits = (n_attn if layout == "DPA" and dep.dp_lm_head else n_ffn) * m.vocab * LOGIT_BYTES
+    # FP32 logits: gathered on the sampling rank (TP and the others). Under DPA each rank samples its own tokens:
+    # with a data-parallel LM head it computes their logits over the whole vocabulary; with a vocab-parallel
+    # one it computes its vocabulary slice of the gathered batch (T n / T rows' worth) and then receives its own
+    # tokens' whole rows, so two such blocks at the peak (one on a single rank, which gathers nothing)
+    if layout == "DPA":
+        logits = (1 if dep.dp_lm_head or T == 1 else 2) * n_attn * m.vocab * LOGIT_BYTES
+    else:
+        logits = n_ffn * m.vocab * LOGIT_BYTES
     return hidden_states + logits
 
 

@@ -21,6 +21,14 @@ OSL, and the measured TTFT and TPOT [ms].
 * colocated: ``concurrency / batch_size`` instances of ``tp_size`` GPUs, ``max_num_seqs`` = ``batch_size`` (the
   engine's max batch, which the sample records), expert parallelism ``moe_ep_size``; weights as
   ``gemm_quant_mode`` says, the checkpoint's own dtype where no precision is recorded;
+* attention data parallelism (``attention_dp_size`` D > 1 with ``tp_size`` 1, on either mode's side): a DPA
+  instance of D ranks (one scheduler per rank, :mod:`llmexplore.models.serving.simulator`), the recorded batch
+  per rank (so ``max_num_seqs`` = D x ``batch_size``, and D x batch clients per instance on the colocated rows),
+  MoE TP x EP as recorded, dispatch by all-gather [assumption: the sample records no MoE communication backend.
+  TensorRT-LLM selects all-to-all only with multi-node NVLink (GB200) or DeepEP enabled by environment
+  variables (``select_alltoall_method_type`` in its fused-MoE modules), AIConfigurator's SGLang templates pass
+  ``--enable-dp-attention`` without ``--moe-a2a-backend``, so gather everywhere; on GB200 TensorRT-LLM's MNNVL
+  all-to-all is not priced];
 * disaggregated: ``prefill_num_workers`` x TP ``prefill_tp_size`` prefill instances (whole prompts, one per
   batch at these fixed lengths, as every such row's ``prefill_batch_size`` of 1 says) and ``decode_num_workers`` x TP ``decode_tp_size`` decode instances of max batch
   ``decode_batch_size``, over the GPU's scale-out link [assumption: the source does not say whether the pools
@@ -34,9 +42,12 @@ OSL, and the measured TTFT and TPOT [ms].
   (last token - first token) / (output - 1). The source states neither the statistic nor the TPOT definition
   [assumption: means, per-request TPOT, as aiconfigurator's own comparison treats them: one number per row].
 
-Not simulated, with the reason in ``status``: disaggregated rows whose source records no worker counts,
-attention data parallelism (the simulator runs TP attention), rank counts the model's heads or experts do not
-divide (GB200 NVL72 slices of 20-52 GPUs), pipeline parallelism, and deployments whose weights leave no KV memory.
+Not simulated, with the reason in ``status``: disaggregated rows whose source records no worker counts, rank
+counts the model's heads or experts do not divide (GB200 NVL72 slices of 20-52 GPUs), pipeline parallelism,
+attention TP within attention-DP groups, deployments whose weights leave no KV memory, and the 37 rows that record
+attention DP over a hybrid MoE TP x EP (16 over 4 x 4, 64 over 8 x 8). Those are taken as mislabelled: 23 of them
+repeat, to every digit, the measured TTFT and TPOT of rows with another parallel configuration (attention DP 4 or
+8), and their ids name ``tp4_ep4`` or ``tp8_ep8``.
 """
 
 from __future__ import annotations
@@ -83,6 +94,9 @@ MIN_REQUESTS, TURNS, MAX_REQUESTS = 48, 4, 8000
 #: ``_execute_phases`` at ai-dynamo/aiperf db4f6397), so every client starts at once [assumption: the sample's
 #: rows were measured this way; the source does not say]
 ROUNDS = 20
+#: simulations per batch of the process pool (one Parquet part each: run_sweep): small enough to balance the
+#: longest-first order over the workers, large enough that writing the parts costs little
+CHUNK = 8
 METRICS = ("ttft", "tpot")
 _CONC = re.compile(r"silicon_concurrency=(\d+)")
 
@@ -128,36 +142,48 @@ def row_config(row) -> tuple[dict, str, int]:
     conc = int(row["concurrency"])
     cfg = {"model": model, "gpu": SYSTEMS[row["system"]], "weight_dtype": WEIGHTS[wq], "kv_dtype": KV[wq],
            "link": None}
+    engine, gpu = str(row["backend"]), SYSTEMS[row["system"]]
     if row["mode"] != "agg":
         sides = []
         for role in ("prefill", "decode"):
-            if _int(row, f"{role}_pp_size") > 1:
-                raise SpecError("not resolved: pipeline parallelism (issue 21)")
-            if _int(row, f"{role}_attention_dp_size") > 1:
-                raise SpecError("not resolved: attention data parallelism (the simulator runs TP attention)")
-            ranks = _int(row, f"{role}_tp_size")
             if _int(row, f"{role}_num_workers") < 1:
                 raise SpecError("not resolved: the source records no prefill and decode worker counts for this "
                                 "disaggregated benchmark")
-            if ranks < 1:
-                raise SpecError(f"not modelled: the row gives no {role} tp size")
-            sides.append({"role": role, "instances": _int(row, f"{role}_num_workers"), "ranks": ranks,
-                          "layout": "TP", "ep": max(_int(row, f"{role}_moe_ep_size"), 1) if spec.is_moe else 1,
-                          "max_num_seqs": _int(row, f"{role}_batch_size") or conc,
-                          "chunk_tokens": None if role == "prefill" else
-                          chunk_tokens(str(row["backend"]), SYSTEMS[row["system"]])})
-        return {**cfg, "mode": "disaggregated", "sides": sides}, str(row["backend"]), conc
-    if _int(row, "pp_size") > 1:
+            sides.append(_side(row, f"{role}_", role, spec.is_moe, conc, _int(row, f"{role}_num_workers"),
+                               None if role == "prefill" else chunk_tokens(engine, gpu)))
+        return {**cfg, "mode": "disaggregated", "sides": sides}, engine, conc
+    side = _side(row, "", "colocated", spec.is_moe, conc, None, chunk_tokens(engine, gpu))
+    return {**cfg, "mode": "colocated", "sides": [side]}, engine, conc
+
+
+def _side(row, pre: str, role: str, moe: bool, conc: int, instances: int | None, chunk: int | None) -> dict:
+    """One side of a row's configuration from its ``pre``-prefixed parallel columns (module docstring).
+    ``instances`` None (colocated): the clients over the instance's batch."""
+    if _int(row, f"{pre}pp_size") > 1:
         raise SpecError("not resolved: pipeline parallelism (issue 21)")
-    if _int(row, "attention_dp_size") > 1:
-        raise SpecError("not resolved: attention data parallelism (the simulator runs TP attention)")
-    ranks, seqs = _int(row, "tp_size"), _int(row, "batch_size") or conc
-    if ranks < 1:
-        raise SpecError("not modelled: the row gives no tp size")
-    side = {"role": "colocated", "instances": max(1, conc // seqs), "ranks": ranks, "layout": "TP",
-            "ep": max(_int(row, "moe_ep_size"), 1) if spec.is_moe else 1, "max_num_seqs": seqs,
-            "chunk_tokens": chunk_tokens(str(row["backend"]), SYSTEMS[row["system"]])}
-    return {**cfg, "mode": "colocated", "sides": [side]}, str(row["backend"]), conc
+    tp, adp = _int(row, f"{pre}tp_size"), max(_int(row, f"{pre}attention_dp_size"), 1)
+    if tp < 1:
+        raise SpecError(f"not modelled: the row gives no {pre}tp size")
+    if adp > 1 and tp > 1:
+        raise SpecError(f"not resolved: attention TP {tp} within each of {adp} attention-DP groups (the simulator "
+                        f"runs TP or pure DP attention)")
+    ranks = tp * adp
+    ep = max(_int(row, f"{pre}moe_ep_size"), 1) if moe else 1
+    moe_tp = max(_int(row, f"{pre}moe_tp_size"), 1)
+    moe_ranks = moe_tp * ep
+    if moe and adp > 1 and moe_tp > 1 and ep > 1:
+        raise SpecError(f"not modelled: attention DP {adp} with MoE TP {moe_tp} x EP {ep}, recorded so only on rows "
+                        f"whose measured TTFT and TPOT repeat to every digit those of rows with attention DP {ep} "
+                        f"(and whose ids name tp{ep}_ep{ep}), so the parallel columns are taken as mislabelled")
+    if moe and adp > 1 and moe_ranks != ranks:
+        raise SpecError(f"not modelled: the row's attention ranks (tp {tp} x dp {adp} = {ranks}) are not its MoE "
+                        f"ranks (tp x ep = {moe_ranks}), so its parallel sizes describe no one instance")
+    # the recorded batch is per attention-DP rank: clients = batch x dp x instances on the colocated rows
+    seqs = (_int(row, f"{pre}batch_size") or -(-conc // adp)) * adp
+    if instances is None:
+        instances = max(1, conc // seqs)
+    return {"role": role, "instances": instances, "ranks": ranks, "layout": "DPA" if adp > 1 else "TP", "ep": ep,
+            "max_num_seqs": seqs, "chunk_tokens": chunk}
 
 
 def chunk_tokens(engine: str, gpu: str) -> int:
@@ -231,44 +257,75 @@ def regime(concurrency_per_instance: float) -> str:
     return "c<=8" if c <= 8 else "c16-64" if c <= 64 else "c>=128"
 
 
-def evaluate(rows: pd.DataFrame | None = None, *, progress=None) -> pd.DataFrame:
+def _simulation_task(task: dict) -> list[dict]:
+    """One simulation of :func:`evaluate` as a :func:`..distributed.run_sweep` task: its means, or in ``why`` the
+    reason it cannot run (top level, so worker processes can import it)."""
+    try:
+        got = _simulate(json.loads(task["config"]), task["runtime"], task["isl"], task["osl"], task["concurrency"],
+                        None, n_requests(task["concurrency"]))
+    except SpecError as exc:
+        why = (f"not modelled: at {task['runtime']}'s default memory fraction the weights leave no KV memory, so "
+               f"the benchmark must have set a larger one (not recorded in the source)"
+               if "no memory left for KV" in str(exc) else f"not modelled: {exc}")
+        return [{"why": why}]
+    return [{**got, "why": ""}]
+
+
+def evaluate(rows: pd.DataFrame | None = None, *, progress=None, workers: int | None = None) -> pd.DataFrame:
     """One row per measurement: id, family (model preset), gpu, engine, mode, isl, osl, concurrency, regime,
+    attention (the sides' layout, "TP" or "DPA", or "prefill TP, decode DPA" where they differ),
     ``ttft``/``tpot`` ``_measured_ms``, ``_model_ms`` and ``_error_pct`` (model / measured - 1, signed),
     preemptions, and ``status`` ("ok", or why the row is not simulated, with NaN numbers). Rows of one
-    configuration and load share one simulation."""
+    configuration and load share one simulation; the simulations run on ``workers`` local processes
+    (:func:`..distributed.run_sweep`; default: every core, 1 in this process). ``progress(i, n)`` is called
+    for each row once its numbers are in."""
+    from ..distributed import run_sweep
+
     rows = load() if rows is None else rows
-    cache: dict = {}
-    out = []
-    for i, r in enumerate(rows.to_dict("records")):
+    recs, keys, tasks = [], [], {}
+    for r in rows.to_dict("records"):
         rec = {"id": r["id"], "family": MODELS.get(r["model_path"], r["model_path"]),
                "gpu": SYSTEMS.get(r["system"], r["system"]), "engine": r["backend"],
                "engine_version": r.get("backend_version"),
                "mode": "colocated" if r["mode"] == "agg" else "disaggregated",
                "isl": int(r["isl"]), "osl": int(r["osl"]), "concurrency": r["concurrency"],
                "ttft_measured_ms": float(r["silicon_ttft_ms"]), "tpot_measured_ms": float(r["silicon_tpot_ms"])}
+        key = None
         try:
             cfg, runtime, conc = row_config(r)
-            dec = cfg["sides"][-1]
-            rec["regime"] = regime(conc / dec["instances"])
-            key = (json.dumps(cfg, sort_keys=True), runtime, rec["isl"], rec["osl"], conc)
-            if key not in cache:
-                try:
-                    cache[key] = _simulate(cfg, runtime, rec["isl"], rec["osl"], conc, None, n_requests(conc))
-                except SpecError as exc:
-                    cache[key] = (f"not modelled: at {runtime}'s default memory fraction the weights leave no KV "
-                                  f"memory, so the benchmark must have set a larger one (not recorded in the "
-                                  f"source)" if "no memory left for KV" in str(exc) else f"not modelled: {exc}")
-            got = cache[key]
-            if isinstance(got, str):
-                raise SpecError(got)
-            rec.update(got, status="ok")
+            rec["regime"] = regime(conc / cfg["sides"][-1]["instances"])
+            lay = [sd["layout"] for sd in cfg["sides"]]
+            rec["attention"] = lay[0] if len(set(lay)) == 1 else f"prefill {lay[0]}, decode {lay[1]}"
+            key = "|".join((json.dumps(cfg, sort_keys=True), runtime, str(rec["isl"]), str(rec["osl"]), str(conc)))
+            tasks.setdefault(key, {"task_id": key, "config": json.dumps(cfg, sort_keys=True), "runtime": runtime,
+                                   "isl": rec["isl"], "osl": rec["osl"], "concurrency": conc})
         except SpecError as exc:
-            rec.setdefault("regime", "")
-            rec.update(ttft_model_ms=np.nan, tpot_model_ms=np.nan, status=str(exc))
-        out.append(rec)
+            rec.update(regime="", attention="", ttft_model_ms=np.nan, tpot_model_ms=np.nan, status=str(exc))
+        recs.append(rec)
+        keys.append(key)
+    done: dict = {}
+    if tasks:
+        # the longest simulations first, so the last ones to finish are short (clients x output tokens)
+        order = sorted(tasks.values(), key=lambda t: -t["concurrency"] * t["osl"])
+        res = run_sweep(_simulation_task, order, workers=workers, chunk=CHUNK)
+        failed = res[res["error"] != ""] if "error" in res else res.iloc[:0]
+        if len(failed):  # a bug, not a modelling limit (those come back in "why"): say which simulation
+            raise RuntimeError(f"validate --e2e: the simulation of {failed['task_id'].iloc[0]} failed: "
+                               f"{failed['error'].iloc[0]}")
+        done = {r["task_id"]: r for r in res.to_dict("records")}
+    cols = ("ttft_model_ms", "tpot_model_ms", "ttft_steady_ms", "tpot_steady_ms", "output_tokens_per_s_model",
+            "preemptions")
+    for i, (rec, key) in enumerate(zip(recs, keys)):
+        if key is not None:
+            got = done[key]
+            if got["why"]:
+                rec.update(ttft_model_ms=np.nan, tpot_model_ms=np.nan, status=got["why"])
+            else:
+                rec.update({c: got[c] for c in cols}, status="ok")
+                rec["preemptions"] = int(rec["preemptions"])
         if progress is not None:
-            progress(i + 1, len(rows))
-    df = pd.DataFrame(out)
+            progress(i + 1, len(recs))
+    df = pd.DataFrame(recs)
     for m in METRICS:
         df[f"{m}_error_pct"] = 100.0 * (df[f"{m}_model_ms"] / df[f"{m}_measured_ms"] - 1.0)
         df[f"{m}_steady_error_pct"] = 100.0 * (df.get(f"{m}_steady_ms", np.nan) / df[f"{m}_measured_ms"] - 1.0)
@@ -298,7 +355,7 @@ def summary(table: pd.DataFrame) -> dict:
     return s
 
 
-CATEGORIES = ("family", "gpu", "engine", "mode", "regime")
+CATEGORIES = ("family", "gpu", "engine", "mode", "regime", "attention")
 
 
 def category_table(table: pd.DataFrame, by=CATEGORIES) -> pd.DataFrame:
@@ -308,7 +365,7 @@ def category_table(table: pd.DataFrame, by=CATEGORIES) -> pd.DataFrame:
     for dim in by:
         _check.choice("by", dim, tuple(table.columns))
         for val, g in table.groupby(dim, sort=True):
-            if dim == "regime" and val == "":
+            if dim in ("regime", "attention") and val == "":
                 continue
             rows.append({"dimension": dim, "category": val, **_stats(g)})
     return pd.DataFrame(rows)

@@ -9,6 +9,7 @@ from ... import _check, presets
 from ...deployment import DeploymentConfig
 from ...errors import SpecError
 from ...models.serving import disagg as dg
+from ...models.serving.step_tables import SIM_LAYOUTS
 from ...models.step.engine import Deployment
 from .question import Question
 from .search import config_of
@@ -24,12 +25,13 @@ SIM_TOLERANCE = 0.10  # relative gap between the analytic estimate and the simul
 def simulate_row(row: dict, q: Question, *, n_requests: int = SIM_REQUESTS, seed: int = 0) -> dict:
     """Re-check one configuration with the iteration-level serving simulator (:func:`simulate_config`) at its
     operating rate: TTFT and TPOT at the question's statistic, simulated vs analytic, and whether they differ
-    by more than :data:`SIM_TOLERANCE`. Only TP attention is simulated (``status`` says so otherwise)."""
+    by more than :data:`SIM_TOLERANCE`. TP and DPA attention are simulated (``status`` says so otherwise)."""
     out = {"label": row["label"], "ttft_model_ms": row.get("ttft_ms"), "tpot_model_ms": row.get("tpot_ms")}
     if not row.get("feasible"):
         return {**out, "status": "infeasible: not simulated"}
-    if row["decode_layout"] != "TP":
-        return {**out, "status": f"not simulated: the simulator runs TP attention, not {row['decode_layout']}"}
+    if row["decode_layout"] not in SIM_LAYOUTS:
+        return {**out, "status": f"not simulated: the simulator runs TP and DPA attention, not "
+                                 f"{row['decode_layout']}"}
     try:
         s = simulate_config(config_of(row, q), isl=q.isl, osl=q.osl, rate_per_s=float(row["rate_per_s"]),
                             n_requests=n_requests, runtime=q.runtime, seed=seed)["summary"]
@@ -75,7 +77,8 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                     concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
                     isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
                     prefix_ratio: float = 0.0, sampler: str = "fused",
-                    capacity_scheduler_policy: str | None = None, request_host_ms: float | None = None) -> dict:
+                    capacity_scheduler_policy: str | None = None, request_host_ms: float | None = None,
+                    enable_mixed_chunk: bool | None = None) -> dict:
     """Simulate one configuration (a :class:`~llmexplore.deployment.DeploymentConfig` or its JSON) under Poisson
     arrivals at ``rate_per_s``, a closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
     :func:`llmexplore.traces.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
@@ -83,7 +86,9 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     ``prefix_ratio`` of each prompt is a cached shared prefix; ``sampler`` is ``Deployment.sampler`` of every
     side (docs/models.md §1.1b). The scheduler's semantics are those of the engine the runtime preset names
     (:func:`llmexplore.models.serving.engines.policy_for`); ``capacity_scheduler_policy`` sets TensorRT-LLM's
-    (``GUARANTEED_NO_EVICT``, its default, or ``MAX_UTILIZATION``) and needs a runtime of that engine. Each
+    (``GUARANTEED_NO_EVICT``, its default, or ``MAX_UTILIZATION``) and needs a runtime of that engine;
+    ``enable_mixed_chunk`` sets SGLang's (False, its default: prefill iterations run apart from the decodes) and
+    needs a runtime of that engine. Each
     request spends the runtime preset's serving-stack time (``request_host_ms`` + ``request_host_us_per_token`` x
     its prompt tokens) before it reaches the scheduler; ``request_host_ms`` given replaces it with a fixed time
     per request (0: the pure engine).
@@ -117,8 +122,8 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
         traffic = Traffic(rate_per_s=rate_per_s, concurrency=concurrency, isl=dist(isl, isl_sigma),
                           osl=dist(osl, osl_sigma), prefix_ratio=prefix_ratio)
     for s in cfg.sides:
-        if s.layout != "TP":
-            raise SpecError(f"the simulator runs TP attention only; config side {s.role!r} has layout "
+        if s.layout not in SIM_LAYOUTS:
+            raise SpecError(f"the simulator runs TP and DPA attention; config side {s.role!r} has layout "
                             f"{s.layout!r}")
 
     moe = presets.model(cfg.model).is_moe
@@ -129,15 +134,22 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
             raise SpecError(f"capacity_scheduler_policy is TensorRT-LLM's: it needs a runtime preset of that engine "
                             f"(engine 'trtllm'), got runtime {runtime!r} (engine {engine!r})")
         knobs["capacity_scheduler_policy"] = capacity_scheduler_policy
+    if enable_mixed_chunk is not None:
+        if engine != "sglang":
+            raise SpecError(f"enable_mixed_chunk is SGLang's: it needs a runtime preset of that engine (engine "
+                            f"'sglang'), got runtime {runtime!r} (engine {engine!r})")
+        knobs["enable_mixed_chunk"] = _check.boolean("enable_mixed_chunk", enable_mixed_chunk)
     if request_host_ms is not None:  # the caller's serving-stack time (0: the pure engine) replaces the preset's
         ms = _check.number("request_host_ms", request_host_ms, lo=0, hi=1e4, unit="ms")
         knobs.update(request_host_s=ms / 1e3, request_host_s_per_token=0.0)
     policy = runtime_policy(presets.runtime(runtime), **knobs)
 
     def dep(s):
+        # a DPA side's MoE dispatch is its own (all-to-all runs only as DPA; a TP side gathers)
         return Deployment.build(cfg.model, cfg.gpu, s.ranks, runtime=runtime, weight_dtype=cfg.weight_dtype,
                                 kv_dtype=cfg.kv_dtype, moe_ep=s.ep if moe and s.ep != s.ranks else None,
-                                sampler=sampler)
+                                sampler=sampler,
+                                moe_dispatch=s.moe_dispatch if moe and s.layout == "DPA" else "gather")
 
     if cfg.mode == "colocated":
         s = cfg.side("colocated")
@@ -148,7 +160,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
         res = sv.simulate_colocated(d, traffic, n_requests, instances=s.instances,
                                     scheduler=Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk,
                                                         block_tokens=d.runtime.page_tokens),
-                                    seed=seed, policy=policy)
+                                    seed=seed, policy=policy, layout=s.layout)
     else:
         p, d = cfg.side("prefill"), cfg.side("decode")
         link = presets.link(cfg.link or presets.hardware(cfg.gpu).scale_out_link or "roce-400g")
@@ -160,7 +172,8 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                                         decode_scheduler=Scheduler(max_num_seqs=seqs,
                                                                    max_num_batched_tokens=max(seqs, 2048),
                                                                    block_tokens=dd.runtime.page_tokens),
-                                        seed=seed, policy=policy)
+                                        seed=seed, policy=policy, prefill_layout=p.layout,
+                                        decode_layout=d.layout)
     req = res.requests
     cdf = {}
     for name in ("ttft_s", "tpot_s", "e2e_s"):

@@ -28,7 +28,7 @@ def test_best_layout_sentence_states_the_headline(dsv3):
         "DPA is fastest at 33.2 ms per step; TP overtakes it below 1,771 tokens")
     assert fl.best_layout_sentence(table, bounds, batch=64, context=8192) == (
         "DPA is fastest at batch 64 and 8,192 tokens, at 33.2 ms per step (next: DOP, 33.3 ms); TP overtakes "
-        "it below 1,771 tokens and above 66,848 tokens it stops fitting and DOP takes over.")
+        "it below 1,771 tokens and above 66,896 tokens it stops fitting and DOP takes over.")
     nothing = table.assign(feasible=False)
     assert fl.best_layout_sentence(nothing, batch=64, context=8192) == "Nothing fits at batch 64 and 8,192 tokens."
 
@@ -41,7 +41,7 @@ def test_memory_boundaries_and_closed_form_sentences(dsv3):
     some = table.assign(feasible=table["layout"] != "TP")
     assert "TP does not fit" in fl.memory_sentence(some, 64, 8192)
     assert fl.boundaries_sentence(bounds, 64, 256, 262144) == (
-        "At batch 64, TP is best up to 1,771 tokens, then DPA up to 66,848 tokens, then DOP up to 83,184 tokens, and "
+        "At batch 64, TP is best up to 1,771 tokens, then DPA up to 66,896 tokens, then DOP up to 83,184 tokens, and "
         "beyond that nothing fits.")
     assert "does not change" in fl.boundaries_sentence(bounds.iloc[:0], 64, 256, 512)
     # with the kernel-parameter band: the crossover gets its P10-P90; one the draws cannot place is not a number
@@ -49,7 +49,7 @@ def test_memory_boundaries_and_closed_form_sentences(dsv3):
     cx = banded["kind"] == "crossover"
     banded.loc[cx, ["context_lo", "context_hi"]] = [1185.0, 2570.0]
     assert fl.boundaries_sentence(banded, 64, 256, 262144).startswith(
-        "At batch 64, TP is best up to 1,771 tokens [1,185-2,570], then DPA up to 66,848 tokens")
+        "At batch 64, TP is best up to 1,771 tokens [1,185-2,570], then DPA up to 66,896 tokens")
     banded.loc[cx, "resolved"] = False
     text = fl.boundaries_sentence(banded, 64, 256, 262144)
     assert "TP is best up to a crossover not resolved by the model" in text and "1,771" not in text

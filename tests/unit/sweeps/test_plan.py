@@ -311,6 +311,26 @@ def test_cli_simulate_keys_carry_their_units(capsys, tmp_path):
     assert 1 < s["requests_per_s"] < 3  # about the 2 req/s offered, not x 1,000
     assert s["e2e_mean_ms"] > s["ttft_mean_ms"] > 0 and s["e2e_mean_ms"] < 1e3 * s["makespan_s"]
 
+def test_cli_simulate_runs_a_dpa_config_and_sglangs_mixed_chunk(capsys):
+    """A DPA side simulates (one scheduler per attention-DP rank); --mixed-chunk is SGLang's knob and is refused
+    with another engine's runtime, naming the flag."""
+    import json
+
+    from llmexplore import cli
+
+    cfg = {"model": "deepseek-v3", "gpu": "h200", "mode": "colocated", "weight_dtype": "fp8", "kv_dtype": "fp8",
+           "link": None, "sides": [{"role": "colocated", "instances": 1, "ranks": 8, "layout": "DPA", "ep": 8,
+                                    "max_num_seqs": 64, "chunk_tokens": 8192}]}
+    base = ["simulate", "--config", json.dumps(cfg), "--isl", "1000", "--osl", "100", "--concurrency", "32",
+            "--requests", "96", "--runtime", "sglang", "--json"]
+    apart = _cli_json(base, capsys)["summary"]
+    mixed = _cli_json(base + ["--mixed-chunk"], capsys)["summary"]
+    assert apart["requests"] == mixed["requests"] == 96 and apart != mixed
+    assert apart["mean_decode_batch"] <= 64  # the instance's batch, its 8 ranks' together
+    assert cli.main(base[:-3] + ["--runtime", "vllm", "--mixed-chunk"]) == 2
+    assert "--mixed-chunk is SGLang's" in capsys.readouterr().err
+
+
 # ---- the expert-parallel axis -----------------------------------------------------------------------------------
 def test_moe_ep_of_all_ranks_is_the_default_and_moe_tp_slices_experts():
     from llmexplore.models.step.decode import step_time

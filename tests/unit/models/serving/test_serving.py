@@ -207,6 +207,29 @@ def test_sglang_reserves_prompt_and_clipped_output():
     assert type(policy_for("sglang")) is SglangPolicy and SglangPolicy.reserve_output_tokens == 4096
 
 
+def test_sglang_runs_its_prefill_batches_apart_from_the_decodes():
+    """SGLang without --enable-mixed-chunk (its default, sglang 0.5.23 srt/arg_groups/fields/schedule.py): the
+    scheduler runs a prefill batch before the decodes whenever a prompt can run ("Run prefill first if possible",
+    Scheduler.get_next_batch_to_run). No iteration carries both; the decodes wait, so TPOT rises against the same
+    engine with its prefill mixed in, and an isolated request is served the same either way (closed form)."""
+    tr = mixed_traffic(3.0)
+    apart = sv.simulate_colocated(dep(), tr, 400, seed=2, tables=tables(), policy=SglangPolicy())
+    mixed = sv.simulate_colocated(dep(), tr, 400, seed=2, tables=tables(), policy=SglangPolicy(enable_mixed_chunk=True))
+    S = apart.series
+    assert not ((S["prefill_tokens"] > 0) & (S["decode_batch"] > 0)).any()
+    assert ((mixed.series["prefill_tokens"] > 0) & (mixed.series["decode_batch"] > 0)).any()
+    assert apart.summary["tpot_mean_s"] > mixed.summary["tpot_mean_s"]
+    # a prefill-only iteration carries the prompts alone: the whole budget goes to them
+    assert S["prefill_tokens"].max() == Scheduler().max_num_batched_tokens
+    one = Traffic(rate_per_s=0.01, isl=LengthDist.fixed(1500), osl=LengthDist.fixed(50))
+    a = sv.simulate_colocated(dep(), one, 3, tables=tables(), policy=SglangPolicy())
+    b = sv.simulate_colocated(dep(), one, 3, tables=tables(), policy=SglangPolicy(enable_mixed_chunk=True))
+    assert np.allclose(a.requests["finish_s"], b.requests["finish_s"], rtol=1e-12)
+    assert repr(SglangPolicy()).startswith("SglangPolicy(enable_mixed_chunk=False")
+    with pytest.raises(SpecError, match="enable_mixed_chunk must be"):
+        SglangPolicy(enable_mixed_chunk="yes")
+
+
 def test_the_engine_policies_cover_the_runtime_engines():
     from llmexplore.specs import RUNTIME_ENGINES
 
@@ -246,10 +269,11 @@ def test_a_request_that_can_never_fit_is_an_error():
 @given(n=st.integers(1, 40), rate=st.floats(0.5, 200.0), isl=st.integers(1, 600), osl=st.integers(1, 80),
        sigma=st.sampled_from([0.0, 0.8]), prefix=st.sampled_from([0.0, 0.5]), seqs=st.integers(1, 8),
        budget=st.integers(8, 256), spare=st.integers(0, 200), seed=st.integers(0, 2**31), closed=st.booleans(),
-       reserve=st.booleans(), chunked=st.booleans())
-def test_invariants(n, rate, isl, osl, sigma, prefix, seqs, budget, spare, seed, closed, reserve, chunked):
+       reserve=st.booleans(), chunked=st.booleans(), mixed=st.booleans())
+def test_invariants(n, rate, isl, osl, sigma, prefix, seqs, budget, spare, seed, closed, reserve, chunked, mixed):
     """Under both admission rules: vLLM's optimistic one (the base policy) and TensorRT-LLM's reservation to
-    completion, which must never preempt; TensorRT-LLM with chunked prefill or whole prompts (its default)."""
+    completion, which must never preempt; TensorRT-LLM with chunked prefill or whole prompts (its default); and
+    either with prefill chunks sharing the decodes' iterations or running apart (SGLang's default)."""
     isl_d = LengthDist.lognormal(isl, sigma, 1200) if sigma else LengthDist.fixed(isl)
     osl_d = LengthDist.lognormal(osl, sigma, 200) if sigma else LengthDist.fixed(osl)
     kw = dict(concurrency=seqs + 1) if closed else dict(rate_per_s=rate)
@@ -258,6 +282,7 @@ def test_invariants(n, rate, isl, osl, sigma, prefix, seqs, budget, spare, seed,
     sched = Scheduler(max_num_seqs=seqs, max_num_batched_tokens=max(budget, seqs),
                          kv_blocks=-(-longest // 16) + spare)
     policy = TrtllmPolicy(enable_chunked_prefill=chunked) if reserve else EnginePolicy()
+    policy.mixed_prefill = mixed
     r = sv.simulate_colocated(dep(), tr, n, seed=seed, scheduler=sched, tables=small_tables(), policy=policy)
     R, s = r.requests, r.series
     if reserve:
@@ -283,6 +308,8 @@ def test_invariants(n, rate, isl, osl, sigma, prefix, seqs, budget, spare, seed,
         assert s["prefill_tokens"].sum() == (R["prompt_tokens"] - R["prefix_tokens"]).sum()
         assert r.summary["preemptions"] == 0
     assert (s["step_s"] > 0).all() and np.all(np.diff(s["start_s"]) > 0)
+    if not mixed:  # prompts and decodes never share an iteration
+        assert not ((s["prefill_tokens"] > 0) & (s["decode_batch"] > 0)).any()
     if closed:  # a finished request is replaced at once: its successor arrives at a finish time
         later = R["arrival_s"][seqs + 1:]
         assert np.isin(later, R["finish_s"]).all()
