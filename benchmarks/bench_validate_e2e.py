@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_validate_e2e.py``. One run of the whole shipped table (2,873 measured
 closed-loop benchmarks, 1,876 of them simulated, rows of one configuration and load sharing one simulation, on
 every core), printed relative to a fixed numpy reference workload timed in the same process (the machines here
-are noisy). Target: under a minute on 2 cores. Measured 25-33 s on this 2-core machine (54 s in one process)
+are noisy). Target: under a minute on 2 cores. Measured 24-33 s on this 2-core machine (38 s in one process)
 since data-parallel attention is simulated (153 more rows, 37 of them on 32-rank instances); 13-16 s before.
 
 The last line is machine-readable: ``e2e_s=… rows=… simulated=… e2e_vs_ref=…``.

@@ -269,3 +269,32 @@ def read_text(path, where: str, max_bytes: int) -> str:
         line = raw[: exc.start].count(b"\n") + 1
         raise SpecError(f"{where} must be UTF-8 text, got byte 0x{raw[exc.start]:02x} on line {line} "
                         f"(offset {exc.start}); save it as UTF-8") from None
+
+
+def json_text(name: str, text: str) -> Any:
+    """``text`` parsed as JSON; SpecError naming ``name`` for text that is not JSON, that nests deeper than the
+    parser's recursion allows, or that holds an integer too long to convert (Python's 4,300-digit limit),
+    instead of the parser's own traceback."""
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise SpecError(f"{name} nests its JSON arrays or objects too deeply to read (a configuration needs three "
+                        f"levels)") from None
+    except ValueError as exc:  # int() of more than sys.get_int_max_str_digits() digits
+        raise SpecError(f"{name} holds a number too long to read ({str(exc).split(':')[0]})") from None
+
+
+def user_path(name: str, value) -> "os.PathLike":
+    """``value`` as a ``pathlib.Path`` with ``~`` / ``~user`` expanded; SpecError naming ``name`` when the home
+    directory cannot be found (``~nouser/x.csv``), instead of pathlib's RuntimeError."""
+    from pathlib import Path
+
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:
+        raise SpecError(f"{name} must be a path whose ~ can be expanded, got {shown(str(value))} (no such user or "
+                        f"home directory)") from None

@@ -24,7 +24,6 @@ the bounds of a side.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -94,11 +93,7 @@ class DeploymentConfig:
         if isinstance(doc, DeploymentConfig):
             return doc
         if isinstance(doc, str):
-            try:
-                doc = json.loads(doc)
-            except json.JSONDecodeError as exc:
-                raise SpecError(f"config is not valid JSON: {exc.msg} at line {exc.lineno} column "
-                                f"{exc.colno}") from None
+            doc = _check.json_text("config", doc)
         return _checked(doc, complete=complete)
 
     def to_json(self) -> dict:

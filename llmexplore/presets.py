@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from . import _check
 from ._check import path_kind, read_text, shown
 from .errors import SpecError, UnknownPresetError
 from .specs import Hardware, Link, ModelSpec, Runtime, StorageTier, Targets
@@ -53,7 +54,7 @@ _user_files: list[Path] = []
 def add_file(path: str | os.PathLike) -> None:
     """Register a user preset file (YAML with sections ``models``/``hardware``/``links``/``runtime``/``storage``/
     ``targets``)."""
-    p = Path(path).expanduser()
+    p = _check.user_path("preset file", path)
     kind = path_kind(p)
     if kind != "file":
         raise SpecError(f"preset file {str(p)!r} does not exist" if kind == "missing" else
@@ -71,7 +72,7 @@ def clear_cache() -> None:
 
 def _env_files() -> list[Path]:
     raw = os.environ.get("LLMEXPLORE_PRESETS", "")
-    files = [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
+    files = [_check.user_path("LLMEXPLORE_PRESETS", p) for p in raw.split(os.pathsep) if p.strip()]
     for p in files:
         kind = path_kind(p)
         if kind != "file":

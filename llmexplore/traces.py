@@ -25,7 +25,10 @@ __all__ = ["load_trace", "length_dist_from_csv"]
 def _read_csv(path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """(header, [(line number, cells)]) of a CSV file; blank lines skipped."""
     text = _check.read_text(path, str(path), MAX_TRACE_BYTES)
-    rows = list(csv.reader(io.StringIO(text)))
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:  # a cell over csv's field size limit (131,072 characters), an unclosed quote
+        raise SpecError(f"{path}: not a CSV table this can read ({exc}): a trace's cells are numbers") from None
     numbered = [(i + 1, r) for i, r in enumerate(rows) if any(c.strip() for c in r)]
     if not numbered:
         raise SpecError(f"{path}: the file is empty (a header row is needed)")

@@ -144,7 +144,8 @@ def number_in(lo: float | None = None, hi: float | None = None, *, lo_open: bool
         text = text.strip()
         if not _NUMBER_TEXT.fullmatch(text):
             raise ValueError(text)
-        return _check.number("value", float(text), lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open)
+        # + 0.0: "-0" is zero, not a negative zero that prints as "-0 us"
+        return _check.number("value", float(text), lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open) + 0.0
 
     return Rule(_check.rule_text("number", lo, hi, lo_open=lo_open, hi_open=hi_open, unit=unit), convert,
                 (lo, hi))

@@ -6,6 +6,7 @@ a CSV (format: data/calibration/README.md); print the error per point and overal
 
 from __future__ import annotations
 
+from .. import _check
 from ._framework import (EXIT_OK, Checked, Col, command, format_table, preset_name, print_json, shown,
                          text_value)
 __all__ = ["add", "run", "FLAGS"]
@@ -34,15 +35,14 @@ def _check_save_target(text: str):
     """The --save path, checked before the fit runs: a file (new or to replace) in an existing, writable
     directory."""
     import os
-    from pathlib import Path
 
     from .._check import path_kind
     from ..errors import SpecError
 
-    path = Path(text).expanduser()
+    path = _check.user_path("path", text)
     kind, parent = path_kind(path), path_kind(path.parent)
     if kind == "dir":
-        raise SpecError(f"--save must name a file, got the directory {shown(text)}")
+        raise SpecError(f"--save must be a file to write, not a directory, got the directory {shown(text)}")
     if parent != "dir":
         raise SpecError(f"--save must be in an existing directory, got {shown(text)} ("
                         + (f"{str(path.parent)!r} does not exist" if parent == "missing" else parent) + ")")
@@ -63,21 +63,20 @@ CALIBRATE_COLS = [
 
 def run(args) -> int:
     import dataclasses as dc
-    from pathlib import Path
 
     from .. import calibrate as cal
     from .. import presets
     from .._check import path_kind
     from ..errors import SpecError
 
-    data_kind = path_kind(Path(args.data).expanduser())
+    data_kind = path_kind(_check.user_path("--data", args.data))
     if data_kind != "file":
         raise SpecError(f"--data must be an existing file, got {shown(args.data)}"
                         + ("" if data_kind == "missing" else f" ({data_kind})"))
     save = _check_save_target(args.save) if args.save else None
     start = presets.runtime(args.start)  # an unknown preset fails before the CSV is read
     try:
-        points = cal.load_points(Path(args.data).expanduser())
+        points = cal.load_points(_check.user_path("--data", args.data))
     except SpecError as exc:  # the file's problems, said of --data
         raise SpecError(f"--data: {exc}") from None
     result = cal.fit(points, start=start, name=args.name)

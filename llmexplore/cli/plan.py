@@ -33,11 +33,12 @@ def _address():
     from ._framework import Rule
 
     def convert(text: str) -> str:
-        if not re.fullmatch(r"(tcp|tls|ucx|ws|wss)://[A-Za-z0-9._\-\[\]:]+:[0-9]{1,5}", text.strip()):
+        m = re.fullmatch(r"(tcp|tls|ucx|ws|wss)://[A-Za-z0-9._\-\[\]:]+:([0-9]{1,5})", text.strip())
+        if not m or not 1 <= int(m.group(2)) <= 65535:  # a TCP port is 1-65,535
             raise ValueError(text)
         return text.strip()
 
-    return Rule("a Dask scheduler address such as tcp://host:8786", convert)
+    return Rule("a Dask scheduler address such as tcp://host:8786 (port 1-65,535)", convert)
 
 
 def _dtype_list(text: str) -> tuple:

@@ -8,14 +8,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ._framework import EXIT_FAILED, EXIT_OK, PROG, Checked, ParamPairs, command, float_at_least
+from ._framework import (EXIT_FAILED, EXIT_OK, PROG, Checked, ParamPairs, command, float_at_least, output_dir,
+                         shown)
 
 __all__ = ["add", "run"]
 
 
 def add(sub) -> None:
     p = command(sub, "report", __doc__, help="execute the notebooks and write offline HTML reports")
-    p.add_argument("--out", default="reports", metavar="DIR", help="output directory (default: reports)")
+    p.add_argument("--out", default="reports", metavar="DIR", action=Checked, check=output_dir(),
+                   help="output directory, existing or to create (default: reports)")
     p.add_argument("-p", "--parameter", dest="parameters", nargs=2, metavar=("NAME", "VALUE"),
                    action=ParamPairs, default={},
                    help="set a notebook parameter (repeatable) in every notebook that defines it; VALUE is "
@@ -32,13 +34,21 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
     from .. import report as reports
+    from ..errors import SpecError
 
     parameters = {name: reports.parse_param_value(text, name) for name, text in args.parameters.items()}
     kwargs: dict[str, Any] = {"out_dir": args.out, "parameters": parameters, "notebooks": args.notebooks,
                               "progress": not args.quiet}
     if args.timeout_s is not None:
         kwargs["timeout_s"] = args.timeout_s
+    try:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a parent the OS refuses (/proc, a read-only file system, a name too long)
+        raise SpecError(f"--out must be a directory that can be created and written, got {shown(args.out)} "
+                        f"({exc.strerror})") from None
     try:
         paths = reports.build_reports(**kwargs)
     except reports.ReportError as exc:  # some notebooks failed; the others' reports were written

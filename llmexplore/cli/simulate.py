@@ -8,6 +8,7 @@ the throughput.
 
 from __future__ import annotations
 
+from .. import _check
 from ._framework import (EXIT_OK, Checked, Col, command, format_table, one_of, int_in, number_in, preset_name, print_json,
                          sampler_option, text_value)
 
@@ -38,7 +39,9 @@ def add(sub) -> None:
                      help="prompt tokens (the median with --isl-sigma)")
     req.add_argument("--osl", required=True, action=Checked, check=tokens, metavar="O",
                      help="output tokens (the median with --osl-sigma)")
-    p.add_argument("--rate", default=None, action=Checked, check=number_in(0.0, MAX_RATE_OR_MS, lo_open=True),
+    from ..models.serving.workload import MIN_RATE_PER_S
+
+    p.add_argument("--rate", default=None, action=Checked, check=number_in(MIN_RATE_PER_S, MAX_RATE_OR_MS),
                    metavar="R", help="Poisson arrivals per second (give --rate or --concurrency)")
     p.add_argument("--concurrency", default=None, action=Checked, check=int_in(1, 1 << 20), metavar="C",
                    help="closed loop: C requests in flight, each replaced when it finishes")
@@ -81,7 +84,6 @@ def add(sub) -> None:
 
 
 def _read_config(text: str) -> dict:
-    import json
     from pathlib import Path
 
     from ..errors import SpecError
@@ -95,17 +97,14 @@ def _read_config(text: str) -> dict:
             src = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SpecError(f"config file {text!r} cannot be read: {exc}") from None
-    try:
-        doc = json.loads(src)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"config is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+    doc = _check.json_text("config", src)
     if isinstance(doc, dict) and isinstance(doc.get("best"), dict) and "config" in doc["best"]:
         doc = doc["best"]["config"]  # a whole `plan --json` answer
     return doc
 
 
 def run(args) -> int:
-    from pathlib import Path
 
     from ..errors import SpecError
     from ..sweeps import plan as sp
@@ -121,10 +120,10 @@ def run(args) -> int:
         from .._check import path_kind
         from ._framework import shown
 
-        if path_kind(Path(args.trace).expanduser()) != "file":
+        if path_kind(_check.user_path("--trace", args.trace)) != "file":
             raise SpecError(f"--trace must be an existing CSV file, got {shown(args.trace)}")
         try:
-            with open(Path(args.trace).expanduser(), "rb"):
+            with open(_check.user_path("--trace", args.trace), "rb"):
                 pass
         except OSError as exc:
             raise SpecError(f"--trace must be a readable CSV file, got {shown(args.trace)} ({exc.strerror})") from None
@@ -151,9 +150,15 @@ def run(args) -> int:
             if args.concurrency is not None else f"the arrivals of {args.trace}")
     lengths = "from the trace" if args.trace is not None else f"of {args.isl:,} + {args.osl:,} tokens"
     print(f"{cfg['mode']} {cfg['model']} on {cfg['gpu']}: {s['requests']:,} requests {lengths} at {load}")
-    rows = [{"metric": m.upper(), **{k: summ[f"{m}_{k}_ms"] for k in ("mean", "p50", "p90", "p99")}}
+    import math
+
+    # a metric no request defines (TPOT and ITL when every output is one token) shows "-", with the reason below
+    rows = [{"metric": m.upper(), **{k: (None if not math.isfinite(summ[f"{m}_{k}_ms"]) else summ[f"{m}_{k}_ms"])
+                                     for k in ("mean", "p50", "p90", "p99")}}
             for m in ("ttft", "tpot", "itl", "e2e")]
     print(format_table(rows, STAT_COLS))
+    if not math.isfinite(summ["tpot_mean_ms"]):
+        print("TPOT and ITL: not defined, every output is a single token (--osl 1): there is no gap between tokens")
     for why in out["not_resolved"]:
         print(why)
     print(f"throughput {s['output_tokens_per_s']:,.0f} output tokens/s, {s['requests_per_s']:.3g} req/s; mean decode "

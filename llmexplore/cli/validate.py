@@ -8,8 +8,8 @@ model orders deployments as the measurements do.
 
 from __future__ import annotations
 
-from pathlib import Path
 
+from .. import _check
 from ._framework import EXIT_OK, Checked, Col, command, format_table, preset_name, print_json, text_value
 
 __all__ = ["add", "run", "FLAGS"]
@@ -67,7 +67,7 @@ def run(args) -> int:
     if args.config is not None:
         raise SpecError(f"--config must come with --e2e --data (the deployment of your own benchmark runs), got "
                         f"--config {shown(args.config)} without --e2e")
-    data = val.VALIDATION_CSV if args.data is None else Path(args.data).expanduser()
+    data = val.VALIDATION_CSV if args.data is None else _check.user_path("--data", args.data)
     if args.data is not None and path_kind(data) != "file":
         raise SpecError(f"--data must be an existing CSV file, got {shown(args.data)}")
     table = val.evaluate(args.runtime, val.load(data))
@@ -83,10 +83,14 @@ def run(args) -> int:
                     "inputs": {"runtime": args.runtime, "data": str(data)}})
         return EXIT_OK
     what = "published" if args.data is None else "given"
-    print(f"{s['modelled']} of {s['rows']} {what} measurements modelled (runtime: {args.runtime}); median "
-          f"|error| {s['median_abs_error_pct']:.1f}%, p90 {s['p90_abs_error_pct']:.1f}%")
+    if s["modelled"]:
+        print(f"{s['modelled']} of {s['rows']} {what} measurements modelled (runtime: {args.runtime}); median "
+              f"|error| {s['median_abs_error_pct']:.1f}%, p90 {s['p90_abs_error_pct']:.1f}%")
+    else:  # no error to state: say so instead of "nan%"
+        print(f"0 of {s['rows']} {what} measurements modelled (runtime: {args.runtime}): no error to report; each "
+              f"row's status says why")
     print(format_table(_nan_none(table.to_dict("records")), ROW_COLS))  # NaN: not modelled
-    print(format_table(cats.to_dict("records"), CATEGORY_COLS))
+    print(format_table(_nan_none(cats.to_dict("records")), CATEGORY_COLS))
     over = len(rank)
     resolved = int(rank.resolved.sum()) if over else 0
     agree = int(rank.agrees.sum()) if over else 0
@@ -151,7 +155,7 @@ def _run_e2e(args) -> int:
         return EXIT_OK
     from ..benchfiles import read_benchmark
 
-    path = Path(args.data).expanduser()
+    path = _check.user_path("--data", args.data)
     if path_kind(path) != "file":
         raise SpecError(f"--data must be an existing benchmark JSON file, got {shown(args.data)}")
     if args.config is None:

@@ -204,7 +204,7 @@ class BlockStore:
         self.block_tokens = _check.integer("block_tokens", block_tokens, lo=1, hi=1 << 20)
         self.namespace = _check.text("namespace", namespace, max_len=1000, allow_empty=True)
         self.sync_dir = _check.boolean("sync_dir", sync_dir)
-        self.root = Path(root).expanduser()
+        self.root = _check.user_path("root", root)
         kind = _check.path_kind(self.root)
         if kind == "missing" and create:
             self.root.mkdir(parents=True, exist_ok=True)

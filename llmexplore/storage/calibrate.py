@@ -65,7 +65,7 @@ def check_directory(path: Any, name: str = "PATH") -> Path:
     """``path`` as a Path if it is a directory this process can create files in; SpecError (one line naming
     ``name`` and the path) otherwise."""
     text = _check.text(name, os.fspath(path) if isinstance(path, os.PathLike) else path, max_len=4096)
-    p = Path(text).expanduser()
+    p = _check.user_path("path", text)
     kind = _check.path_kind(p)
     if kind != "dir":
         what = "does not exist" if kind == "missing" else f"is a {kind}" if kind in ("file", "other") else kind
@@ -301,7 +301,7 @@ def preset_yaml(result: dict[str, Any]) -> str:
 
 def save_preset(result: dict[str, Any], file: str | os.PathLike) -> Path:
     """Write :func:`preset_yaml` to ``file`` (atomically: a temporary file, then a rename); its path."""
-    path = Path(file).expanduser()
+    path = _check.user_path("file", file)
     fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

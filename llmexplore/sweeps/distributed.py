@@ -50,6 +50,9 @@ ERROR = "error"
 #: key of the part files' Parquet metadata listing the task ids they hold
 _META_KEY = b"llmexplore.sweep"
 _PART_GLOB = "part-*.parquet"
+#: seconds to wait for a Dask scheduler to answer before saying it is not there [modelling choice: a scheduler on
+#: a reachable network answers in well under a second; Dask's own default is 30 s]
+CONNECT_TIMEOUT_S = 10.0
 
 Row = dict[str, Any]
 TaskFn = Callable[[dict], list]
@@ -235,8 +238,14 @@ def _dask_client(scheduler):
         raise SpecError("scheduler= needs dask.distributed: pip install 'llmexplore[dask]'") from None
     if isinstance(scheduler, Client):
         return scheduler, False
-    if isinstance(scheduler, str) or hasattr(scheduler, "scheduler_address"):
+    if hasattr(scheduler, "scheduler_address"):  # a cluster object of this process: it is there
         return Client(scheduler), True
+    if isinstance(scheduler, str):
+        try:  # a scheduler that is not there: one line after CONNECT_TIMEOUT_S, not Dask's 30 s and a traceback
+            return Client(scheduler, timeout=CONNECT_TIMEOUT_S), True
+        except OSError as exc:  # TimeoutError and refused connections are OSErrors
+            raise SpecError(f"scheduler must be reachable, got {scheduler!r}: nothing answered there within "
+                            f"{CONNECT_TIMEOUT_S:g} s ({type(exc).__name__})") from None
     raise UsageError(f"scheduler must be an address ('tcp://host:8786'), a distributed.Client or a cluster "
                      f"(LocalCluster, ...), got {type(scheduler).__name__}")
 

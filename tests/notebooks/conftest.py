@@ -23,6 +23,21 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NB_DIR = REPO_ROOT / "notebooks"
 FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures"
 MAX_CELL_S = 60.0  # a healthy cell here takes well under 5 s
+#: cells that do a known amount of heavy work, by a text their source holds: their own limit [s]. Notebook 05's
+#: §6 simulates all 2,873 measured benchmarks of validate --e2e (38 s of CPU, 24 s on this machine's two cores
+#: idle, 73 s once under make test's load; issue 19): a stall still shows, at the 180 s execution timeout
+HEAVY_CELLS = {"sweeps.fidelity.e2e.evaluate(": 150.0}
+
+
+def _slow_cells(nb_path: Path, durations, max_cell_s: float) -> list:
+    """(cell index, seconds) of the cells over their limit: ``max_cell_s``, or a heavy cell's own."""
+    import nbformat
+
+    cells = nbformat.read(nb_path, as_version=4).cells
+    def limit(i):
+        src = cells[i].source if i < len(cells) else ""
+        return max([max_cell_s] + [v for k, v in HEAVY_CELLS.items() if k in src])
+    return [(i, d) for i, d in durations if d > limit(i)]
 EXECUTION_TIMEOUT_S = 180  # per cell; above MAX_CELL_S so a slow cell is reported by duration, not a hang
 
 
@@ -67,7 +82,7 @@ def execute(src: Path, out: Path, params: dict, timeout_s: float = EXECUTION_TIM
         pytest.fail(f"{src.name}: parameter(s) {unknown} are not in its parameters cell {sorted(known)}",
                     pytrace=False)
     execute_notebook(src, out, params, timeout_s)
-    slow = [(i, d) for i, d in cell_durations(out) if d > max_cell_s]
+    slow = _slow_cells(out, cell_durations(out), max_cell_s)
     if slow:
         pytest.fail(f"{src.name}: cell(s) took suspiciously long {[(i, round(d, 1)) for i, d in slow]} "
                     f"(limit {max_cell_s} s; an ipywidgets stall looks like this, jupyter/nbclient#312)",
@@ -91,7 +106,7 @@ def default_run(tmp_path_factory):
         src = resolve_notebook(name)
         done = shared / src.name
         if src.name not in cache and done.exists():  # the same run, from the report build
-            slow = [(i, d) for i, d in cell_durations(done) if d > MAX_CELL_S]
+            slow = _slow_cells(done, cell_durations(done), MAX_CELL_S)
             if slow:
                 pytest.fail(f"{src.name}: cell(s) took suspiciously long {[(i, round(d, 1)) for i, d in slow]} "
                             f"(limit {MAX_CELL_S} s)", pytrace=False)

@@ -182,7 +182,7 @@ def test_csv_over_the_size_limit(tmp_path):
 
 @pytest.mark.parametrize("make, needle", [
     (lambda tmp: tmp / "missing" / "cal.yaml", "--save must be in an existing directory"),
-    (lambda tmp: tmp, "--save must name a file, got the directory"),
+    (lambda tmp: tmp, "--save must be a file to write, not a directory, got the directory"),
 ])
 def test_cli_calibrate_save_target_checked_before_the_fit(capsys, tmp_path, monkeypatch, make, needle):
     monkeypatch.setattr(calibrate, "fit", lambda *a, **k: pytest.fail("the fit must not run"))

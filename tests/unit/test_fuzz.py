@@ -251,6 +251,10 @@ def _check_outcome(code: int, out: str, err: str, argv: list[str], changes: list
     assert any(form in msg for v in values for form in _value_forms(v)), (argv, msg)  # the value
 
 
+SIM_CFG = json.dumps({"model": "llama-3-8b", "gpu": "h100-sxm", "mode": "colocated", "weight_dtype": "bf16",
+                      "kv_dtype": "bf16", "sides": [{"role": "colocated", "instances": 1, "ranks": 1, "layout": "TP",
+                                                     "max_num_seqs": 8, "chunk_tokens": 2048}]})
+
 #: command lines the fuzz once failed on, and what each must give now (exit status, text on stdout or stderr)
 REGRESSIONS = [
     # without --ep, an error of the pure-TP comparison (TP64 cannot split 32 query heads) named no flag; the
@@ -269,6 +273,30 @@ REGRESSIONS = [
       "--block-tokens", "7"], 2, "--block-tokens must be an integer in [32, 65,536], got 7"),
     (["offload", "--model", "llama-3.2-3b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--prefix", "4096",
       "--block-tokens", "32"], 0, "32-token blocks"),
+    # issue 20 §2: report --out '' wrote into the current directory, two --out were accepted, and a parent the OS
+    # refuses was a FileNotFoundError
+    (["report", "--out", ""], 2, "--out must be a directory (existing or to create), not a file, got ''"),
+    (["report", "--out", "a", "--out", "b"], 2, "--out given twice (a and b); give it once"),
+    (["report", "--out", "/proc/no/such"], 2, "--out must be a directory that can be created and written, got "
+                                              "/proc/no/such"),
+    # issue 20 §2: port 99999 passed the address rule
+    (["plan", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--isl", "1000", "--osl", "300",
+      "--ttft-ms", "500", "--tpot-ms", "30", "--scheduler", "tcp://127.0.0.1:99999"], 2,
+     "--scheduler must be a Dask scheduler address such as tcp://host:8786 (port 1-65,535), got "
+     "tcp://127.0.0.1:99999"),
+    # issue 20 §2: "-0" was kept as a negative zero and printed "(-0 us)"
+    (["offload", "--model", "llama-3.2-3b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--prefix", "4096",
+      "--latency-us", "-0"], 0, "PCIe Gen4 x4 (0 us)"),
+    # issue 20 §2: pathlib's RuntimeError for a ~user with no home directory was a traceback
+    (["validate", "--data", "~nouser/x.csv"], 2,
+     "--data must be a path whose ~ can be expanded, got '~nouser/x.csv' (no such user or home directory)"),
+    (["calibrate", "--data", "~nouser/x.csv"], 2, "--data must be a path whose ~ can be expanded"),
+    # issue 20 §2: a rate of 1e-320 req/s passed (> 0) and printed TTFT nan: arrivals overflow to infinity
+    (["simulate", "--config", SIM_CFG, "--isl", "100", "--osl", "10", "--requests", "5", "--rate", "1e-320"], 2,
+     "--rate must be a finite number in [1e-6, 1e9], got 1e-320"),
+    # ... and one-token outputs printed TPOT nan: they have no gap between tokens, and the table says so
+    (["simulate", "--config", SIM_CFG, "--isl", "100", "--requests", "5", "--rate", "1", "--osl", "1"], 0,
+     "TPOT and ITL: not defined, every output is a single token"),
 ]
 
 
@@ -296,6 +324,21 @@ def test_offload_break_even_names_block_tokens_its_value_and_rule():
         of.break_even(s.dep, s.tier, block_tokens=7)
     assert of.MIN_SEARCH_BLOCK_TOKENS == 32
     assert of.break_even(s.dep, s.tier, block_tokens=7, max_tokens=7 * 65536)["block_tokens"] == 7
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("[" * 50_000 + "]" * 50_000, "nests its JSON arrays or objects too deeply to read"),
+    ('{"model": ' + "9" * 5000 + "}", "holds a number too long to read"),
+])
+def test_a_config_python_cannot_parse_is_one_line(text, rule, tmp_path, capsys):
+    """Issue 20 §2: JSON nested 50,000 deep (RecursionError) and a 5,000-digit integer (ValueError) were
+    tracebacks; both are now one line naming --config, from a file or as text."""
+    path = tmp_path / "cfg.json"
+    path.write_text(text)
+    for given in (str(path), text):
+        assert cli.main(["simulate", "--config", given, "--isl", "10", "--osl", "10", "--rate", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("llmexplore: error: --config ") and rule in err and err.count("\n") == 1
 
 
 def test_flag_message_replaces_each_name_once():

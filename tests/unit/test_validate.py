@@ -176,3 +176,19 @@ def test_validate_data_must_be_a_file(tmp_path, capsys):
     for bad in (str(tmp_path / "missing.csv"), str(tmp_path)):
         assert cli.main(["validate", "--data", bad]) == 2
         assert "--data must be an existing CSV file, got '" in capsys.readouterr().err
+
+
+def test_cli_says_when_no_row_is_modelled(tmp_path, capsys):
+    """Issue 20 §2: with no row modelled the headline printed "median |error| nan%"; it now says there is no error
+    to report, and each row's status says why."""
+    import pandas as pd
+
+    from llmexplore import cli
+
+    one = pd.read_csv(validate.VALIDATION_CSV).head(1).assign(ranks=3)  # 3 ranks cannot split Llama's 64 heads
+    path = tmp_path / "rows.csv"
+    one.to_csv(path, index=False)
+    assert cli.main(["validate", "--data", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("0 of 1 given measurements modelled") and "nan" not in out
+    assert "not modelled: ranks (3) must divide the query heads" in out

@@ -78,7 +78,7 @@ from ..step.engine import Deployment
 from ..step.kv_transfer import transfer_time
 from .batcher import Batcher
 from .engines import DEFAULT_POLICY, EnginePolicy, Scheduler, runtime_policy
-from .step_tables import SIM_LAYOUTS, StepTables, step_tables
+from .step_tables import SIM_LAYOUTS, StepTables, TablesCache, step_tables
 from .workload import Traffic, requests
 
 __all__ = ["ServingResult", "simulate_colocated", "simulate_disaggregated", "weighted_quantile", "METRICS",
@@ -297,7 +297,8 @@ def _iteration_tokens(req: dict, scheduler: Scheduler, policy: EnginePolicy) -> 
 
 def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None = None, *, instances: int = 1,
                        scheduler: Scheduler = Scheduler(), seed=0, tables: StepTables | None = None,
-                       policy: EnginePolicy | None = None, layout: str = "TP") -> ServingResult:
+                       policy: EnginePolicy | None = None, layout: str = "TP",
+                       tables_cache: TablesCache | None = None) -> ServingResult:
     """Simulate ``n_requests`` of ``traffic`` on ``instances`` colocated instances of ``dep`` (continuous
     batching with chunked prefill, the loop of the module docstring); request i goes to instance
     i mod ``instances`` (a closed-loop ``concurrency`` is split the same way).
@@ -311,7 +312,9 @@ def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None
     runtime preset names (``dep.runtime.engine``: ``trtllm`` reserves blocks to completion, the others and
     engine-neutral presets run the base policy). ``layout`` "DPA": each instance's ranks schedule their own
     requests (module docstring), ``scheduler`` is the instance's (its ``max_num_seqs`` split over the ranks,
-    its ``kv_blocks``, if given, each rank's) and ``tables`` must be DPA tables.
+    its ``kv_blocks``, if given, each rank's) and ``tables`` must be DPA tables. ``tables_cache``: a
+    :class:`.step_tables.TablesCache` the tables come from when ``tables`` is None (the same numbers, built once
+    for a batch of simulations).
     """
     k = _check_common(traffic, n_requests, instances)
     if not isinstance(scheduler, Scheduler):
@@ -328,8 +331,9 @@ def simulate_colocated(dep: Deployment, traffic: Traffic, n_requests: int | None
     n = req["prompt_tokens"].size
     tokens = _iteration_tokens(req, sched, policy)
     if tables is None:
-        tables = step_tables(dep, max_tokens=tokens, max_batch=sched.max_num_seqs,
-                             max_context=int((req["prompt_tokens"] + req["output_tokens"]).max()) + 1, layout=layout)
+        build = step_tables if tables_cache is None else tables_cache.get
+        tables = build(dep, max_tokens=tokens, max_batch=sched.max_num_seqs,
+                       max_context=int((req["prompt_tokens"] + req["output_tokens"]).max()) + 1, layout=layout)
     elif tables.max_tokens < tokens or tables.max_batch < sched.max_num_seqs or tables.layout != layout:
         raise SpecError(f"tables must be of layout {layout} and cover the iteration's {tokens:,} tokens (the "
                         f"scheduler's max_num_batched_tokens, or with whole prompts the longest one beside a full "
@@ -365,7 +369,7 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
                            prefill_tokens: int = 8192, decode_scheduler: Scheduler = Scheduler(), seed=0,
                            nics: int | None = None, batched_ops: bool = True, op_overhead_us: float = 1.0,
                            policy: EnginePolicy | None = None, prefill_layout: str = "TP",
-                           decode_layout: str = "TP") -> ServingResult:
+                           decode_layout: str = "TP", tables_cache: TablesCache | None = None) -> ServingResult:
     """Simulate ``n_requests`` of open-loop ``traffic`` on a disaggregated deployment (module docstring).
 
     Prefill: ``prefill_instances`` of ``prefill_dep`` behind one FCFS queue, each running batches of whole
@@ -380,7 +384,7 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     (``requests`` adds ``prefill_done_s``, ``transfer_s``, ``prefill_instance``). ``prefill_layout`` /
     ``decode_layout`` "DPA": that side's ranks each serve their own requests (module docstring): a prefill rank
     runs its own batches (``prefill_tokens`` each), a decode rank has its own KV and ceil(max_num_seqs / ranks)
-    of ``decode_scheduler``'s requests.
+    of ``decode_scheduler``'s requests. ``tables_cache``: as :func:`simulate_colocated` takes it.
     """
     kp = _check_common(traffic, n_requests, prefill_instances, "prefill_instances")
     kd = _check.integer("decode_instances", decode_instances, lo=1, hi=MAX_INSTANCES)
@@ -409,8 +413,9 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     new = (P - X0).tolist()
     # ---- prefill pool: one FCFS queue, batches of whole prompts ---------------------------------------------------
     Sctx = int((P + req["output_tokens"]).max()) + 1
-    tp = step_tables(prefill_dep, max_tokens=max(budget, int(max(new))), max_batch=min(budget, 1 << 16),
-                     max_context=Sctx, layout=prefill_layout, decodes=False)
+    build = step_tables if tables_cache is None else tables_cache.get
+    tp = build(prefill_dep, max_tokens=max(budget, int(max(new))), max_batch=min(budget, 1 << 16),
+               max_context=Sctx, layout=prefill_layout, decodes=False)
     host = policy.request_host_s + policy.request_host_s_per_token * P  # the serving stack, per request [s]
     x0 = X0.tolist()
     tr = transfer_time(prefill_dep.model, link, P.astype(float), kv_dtype=decode_dep.kv_dtype,
@@ -419,8 +424,8 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
                        nics=nics)
     busy = np.broadcast_to(tr["bandwidth_s"] + tr["ops_s"], P.shape)
     total = np.broadcast_to(tr["transfer_s"], P.shape)
-    td = step_tables(decode_dep, max_tokens=_iteration_tokens(req, decode_scheduler, policy),
-                     max_batch=decode_scheduler.max_num_seqs, max_context=Sctx, layout=decode_layout)
+    td = build(decode_dep, max_tokens=_iteration_tokens(req, decode_scheduler, policy),
+               max_batch=decode_scheduler.max_num_seqs, max_context=Sctx, layout=decode_layout)
     # the servers of each side: an instance each, or under DPA each instance's ranks (dealt instances first)
     args = (req, n, kp * Tp, kd * Td, budget, tp, td, kv, policy, decode_scheduler, P, X0, new, x0, busy, total,
             _Runs())

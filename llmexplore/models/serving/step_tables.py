@@ -34,7 +34,7 @@ from ...errors import SpecError
 from ..step.decode import core_s, step_time
 from ..step.engine import MAX_CONTEXT, Deployment
 
-__all__ = ["StepTables", "step_tables", "SIM_LAYOUTS"]
+__all__ = ["StepTables", "step_tables", "SIM_LAYOUTS", "TablesCache", "CTX_NODES", "CHUNK_NODES"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,6 +116,42 @@ class StepTables:
 
 #: the attention layouts the simulator runs (TP: one scheduler per instance; DPA: one per attention-DP rank)
 SIM_LAYOUTS = ("TP", "DPA")
+#: context nodes [tokens] of the decode and chunk cores: 0, 1 and a geometric grid of ratio ~1.14 up to
+#: MAX_CONTEXT. Fixed, so the tables of a longer context extend those of a shorter one exactly (TablesCache)
+CTX_NODES = np.unique(np.concatenate([[0.0, 1.0], np.round(np.geomspace(1.0, MAX_CONTEXT + 2.0, 160))]))
+#: token nodes of the chunk core: every count to 32 (the decode/prefill kernel switch is at 16 queries), then a
+#: geometric grid of ratio ~1.13 to 4,194,304; fixed for the same reason
+CHUNK_NODES = np.unique(np.concatenate([np.arange(1.0, 33.0), np.round(np.geomspace(32.0, float(1 << 22), 96))]))
+
+
+def _upto(nodes: np.ndarray, top: float) -> np.ndarray:
+    """The nodes up to and including the first at or above ``top`` (so ``top`` lies inside the grid)."""
+    return nodes[: int(np.searchsorted(nodes, top, side="left")) + 1]
+
+
+class TablesCache:
+    """Step tables shared by the simulations of one batch of work (``validate --e2e``'s table): tables are
+    exact for every count they cover and their grids are fixed (:data:`CTX_NODES`, :data:`CHUNK_NODES`), so
+    the tables of a deployment built for the largest token budget, batch and context asked so far serve every
+    smaller request bit for bit. Keyed by the deployment's repr, so scope a cache to work that does not change
+    the presets underneath (a new cache per batch)."""
+
+    def __init__(self) -> None:
+        self._tables: dict = {}
+
+    def get(self, dep: Deployment, *, max_tokens: int, max_batch: int, max_context: int, layout: str = "TP",
+            decodes: bool = True) -> "StepTables":
+        key = (repr(dep), layout, decodes)
+        have = self._tables.get(key)
+        if have is not None:
+            tb, (M, B, S) = have
+            if max_tokens <= M and min(max_batch, max_tokens) <= B and max_context <= S:
+                return tb
+            max_tokens, max_batch, max_context = max(M, max_tokens), max(B, max_batch), max(S, max_context)
+        tb = step_tables(dep, max_tokens=max_tokens, max_batch=max_batch, max_context=max_context, layout=layout,
+                         decodes=decodes)
+        self._tables[key] = (tb, (max_tokens, min(max_batch, max_tokens), max_context))
+        return tb
 
 
 def step_tables(dep: Deployment, *, max_tokens: int, max_batch: int, max_context: int,
@@ -144,14 +180,10 @@ def step_tables(dep: Deployment, *, max_tokens: int, max_batch: int, max_context
     n = np.arange(1, B + 1, dtype=float)
     hd = step_time(d1, g * np.arange(1, B + 2, dtype=float), 1.0, layout)  # decodes + one chunk's logit
     head = np.asarray(hd["head_s"] + hd["comm_head_s"], dtype=float)
-    ctx = np.unique(np.concatenate([[0.0, 1.0], np.round(np.geomspace(1.0, S + 2.0, 72))]))
+    ctx = _upto(CTX_NODES, S + 2.0)
     dec = (np.asarray(step_time(d1, g * n[:, None], np.maximum(ctx, 1.0)[None, :], layout)["core_s"], dtype=float)
            if decodes else np.zeros((1, ctx.size)))
-    # integers up to 32 (the decode/prefill kernel switch is at 16 queries), geometric beyond
-    cg = np.unique(np.concatenate([np.arange(1.0, min(M, 32) + 1), np.round(np.geomspace(32, max(M, 33), 48))]))
-    cg = cg[cg <= max(M, 2)]
-    if cg.size < 2:
-        cg = np.array([1.0, 2.0])
+    cg = _upto(CHUNK_NODES, max(M, 2))
     # one sequence's chunk: under DPA it sits on one rank, which attends with whole heads
     chunk = L * np.asarray(core_s(d1, 1, np.maximum(ctx[None, :] + cg[:, None] / 2.0, 1.0), layout, cg[:, None]),
                            dtype=float)

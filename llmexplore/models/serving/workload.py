@@ -26,11 +26,14 @@ from ...errors import SpecError
 from ..queueing import mg1
 from ..queueing.fcfs_sim import MAX_REQUESTS, lognormal_prompt_tokens, poisson_arrivals
 
-__all__ = ["LengthDist", "Trace", "Traffic", "requests", "LENGTH_KINDS", "MAX_TOKENS",
+__all__ = ["LengthDist", "Trace", "Traffic", "requests", "LENGTH_KINDS", "MAX_TOKENS", "MIN_RATE_PER_S",
            "MAX_TRACE_BYTES"]
 
 LENGTH_KINDS = ("fixed", "lognormal", "empirical")
 MAX_TOKENS = mg1.MAX_PMF_TOKENS  # longest prompt or output a distribution may produce [tokens] (4,194,304)
+#: slowest Poisson rate [1/s] (one request per ~11.6 days): every request is served alone well above it, and
+#: below it the arrival times of a run overflow to infinity in float arithmetic (1e-320 req/s did)
+MIN_RATE_PER_S = 1e-6
 MAX_TRACE_BYTES = 256 << 20  # largest CSV file read as a trace or a length column
 MAX_EMPIRICAL = 10_000_000  # values of one empirical distribution
 
@@ -196,7 +199,7 @@ class Traffic:
             raise SpecError("exactly one of rate_per_s, concurrency and trace must be given, got "
                             f"{given or 'none'}")
         if self.rate_per_s is not None:
-            object.__setattr__(self, "rate_per_s", _check.number("rate_per_s", self.rate_per_s, lo=0, lo_open=True,
+            object.__setattr__(self, "rate_per_s", _check.number("rate_per_s", self.rate_per_s, lo=MIN_RATE_PER_S,
                                                                  hi=1e9, unit="1/s"))
         if self.concurrency is not None:
             object.__setattr__(self, "concurrency", _check.integer("concurrency", self.concurrency, lo=1,

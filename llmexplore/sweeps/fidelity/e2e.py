@@ -222,7 +222,7 @@ def round_weights(n: int, concurrency: int, rounds: int = ROUNDS) -> np.ndarray:
 
 
 def _simulate(cfg: dict, runtime: str, isl: int, osl: int, concurrency: int | None, rate_per_s: float | None,
-              n: int, *, rounds: int | None = ROUNDS) -> dict:
+              n: int, *, rounds: int | None = ROUNDS, tables_cache=None) -> dict:
     """The simulator's means on one configuration as the benchmark reports them (``ttft_model_ms``,
     ``tpot_model_ms``: a closed loop that starts every client at once after its warmup drained and runs
     ``rounds`` rounds, :func:`round_weights`; ``rounds`` None, or an open loop: the plain mean over the ``n``
@@ -232,7 +232,7 @@ def _simulate(cfg: dict, runtime: str, isl: int, osl: int, concurrency: int | No
     from ..plan import simulate_config
 
     out = simulate_config(cfg, isl=isl, osl=osl, concurrency=concurrency, rate_per_s=rate_per_s, n_requests=n,
-                          runtime=runtime)
+                          runtime=runtime, tables_cache=tables_cache)
     s, req = out["summary"], out["per_request"]
     n_done = len(req["ttft_s"])
     closed = concurrency is not None and concurrency < n_done
@@ -257,12 +257,26 @@ def regime(concurrency_per_instance: float) -> str:
     return "c<=8" if c <= 8 else "c16-64" if c <= 64 else "c>=128"
 
 
+#: the step tables of the :func:`evaluate` call a process is working for: (call token, TablesCache). One call's
+#: simulations share them (exact: :class:`~llmexplore.models.serving.step_tables.TablesCache`); a new call starts
+#: afresh, so presets changed between calls are never served stale tables
+_TABLES: list = [None, None]
+
+
+def _tables_for(token: str):
+    from ...models.serving.step_tables import TablesCache
+
+    if _TABLES[0] != token:
+        _TABLES[:] = [token, TablesCache()]
+    return _TABLES[1]
+
+
 def _simulation_task(task: dict) -> list[dict]:
     """One simulation of :func:`evaluate` as a :func:`..distributed.run_sweep` task: its means, or in ``why`` the
     reason it cannot run (top level, so worker processes can import it)."""
     try:
         got = _simulate(json.loads(task["config"]), task["runtime"], task["isl"], task["osl"], task["concurrency"],
-                        None, n_requests(task["concurrency"]))
+                        None, n_requests(task["concurrency"]), tables_cache=_tables_for(task["call"]))
     except SpecError as exc:
         why = (f"not modelled: at {task['runtime']}'s default memory fraction the weights leave no KV memory, so "
                f"the benchmark must have set a larger one (not recorded in the source)"
@@ -281,8 +295,11 @@ def evaluate(rows: pd.DataFrame | None = None, *, progress=None, workers: int | 
     for each row once its numbers are in."""
     from ..distributed import run_sweep
 
+    import uuid
+
     rows = load() if rows is None else rows
     recs, keys, tasks = [], [], {}
+    call = uuid.uuid4().hex  # this call's step tables (_tables_for)
     for r in rows.to_dict("records"):
         rec = {"id": r["id"], "family": MODELS.get(r["model_path"], r["model_path"]),
                "gpu": SYSTEMS.get(r["system"], r["system"]), "engine": r["backend"],
@@ -298,7 +315,7 @@ def evaluate(rows: pd.DataFrame | None = None, *, progress=None, workers: int | 
             rec["attention"] = lay[0] if len(set(lay)) == 1 else f"prefill {lay[0]}, decode {lay[1]}"
             key = "|".join((json.dumps(cfg, sort_keys=True), runtime, str(rec["isl"]), str(rec["osl"]), str(conc)))
             tasks.setdefault(key, {"task_id": key, "config": json.dumps(cfg, sort_keys=True), "runtime": runtime,
-                                   "isl": rec["isl"], "osl": rec["osl"], "concurrency": conc})
+                                   "isl": rec["isl"], "osl": rec["osl"], "concurrency": conc, "call": call})
         except SpecError as exc:
             rec.update(regime="", attention="", ttft_model_ms=np.nan, tpot_model_ms=np.nan, status=str(exc))
         recs.append(rec)

@@ -78,7 +78,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                     isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
                     prefix_ratio: float = 0.0, sampler: str = "fused",
                     capacity_scheduler_policy: str | None = None, request_host_ms: float | None = None,
-                    enable_mixed_chunk: bool | None = None) -> dict:
+                    enable_mixed_chunk: bool | None = None, tables_cache=None) -> dict:
     """Simulate one configuration (a :class:`~llmexplore.deployment.DeploymentConfig` or its JSON) under Poisson
     arrivals at ``rate_per_s``, a closed loop of ``concurrency`` requests, or a recorded ``trace`` (a CSV path for
     :func:`llmexplore.traces.load_trace`: its arrivals and lengths replace ``isl``/``osl``, which then only
@@ -88,7 +88,8 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     (:func:`llmexplore.models.serving.engines.policy_for`); ``capacity_scheduler_policy`` sets TensorRT-LLM's
     (``GUARANTEED_NO_EVICT``, its default, or ``MAX_UTILIZATION``) and needs a runtime of that engine;
     ``enable_mixed_chunk`` sets SGLang's (False, its default: prefill iterations run apart from the decodes) and
-    needs a runtime of that engine. Each
+    needs a runtime of that engine; ``tables_cache`` (a
+    :class:`~llmexplore.models.serving.step_tables.TablesCache`) shares step tables over a batch of calls. Each
     request spends the runtime preset's serving-stack time (``request_host_ms`` + ``request_host_us_per_token`` x
     its prompt tokens) before it reaches the scheduler; ``request_host_ms`` given replaces it with a fixed time
     per request (0: the pure engine).
@@ -160,7 +161,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
         res = sv.simulate_colocated(d, traffic, n_requests, instances=s.instances,
                                     scheduler=Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk,
                                                         block_tokens=d.runtime.page_tokens),
-                                    seed=seed, policy=policy, layout=s.layout)
+                                    seed=seed, policy=policy, layout=s.layout, tables_cache=tables_cache)
     else:
         p, d = cfg.side("prefill"), cfg.side("decode")
         link = presets.link(cfg.link or presets.hardware(cfg.gpu).scale_out_link or "roce-400g")
@@ -173,7 +174,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                                                                    max_num_batched_tokens=max(seqs, 2048),
                                                                    block_tokens=dd.runtime.page_tokens),
                                         seed=seed, policy=policy, prefill_layout=p.layout,
-                                        decode_layout=d.layout)
+                                        decode_layout=d.layout, tables_cache=tables_cache)
     req = res.requests
     cdf = {}
     for name in ("ttft_s", "tpot_s", "e2e_s"):

@@ -67,7 +67,7 @@ def test_traffic_validation():
         Traffic()
     with pytest.raises(SpecError, match=r"got \['rate_per_s', 'concurrency'\]"):
         Traffic(rate_per_s=1.0, concurrency=4)
-    with pytest.raises(SpecError, match=r"rate_per_s must be a finite number in \(0, 1e9\] \[1/s\], got -1"):
+    with pytest.raises(SpecError, match=r"rate_per_s must be a finite number in \[1e-6, 1e9\] \[1/s\], got -1"):
         Traffic(rate_per_s=-1)
     with pytest.raises(SpecError, match=r"prefix_ratio must be a finite number in \[0, 1\)"):
         Traffic(rate_per_s=1, prefix_ratio=1.0)
@@ -138,3 +138,13 @@ def test_trace_object_validation():
     t = Trace(np.array([0.0]), np.array([5]), np.array([6]))
     with pytest.raises(ValueError):
         t.arrival_s[0] = 3.0  # stored read-only
+
+
+def test_a_trace_cell_beyond_the_csv_limit_is_one_error(tmp_path):
+    """Issue 20 §2: a cell over csv's 131,072-character field limit raised _csv.Error."""
+    from llmexplore.traces import load_trace
+
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0," + "1" * 200_000 + ",5\n")
+    with pytest.raises(SpecError, match=r"t.csv: not a CSV table this can read \(field larger than field limit"):
+        load_trace(path)
