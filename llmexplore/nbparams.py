@@ -291,7 +291,7 @@ def check_offload_parameters(p) -> dict[str, str]:
     int_param("PREFIX_MAX", p["PREFIX_MAX"], block + 1, of.MAX_PREFIX)
     int_param("NEAR_PREFIX_MAX", p["NEAR_PREFIX_MAX"], block, min(of.MAX_PREFIX, 100_000 * block))
     range_param("BANDWIDTH_RANGE_GBPS", p["BANDWIDTH_RANGE_GBPS"], 0, 1e6, unit="GB/s", lo_open=True)
-    range_param("LATENCY_RANGE_US", p["LATENCY_RANGE_US"], 0, 1e9, unit="us", lo_open=True)
+    range_param("LATENCY_RANGE_US", p["LATENCY_RANGE_US"], 0, 1e9, unit="µs", lo_open=True)
     range_param("QUEUE_WAIT_RANGE_MS", p["QUEUE_WAIT_RANGE_MS"], 0, 1e9, unit="ms")
     s = built("MODEL, GPU, TP", lambda: offload.setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp,
                                                       kv_dtype=p["KV_DTYPE"], block_tokens=p["BLOCK_TOKENS"],

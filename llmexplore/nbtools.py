@@ -11,6 +11,8 @@ and the exported HTML reports.
   Output emulation, which can stall a run (jupyter/nbclient#312).
 - :func:`show` displays a live explorer, with its status line and a short note in its place in static HTML.
 - :func:`say` displays one generated finding (a sentence with the headline number) as a paragraph.
+- :func:`summarize` lists the headline (title) of every figure the notebook has shown so far, at the parameters
+  it runs with: the numbers a Summary must repeat, never stale.
 - :func:`check_parameters` validates a notebook's parameters right after its imports, through the package
   function registered for that notebook (:func:`parameter_checker`); the report builder asks the same
   function before it runs anything.
@@ -61,6 +63,71 @@ def setup_notebook(renderer: str | None = None, template: str = "plotly") -> Non
         pio.renderers.default = name
     if pio.templates.default != template:
         pio.templates.default = template
+    _watch_headlines()
+
+
+# --------------------------------------------------------------------------------------------------
+# headlines and the summary
+
+#: {cell: title} of the figures shown so far, in the order they were first shown (a cell run again replaces its
+#: own); filled by an IPython ``post_run_cell`` hook that :func:`setup_notebook` registers
+_HEADLINES: dict[str, str] = {}
+
+
+def headline_text(title: str) -> str:
+    """A figure title as plain text: ``<br>`` breaks become spaces, other tags go, entities are decoded."""
+    import html
+
+    text = re.sub(r"<br\s*/?>", " ", str(title or ""), flags=re.I)
+    text = html.unescape(re.sub(r"<[^>]+>", "", text))
+    return " ".join(text.split())
+
+
+def _figure_title(value: Any) -> str:
+    layout = getattr(value, "layout", None)
+    title = getattr(getattr(layout, "title", None), "text", None) if layout is not None else None
+    return headline_text(title) if isinstance(title, str) and type(value).__module__.startswith("plotly") else ""
+
+
+def _on_cell(result) -> None:
+    title = _figure_title(getattr(result, "result", None))
+    if title:
+        info = getattr(result, "info", None)
+        key = getattr(info, "cell_id", None) or getattr(info, "raw_cell", None) or str(len(_HEADLINES))
+        _HEADLINES[str(key)] = title
+
+
+def _watch_headlines() -> None:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with the notebook stack
+        return
+    ip = get_ipython()
+    if ip is None:
+        return
+    callbacks = ip.events.callbacks.get("post_run_cell", [])
+    if _on_cell not in callbacks:
+        _HEADLINES.clear()
+        ip.events.register("post_run_cell", _on_cell)
+
+
+def headlines() -> list[str]:
+    """The titles of the figures this notebook has shown so far, in order (see :func:`summarize`)."""
+    return list(_HEADLINES.values())
+
+
+def summarize(intro: str = "In numbers, at the parameters of this run:") -> None:
+    """Display the Summary's headline numbers: the title of every figure shown so far, one bullet each, as the
+    notebook computed them (they follow ``-p`` parameters, where prose written by hand would go stale)."""
+    from IPython.display import display
+
+    items = headlines()
+    if not items:
+        raise UsageError("summarize: no figure has been shown yet (call setup_notebook() first, then show figures)")
+    md = intro + "\n\n" + "\n".join(f"* {t}" for t in items)
+    body = "".join(f"<li>{inline_html(t)}</li>" for t in items)
+    display({"text/html": f'<div class="{FINDING_CLASS}">{inline_html(intro)}<ul>{body}</ul></div>',
+             "text/markdown": md, "text/plain": md}, raw=True)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def run(args) -> int:
     print(f"recompute {rec['recompute_ms']:.3f} ms vs load {rec['load_ms']:.3f} ms "
           f"(effective read {rec['effective_read_GBps']:.2f} GB/s) -> {rec['decision']}")
     print(f"break-even: {be_text}, set by {why}; closed form {rec['closed_form_tokens']:,.0f} tokens "
-          f"(a = {rec['a_us_per_token']:.2f} us/token to recompute, c = {rec['c_us_per_token']:.2f} us/token to load)")
+          f"(a = {rec['a_us_per_token']:.2f} µs/token to recompute, c = {rec['c_us_per_token']:.2f} µs/token to load)")
     if rec["band"]["draws"]:
         print(f"[lo-hi]: {rec['band']['what']}")
     if rec["also_pays_below"]:

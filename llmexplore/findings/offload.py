@@ -42,7 +42,7 @@ def tokens(x: float, *, one_block: int | None = None) -> str:
 
 
 def _us(x: float) -> str:
-    return f"{num(x)} us"
+    return f"{num(x)} µs"
 
 
 def _device(kind: str) -> str:
@@ -116,9 +116,9 @@ def summary_table(point: dict, s: OffloadSetup) -> pd.DataFrame:
         ("storage tier", f"{s.tier.label} ({num(point['effective_read_GBps'])} GB/s effective read)"),
         ("prefix", f"{point['prefix_tokens']:,} tokens: {point['blocks']:,} full blocks of {s.block_tokens:,} "
                    f"({point['cached_tokens']:,} tokens, {num(point['bytes_MB'])} MB)"),
-        ("recompute the cached tokens", f"{num(point['recompute_ms'])} ms ({num(point['a_us_per_token'])} us/token)"),
+        ("recompute the cached tokens", f"{num(point['recompute_ms'])} ms ({num(point['a_us_per_token'])} µs/token)"),
         ("load them" + (" (pipelined hops)" if s.pipelined else " (serial hops)"),
-         f"{num(point['load_ms'])} ms ({num(point['c_us_per_token'])} us/token)"),
+         f"{num(point['load_ms'])} ms ({num(point['c_us_per_token'])} µs/token)"),
         ("break-even (the gate)", tokens(be, one_block=s.block_tokens) + f", set by the {point['set_by']}"),
         ("decision", point["decision"]),
         (f"preloaded during a {num(point['queue_wait_ms'])} ms queue wait",
@@ -233,18 +233,20 @@ def map_sentence(bmap: dict, s: OffloadSetup, *, short: bool = False) -> str:
     cols = np.flatnonzero(by_lat.all(axis=0))
     B = s.block_tokens
     boundary = float(bw[cols[0]]) if cols.size else np.nan
+    # the closed form runs past the longest prefix the model evaluates: say so instead of quoting it
+    span = (f"{tok.min():,.0f}–{tok.max():,.0f} tokens" if tok.max() <= MAX_PREFIX else
+            f"{tok.min():,.0f} to over {MAX_PREFIX:,} tokens")
     if short:
-        return (f"Break-even {tok.min():,.0f}–{tok.max():,.0f} tokens; the latency sets it above "
-                f"{num(boundary)} GB/s" if np.isfinite(boundary) else
-                f"Break-even {tok.min():,.0f}–{tok.max():,.0f} tokens, set by the bandwidth everywhere")
+        return (f"Break-even {span}; the latency sets it above {num(boundary)} GB/s" if np.isfinite(boundary) else
+                f"Break-even {span}, set by the bandwidth everywhere")
     if not np.isfinite(boundary):
-        return (f"Over {num(bw[0])}–{num(bw[-1])} GB/s and {num(lat[0])}–{num(lat[-1])} us the bandwidth sets the "
-                f"break-even everywhere: {tok.min():,.0f} to {tok.max():,.0f} tokens.")
+        return (f"Over {num(bw[0])}–{num(bw[-1])} GB/s and {num(lat[0])}–{num(lat[-1])} µs the bandwidth sets the "
+                f"break-even everywhere: {span.replace('–', ' to ')}.")
     fast = tok[:, -1]
     one = lat[fast <= B]
     text = (f"Above {num(boundary)} GB/s the tier delivers a token's KV faster than the GPUs recompute it, "
             f"so its latency sets the break-even")
-    text += (f": one block of {B:,} tokens for any latency up to {num(one.max())} us at {num(bw[-1])} GB/s"
+    text += (f": one block of {B:,} tokens for any latency up to {num(one.max())} µs at {num(bw[-1])} GB/s"
              if one.size else "")
     lo = tok[:, 0]
     top = (f"{lo.min():,.0f} tokens" if lo.min() <= MAX_PREFIX else
@@ -314,13 +316,16 @@ def hit_ratio_sentence(gpus: pd.DataFrame, saved: pd.DataFrame, s: OffloadSetup,
     on the others, and the storage it takes. ``gpus``: :func:`~llmexplore.sweeps.offload.gpus_vs_hit_ratio`
     of ``s`` (with ``hit_ratio`` among its rows); ``saved``: :func:`~llmexplore.sweeps.offload.saved_by_tier`
     (same hit ratios)."""
-    g = gpus.set_index("hit_ratio")
+    own = gpus[gpus["tier"] == s.tier.name] if "tier" in gpus else gpus
+    g = own.set_index("hit_ratio")
     h = float(hit_ratio)
     row, none = g.loc[h], g.loc[0.0] if 0.0 in g.index else g.iloc[0]
     pct = f"{100 * h:.3g}%"
+    other = gpus[(gpus["tier"] != s.tier.name) & np.isclose(gpus["hit_ratio"], h)] if "tier" in gpus else gpus.iloc[:0]
     if short:
-        return (f"{pct} hit ratio on {_tier_short(s.tier.label)}: {_gpus(row['gpus'])} GPUs vs {_gpus(none['gpus'])}, "
+        text = (f"{pct} hit ratio on {_tier_short(s.tier.label)}: {_gpus(row['gpus'])} GPUs vs {_gpus(none['gpus'])}, "
                 f"{num(row['saved_gpu_ms'] / 1e3)} GPU-s saved per request")
+        return text + "".join(f"; {_tier_short(r.tier_label)}: {_gpus(r.gpus)} GPUs" for r in other.itertuples())
     text = (f"At a hit ratio of {pct} of {int(prompt_tokens):,}-token prompts, {row['cached_tokens']:,.0f} tokens of "
             "each prompt are cached")
     if row["loaded"]:
@@ -334,6 +339,9 @@ def hit_ratio_sentence(gpus: pd.DataFrame, saved: pd.DataFrame, s: OffloadSetup,
     if len(others):
         text += "; the same hit saves " + join([f"{num(r.saved_gpu_ms / 1e3)} GPU-s per request from {r.tier_label}"
                                                 for r in others.itertuples()])
+    if len(other):
+        text += ("; at the same rate " + join([f"{r.tier_label} needs {_gpus(r.gpus)} GPUs" for r in other.itertuples()])
+                 + " (dashed)")
     text += (f". Each distinct prompt's cached tokens take {num(row['storage_GB_per_prompt'])} GB of storage (KV bytes "
              "per token × cached tokens).")
     return text
@@ -343,17 +351,22 @@ def _gpus(x: float) -> str:
     return f"{float(x):,.0f}" if np.isfinite(float(x)) else "∞"
 
 
-def measured_sentence(measured: pd.DataFrame | None, *, short: bool = False) -> str:
-    """Section 7: how the measured load times compare with the modelled ones (median ratio and spread), or
-    :data:`NO_MEASUREMENT`. ``measured``: :func:`~llmexplore.sweeps.offload.measured_load`."""
+def measured_sentence(measured: pd.DataFrame | None, *, short: bool = False, tier_label: str = "") -> str:
+    """Section 7: how the load times measured on this machine's disk compare with the ones modelled for the
+    storage tier ``tier_label`` (median ratio and spread), or :data:`NO_MEASUREMENT`. The ratio measures the model
+    only when that tier describes this disk (a preset saved by ``calibrate-disk``); otherwise it says how far the
+    preset is from the disk. ``measured``: :func:`~llmexplore.sweeps.offload.measured_load`."""
     if measured is None or len(measured) == 0:
         return "No measurement yet" if short else NO_MEASUREMENT
     ratio = measured["measured_ms"].to_numpy(float) / measured["modelled_ms"].to_numpy(float)
     if short:
         return f"Measured / modelled load time: median {num(np.median(ratio))} over {len(ratio):,} requests"
     lo, hi = np.percentile(ratio, [10, 90])
-    return (f"Over {len(ratio):,} loads read from the disk, the measured time is {num(np.median(ratio))} × the modelled "
-            f"one at the median ({num(lo)}–{num(hi)} × from p10 to p90).")
+    tier = f"the preset tier {tier_label}" if tier_label else "the chosen storage tier"
+    return (f"Over {len(ratio):,} loads read from this machine's disk, the measured time is {num(np.median(ratio))} × "
+            f"the time modelled for {tier} at the median ({num(lo)}–{num(hi)} × from p10 to p90). This compares "
+            f"the disk with {tier}, not the model with itself: it measures the model only when the tier was saved "
+            "for this disk by `llmexplore calibrate-disk`.")
 
 
 # ---- headline records (notebook 50's record() values) -------------------------------------------------------
@@ -393,8 +406,9 @@ def staging_record(replay: dict) -> dict:
 
 
 def gpus_by_hit_ratio(gpus: pd.DataFrame) -> dict:
-    """``{hit ratio, 4 decimals: prefill GPUs}`` of the hit-ratio sweep."""
-    return dict(zip(gpus["hit_ratio"].round(4).astype(str), gpus["gpus"]))
+    """``{hit ratio, 4 decimals: prefill GPUs}`` of the hit-ratio sweep (its first tier: the setup's own)."""
+    own = gpus[gpus["tier"] == gpus["tier"].iloc[0]] if "tier" in gpus else gpus
+    return dict(zip(own["hit_ratio"].round(4).astype(str), own["gpus"]))
 
 
 def saved_gpu_s_at(saved: pd.DataFrame, hit_ratio: float) -> dict:

@@ -25,8 +25,8 @@ import plotly.graph_objects as go
 from ..errors import SpecError
 
 __all__ = ["TEMPLATE", "TITLE_CHARS", "NOT_FIT", "RANK_SERIES", "RANK_KEY", "RANK_MARKER", "ref_line",
-           "ref_trace", "base", "base_layout", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
-           "not_fit_key", "chosen_marker", "update_from", "layouts", "disagg", "moe", "transfer", "offload", "fidelity",
+           "ref_trace", "base", "base_layout", "tidy_log_axes", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
+           "not_fit_key", "fit_split", "uniform_note", "chosen_marker", "update_from", "layouts", "disagg", "moe", "transfer", "offload", "fidelity",
            "tables", "plan"]
 
 TEMPLATE = "plotly_white"
@@ -103,9 +103,54 @@ def base_layout(title: str, height: int = 420, **more) -> dict:
 
 
 def base(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
-    """Apply :func:`base_layout` to a figure built with the ``go.Figure`` API."""
+    """Apply :func:`base_layout` to a figure built with the ``go.Figure`` API (and :func:`tidy_log_axes`)."""
     fig.update_layout(**base_layout(title, height))
+    layout = fig.layout.to_plotly_json()
+    ticks = tidy_log_axes([t.to_plotly_json() for t in fig.data], layout)
+    if ticks:
+        fig.update_layout(ticks)
     return fig
+
+
+def _finite(values) -> np.ndarray:
+    try:
+        a = np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):
+        return np.empty(0)
+    return a[np.isfinite(a) & (a > 0)]
+
+
+def tidy_log_axes(data: list[dict], layout: dict) -> dict:
+    """Tick steps for the log axes of a figure that set none: over two decades or more only the powers of ten
+    are labelled (plotly's default also labels 2, 3, ... 9 of every decade, which collide), over less the
+    1-2-5 steps. Returns ``{axis: {"dtick": ...}}`` and applies it to ``layout`` (a dict) in place."""
+    spans: dict[str, list[np.ndarray]] = {}
+    for tr in data:
+        for letter in ("x", "y"):
+            axis = str(tr.get(letter + "axis") or letter)
+            name = letter + "axis" + axis[1:]
+            if letter in tr and tr[letter] is not None:
+                spans.setdefault(name, []).append(_finite(tr[letter]))
+    out = {}
+    for name, arrays in spans.items():
+        ax = layout.get(name)
+        if not isinstance(ax, dict) or ax.get("type") != "log" or any(k in ax for k in ("dtick", "tickvals")):
+            continue
+        vals = np.concatenate(arrays) if arrays else np.empty(0)
+        rng = ax.get("range")
+        if rng and len(rng) == 2 and all(isinstance(r, (int, float)) for r in rng):
+            decades = abs(float(rng[1]) - float(rng[0]))
+        elif vals.size:
+            decades = float(np.log10(vals.max() / vals.min()))
+        else:
+            continue
+        if decades >= 2:
+            out[name] = {"dtick": 1}
+        elif decades >= 0.7:
+            out[name] = {"dtick": "D2"}
+    for name, ticks in out.items():
+        layout[name].update(ticks)
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,6 +214,32 @@ def ref_line(fig: go.Figure, *, y=None, x=None, span, name: str, color: str = "#
                   **kw)
 
 
+def fit_split(values, ok) -> tuple[np.ndarray, np.ndarray]:
+    """``(solid, dotted)``: ``values`` where they fit (``ok``) and where they do not, the dotted part extended
+    to the neighbouring fitting points so that the two join (a lone fitting point between points that do not
+    fit is then on a line, not an isolated dot)."""
+    v = np.asarray(values, dtype=float)
+    ok = np.asarray(ok, dtype=bool)
+    near = ~ok
+    near[1:] |= ~ok[:-1]
+    near[:-1] |= ~ok[1:]
+    return np.where(ok, v, np.nan), np.where(near, v, np.nan)
+
+
+def uniform_note(layout: dict, text: str) -> dict:
+    """Say on the figure why its values are all the same (a note under the plot area, below the axis titles)
+    and mark it in ``layout["meta"]["uniform"]``, which the report checks read: a flat figure must say why."""
+    layout.setdefault("meta", {})["uniform"] = text
+    lines = wrap_title(text, 120)
+    layout.setdefault("annotations", []).append(
+        dict(text=lines, xref="paper", yref="paper", x=0, y=0, yanchor="top", yshift=-58, xanchor="left",
+             showarrow=False, align="left", font=dict(size=12, color="#555")))
+    margin = layout.setdefault("margin", {})
+    margin["b"] = margin.get("b", 60) + 18 * (lines.count("<br>") + 1) + 8
+    layout["height"] = layout.get("height", 420) + 18 * (lines.count("<br>") + 1) + 8
+    return layout
+
+
 def not_fit_key(shown: bool, **axes) -> dict:
     """The legend entry explaining dotted segments (a trace with no points); listed only when ``shown``."""
     return dict(type="scatter", x=[None], y=[None], mode="lines", name=NOT_FIT, showlegend=bool(shown),
@@ -180,7 +251,9 @@ def not_fit_key(shown: bool, **axes) -> dict:
 
 
 def figure(spec: dict) -> go.Figure:
-    """The ``go.Figure`` of a spec (``{"data": [trace dicts], "layout": {...}}``)."""
+    """The ``go.Figure`` of a spec (``{"data": [trace dicts], "layout": {...}}``), its log axes' ticks tidied
+    (:func:`tidy_log_axes`)."""
+    tidy_log_axes(spec["data"], spec["layout"])
     return go.Figure(data=spec["data"], layout=spec["layout"])
 
 

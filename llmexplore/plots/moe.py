@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, fmt, grid_layout,  # noqa: F401
-               chosen_marker, not_fit_key, ref_line, ref_trace, spec_builder)
+               chosen_marker, fit_split, not_fit_key, ref_line, ref_trace, spec_builder)
 
 __all__ = ["PLACEMENT_COLORS", "skew_figure", "rank_load_figure", "comm_figure", "scenario_figure"]
 
@@ -85,24 +85,36 @@ def rank_load_figure(df: pd.DataFrame, *, title: str = "Routed tokens per EP ran
     return {"data": data, "layout": layout}
 
 
-def comm_figure(df: pd.DataFrame, *, title: str = "One MoE layer: routed GEMMs, dispatch and combine"
-                    ) -> go.Figure:
+def comm_figure(df: pd.DataFrame, *, title: str = "One MoE layer: routed GEMMs, dispatch and combine",
+                batch_marker: float | None = None) -> go.Figure:
     """Routed-GEMM, dispatch and combine time per MoE layer vs batch, one panel per parallel layout; ``df``
-    from :func:`llmexplore.sweeps.moe.step_vs_batch`. Dotted: the batch does not fit in memory."""
+    from :func:`llmexplore.sweeps.moe.step_vs_batch`. Every panel has the same log time axis (heights compare
+    across panels); dotted: the batch does not fit in memory; ``batch_marker``: the chosen batch."""
     layouts = list(dict.fromkeys(df["layout"]))
     fig = make_subplots(rows=1, cols=len(layouts), subplot_titles=layouts, shared_yaxes=True,
                         horizontal_spacing=0.03)
     parts = [("routed_layer_us", "routed expert GEMMs", "#1f77b4"), ("dispatch_layer_us", "dispatch", "#2ca02c"),
              ("combine_layer_us", "combine", "#ff7f0e")]
+    spans = []
     for c, lay in enumerate(layouts, start=1):
         g = df[df["layout"] == lay]
         for key, name, col in parts:
-            fig.add_scatter(x=g["batch"], y=g[key].where(g["feasible"]), name=name, line=dict(color=col),
-                            legendgroup=name, showlegend=c == 1, row=1, col=c)
-            fig.add_scatter(x=g["batch"], y=g[key].where(~g["feasible"]), name=name, showlegend=False,
-                            line=dict(color=col, dash="dot"), legendgroup=name, row=1, col=c)
+            solid, dotted = fit_split(g[key], g["feasible"])
+            spans.append(g[key].to_numpy(dtype=float))
+            fig.add_scatter(x=g["batch"], y=solid, name=name, line=dict(color=col), legendgroup=name,
+                            showlegend=c == 1, row=1, col=c,
+                            hovertemplate=f"{name}: %{{y:,.3g}} µs at batch %{{x:,}}<extra>{lay}</extra>")
+            fig.add_scatter(x=g["batch"], y=dotted, name=name, showlegend=False, line=dict(color=col, dash="dot"),
+                            legendgroup=name, row=1, col=c, hoverinfo="skip")
+        if batch_marker is not None:
+            fig.add_trace(chosen_marker(batch_marker, spans, what="batch", hover=f"batch {fmt(batch_marker)}"),
+                          row=1, col=c)
+            fig.data[-1].showlegend = c == 1
         fig.update_xaxes(type="log", title_text="batch", row=1, col=c)
-    fig.update_yaxes(type="log", title_text="time per MoE layer (us)", row=1, col=1)
+    fig.add_trace(not_fit_key(not bool(df["feasible"].all())))
+    # shared_yaxes makes panels 2.. match panel 1; each must also be a log axis, or plotly drops the match
+    fig.update_yaxes(type="log", showticklabels=True)
+    fig.update_yaxes(title_text="time per MoE layer (µs)", row=1, col=1)
     return base(fig, title)
 
 

@@ -182,7 +182,7 @@ def break_even_map_figure(bmap: dict, table: pd.DataFrame | None = None, *, chos
     data = [dict(type="heatmap", name="break-even prefix", x=bw, y=lat, z=lz, colorscale="Viridis",
                  zmin=float(lz.min()), zmax=float(max(lz.max(), lz.min() + 1e-9)), customdata=tok,
                  colorbar=dict(title=dict(text="break-even<br>(tokens)"), tickvals=ct, ticktext=cl),
-                 hovertemplate="%{x:.3~r} GB/s, %{y:,.3~r} us: loading pays from %{customdata:,.0f} tokens"
+                 hovertemplate="%{x:.3~r} GB/s, %{y:,.3~r} µs: loading pays from %{customdata:,.0f} tokens"
                                "<extra></extra>")]
     by_lat = np.asarray(bmap["set_by"]) == "latency"
     cols = np.flatnonzero(by_lat.all(axis=0))
@@ -202,14 +202,14 @@ def break_even_map_figure(bmap: dict, table: pd.DataFrame | None = None, *, chos
                          marker=dict(size=[14 if r.tier == chosen else 10 for r in rows],
                                      symbol=["circle" if s else "circle-open" for s in same],
                                      color=[tier_color(r.tier) for r in rows], line=dict(color="white", width=2)),
-                         customdata=[f"{r.tier_label}: {fmt(r.read_GBps, 'GB/s')}, {fmt(r.latency_us, 'us')}; its "
+                         customdata=[f"{r.tier_label}: {fmt(r.read_GBps, 'GB/s')}, {fmt(r.latency_us, 'µs')}; its "
                                      f"break-even {fmt(r.break_even_tokens, 'tokens')} (set by the {r.set_by})"
                                      for r in rows], legendrank=RANK_SERIES,
                          hovertemplate="%{customdata}<extra></extra>"))
     layout = base_layout(title, height=500,
                          xaxis=dict(type="log", title=dict(text="tier read bandwidth (GB/s)"),
                                     range=[float(np.log10(bw.min())), float(np.log10(bw.max()))], showgrid=False),
-                         yaxis=dict(type="log", title=dict(text="latency per load (us)"),
+                         yaxis=dict(type="log", title=dict(text="latency per load (µs)"),
                                     range=[float(np.log10(lat.min())), float(np.log10(lat.max()))], showgrid=False),
                          legend=dict(title=dict(text=""), orientation="h", y=-0.18, x=0))
     layout["margin"]["b"] = 90
@@ -305,13 +305,25 @@ def hit_ratio_figure(gpus: pd.DataFrame, saved: pd.DataFrame, *, hit_marker: flo
     layout = base_layout(title, height=440, **grid_layout(3, (f"GPUs the prefill pool needs{rate}",
                                                               "GPU time saved per request",
                                                               "storage per distinct prompt"), spacing=0.08))
-    h = gpus["hit_ratio"].to_numpy(float)
-    g = gpus["gpus"].to_numpy(float)
+    own = gpus[gpus["tier"] == gpus["tier"].iloc[0]] if "tier" in gpus else gpus
+    h = own["hit_ratio"].to_numpy(float)
+    g = own["gpus"].to_numpy(float)
     data = [dict(type="scatter", x=h, y=np.where(np.isfinite(g), g, np.nan), mode="lines+markers",
                  name=f"GPUs needed ({tier_label})" if tier_label else "GPUs needed", legendrank=RANK_SERIES,
                  line=dict(color="#333", shape="hv", width=2.5), marker=dict(size=6),
                  hovertemplate="hit ratio %{x:.0%}: %{y:,.0f} GPUs<extra></extra>")]
     spans = [[0.0], g[np.isfinite(g)]]
+    # the tiers it is compared with (gpus_vs_hit_ratio(tiers=...)): thinner, in their own colours
+    for j, (name, d) in enumerate(gpus.groupby("tier", sort=False) if "tier" in gpus else ()):
+        if j == 0:
+            continue
+        gd = d["gpus"].to_numpy(float)
+        label = d["tier_label"].iloc[0]
+        data.append(dict(type="scatter", x=d["hit_ratio"].to_numpy(float), y=np.where(np.isfinite(gd), gd, np.nan),
+                         mode="lines", name=f"GPUs needed ({label})", legendrank=RANK_SERIES + j,
+                         line=dict(color=tier_color(name), shape="hv", width=1.8, dash="dash"),
+                         hovertemplate=f"{label}: %{{y:,.0f}} GPUs at hit ratio %{{x:.0%}}<extra></extra>"))
+        spans.append(gd[np.isfinite(gd)])
     for i, (name, d) in enumerate(saved.groupby("tier", sort=False)):
         label = d["tier_label"].iloc[0]
         y = d["saved_gpu_ms"].to_numpy(float) / 1e3
@@ -319,7 +331,7 @@ def hit_ratio_figure(gpus: pd.DataFrame, saved: pd.DataFrame, *, hit_marker: flo
                          name=f"saved with {label}", legendrank=RANK_SERIES + 1 + i, xaxis="x2", yaxis="y2",
                          line=dict(color=tier_color(name), width=2),
                          hovertemplate=f"{label}: %{{y:,.3~r}} GPU-s saved at hit ratio %{{x:.0%}}<extra></extra>"))
-    st = gpus["storage_GB_per_prompt"].to_numpy(float)
+    st = own["storage_GB_per_prompt"].to_numpy(float)
     data.append(dict(type="scatter", x=h, y=st, mode="lines", name="cached KV per distinct prompt",
                      legendrank=RANK_SERIES + 20, xaxis="x3", yaxis="y3", line=dict(color="#8c564b", width=2),
                      hovertemplate="hit ratio %{x:.0%}: %{y:,.3~r} GB per prompt<extra></extra>"))
@@ -377,7 +389,7 @@ def measured_view(measured: pd.DataFrame | None) -> go.Figure | None:
 #: headers of the break-even table for people
 BREAK_EVEN_HEADERS = {
     "tier_label": "storage tier", "effective_read_GBps": "effective read [GB/s]", "t_g0_ms": "fixed latency [ms]",
-    "a_us_per_token": "recompute [us/token]", "c_us_per_token": "load [us/token]",
+    "a_us_per_token": "recompute [µs/token]", "c_us_per_token": "load [µs/token]",
     "break_even_tokens": "break-even [tokens]", "closed_form_tokens": "closed form [tokens]", "set_by": "set by",
 }
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import RANK_KEY, RANK_SERIES, base_layout, chosen_marker, fmt, grid_layout, spec_builder
+from . import RANK_KEY, RANK_SERIES, base_layout, chosen_marker, fmt, grid_layout, spec_builder, uniform_note
 from .disagg import mode_color
 from .tables import PeopleTable, people_table
 
@@ -100,6 +100,10 @@ def fanout_figure(ranks: pd.DataFrame, *, title: str = "Fan-out and bytes sent p
     layout["yaxis"].update(title=dict(text="decode ranks served"), range=[0, fan_top * 1.2], dtick=1 if fan_top <= 8
                            else None)
     layout["yaxis2"].update(title=dict(text="sent per request (MB)"), range=[0, sent_top * 1.2])
+    if (len(ranks) > 1 and not idle.any() and ranks["fanout"].nunique() == 1
+            and ranks["sent_MB"].round(6).nunique() == 1):
+        uniform_note(layout, f"All {len(ranks)} prefill ranks alike: the two layouts split the KV evenly, so "
+                             "each serves the same decode ranks and sends the same bytes")
     return {"data": data, "layout": layout}
 
 

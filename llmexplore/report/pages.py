@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from .params import _shown
+from .params import _shown, notebook_values, with_values
 
 __all__ = ["TEMPLATE_DIR", "TEMPLATE_NAME", "MANIFEST", "WIDGET_NOTE", "notebook_title", "notebook_description",
            "remote_resources", "clean_for_report", "export_html", "write_index"]
@@ -152,6 +152,8 @@ def clean_for_report(nb, note: str = WIDGET_NOTE, *, banner: str = "") -> tuple[
     - recorded values (:func:`llmexplore.nbtools.record`, for the tests) are left out: the findings are stated
       in words by each section;
     - markdown links to sibling notebooks point at their HTML reports;
+    - a parameter named in the prose as a placeholder (`` `RATE` ``) reads as the value the notebook ran with,
+      the name in parentheses (:func:`~llmexplore.report.params.with_values`);
     - ``banner`` (markdown, e.g. :func:`parameters_banner`) goes right after the title cell;
 
     - saved widget state is dropped (nbconvert would load its renderer from a CDN, and offline the widgets
@@ -167,9 +169,10 @@ def clean_for_report(nb, note: str = WIDGET_NOTE, *, banner: str = "") -> tuple[
     from llmexplore.nbtools import note_html
 
     stand_in = note_html(note)
+    values = notebook_values(nb)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = _report_links(cell.source)
+            cell.source = with_values(_report_links(cell.source), values)
         if cell.cell_type != "code":
             continue
         kept = []

@@ -11,7 +11,8 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import SpecError
 
-__all__ = ["MAX_PARAM_CHARS", "parse_param_value", "plan_parameters", "parameters_banner"]
+__all__ = ["MAX_PARAM_CHARS", "parse_param_value", "plan_parameters", "parameters_banner", "notebook_values",
+           "value_text", "with_values"]
 
 MAX_PARAM_CHARS = 10_000  # a -p VALUE longer than this is not a notebook parameter
 
@@ -141,3 +142,66 @@ def parameters_banner(parameters: Mapping[str, Any], notes: Iterable[str]) -> st
     lines += [f"<strong>Note:</strong> {html.escape(n if n.endswith('.') else n + '.')}" for n in notes]
     return f'<div class="llmexplore-banner">{"<br>".join(lines)}</div>' if lines else ""
 
+
+
+
+def notebook_values(nb) -> dict[str, Any]:
+    """``{NAME: value}`` an executed notebook ran with: its ``parameters`` cell, then papermill's
+    ``injected-parameters`` cell (plain literal assignments only; anything else is left out)."""
+    values: dict[str, Any] = {}
+    for tag in ("parameters", "injected-parameters"):
+        for cell in nb.cells:
+            if cell.cell_type != "code" or tag not in cell.get("metadata", {}).get("tags", []):
+                continue
+            try:
+                body = ast.parse(cell.source).body
+            except SyntaxError:
+                continue
+            for node in body:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    try:
+                        values[node.targets[0].id] = ast.literal_eval(node.value)
+                    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                        values.pop(node.targets[0].id, None)
+    return values
+
+
+def value_text(value: Any) -> str:
+    """A parameter's value as a report reader reads it: ``32768`` -> ``32,768``, ``1.0`` -> ``1``,
+    ``0.563`` -> ``0.563``, ``[0.25, 200]`` -> ``0.25–200``, a preset name as itself."""
+    import math
+
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value == round(value) and abs(value) < 1e15:
+            return f"{value:,.0f}"
+        return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    if isinstance(value, (list, tuple)):
+        parts = [value_text(v) for v in value]
+        if len(parts) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            return "–".join(parts)
+        return ", ".join(parts)
+    if isinstance(value, str):
+        return value
+    return _shown(value)
+
+
+#: a code span that is exactly a parameter's name, not already after its value ("32,768 (`PREFIX`)")
+_NAME_SPAN = re.compile(r"(?<!\()`([A-Z][A-Z0-9_]*)`")
+
+
+def with_values(markdown: str, values: Mapping[str, Any]) -> str:
+    """Markdown prose with each parameter placeholder (a code span that is exactly ``NAME``) replaced by the
+    value the notebook ran with, the name kept in parentheses for whoever runs it: "prompts of `PROMPT_TOKENS`
+    tokens" -> "prompts of 32,768 (`PROMPT_TOKENS`) tokens". Fenced code blocks are left alone."""
+    def sub(m: re.Match) -> str:
+        name = m.group(1)
+        return f"{value_text(values[name])} (`{name}`)" if name in values else m.group(0)
+
+    parts = re.split(r"(^```.*?^```)", markdown, flags=re.M | re.S)
+    return "".join(p if p.startswith("```") else _NAME_SPAN.sub(sub, p) for p in parts)

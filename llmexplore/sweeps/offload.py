@@ -28,7 +28,7 @@ from ..specs import StorageTier
 from ..units import dtype_bytes
 from . import tidy
 
-__all__ = ["OffloadSetup", "setup", "custom_tier", "point_summary", "cost_curves", "break_even_table",
+__all__ = ["OffloadSetup", "setup", "best_saving_tier", "custom_tier", "point_summary", "cost_curves", "break_even_table",
            "regime_grid", "break_even_map", "preload_curve", "staging_replay", "gpus_vs_hit_ratio",
            "precision_table", "pool_queue", "saved_by_tier", "grid_with", "measured_load", "measured_replay",]
 
@@ -236,41 +236,56 @@ def staging_replay(s: OffloadSetup, *, requests: int = 200, rate_per_s: float = 
 
 
 def gpus_vs_hit_ratio(s: OffloadSetup, hit_ratios, *, rate_per_s: float = 10.0, prompt_tokens: int = 8192,
-                      ttft_slo_ms: float = 2000.0, statistic: str = "p90") -> pd.DataFrame:
-    """What a prefix-cache hit ratio buys at a request rate: per hit ratio h (the share of each prompt's tokens
-    served from the tier), the prefill time per request (the gate picks load or recompute for the cached
-    h x prompt), the GPU-seconds it saves, the instances (of ``tp`` GPUs) needed so that the M/D/1 waiting time
-    at ``statistic`` plus the prefill stays within ``ttft_slo_ms``, and the storage the cached tokens take
-    (bytes per token x tokens per prompt, per distinct prompt)."""
+                      ttft_slo_ms: float = 2000.0, statistic: str = "p90", tiers=None) -> pd.DataFrame:
+    """What a prefix-cache hit ratio buys at a request rate: per tier (the setup's own first, then the preset
+    tiers named in ``tiers`` to compare it with) and hit ratio h (the share of each prompt's tokens served
+    from the tier), the prefill time per request (the gate picks load or recompute for the cached h x prompt),
+    the GPU-seconds it saves, the instances (of ``tp`` GPUs) needed so that the M/D/1 waiting time at
+    ``statistic`` plus the prefill stays within ``ttft_slo_ms``, and the storage the cached tokens take (bytes
+    per token x tokens per prompt, per distinct prompt). Columns ``tier`` and ``tier_label`` name the tier."""
     h = _check.real_array("hit_ratios", np.atleast_1d(hit_ratios), lo=0, hi=1)
     rate = _check.number("rate_per_s", rate_per_s, lo=0, lo_open=True, hi=1e6, unit="1/s")
     S = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=of.MAX_PREFIX, unit="tokens")
     slo = _check.number("ttft_slo_ms", ttft_slo_ms, lo=0, lo_open=True, hi=1e9, unit="ms") / 1e3
     B = s.block_tokens
     P = np.floor(h * S / B) * B
-    ld = of.load_s(s.dep, s.tier, P, **s.kw)
     full = prefill_time(s.dep, S, 0)["prefill_s"]
     rest = prefill_time(s.dep, S, np.minimum(P, S - 1))["prefill_s"]
-    be = of.break_even(s.dep, s.tier, suffix_tokens=s.suffix_tokens, **s.kw)["tokens"]
-    load = P >= be
-    service = np.where(load, rest + ld["load_s"], full)
-    instances = np.zeros(h.shape)
-    found: dict[float, float] = {}  # hit ratios below the break-even share one service time: search once
-    for i, D in enumerate(service):
-        if float(D) not in found:
-            c = max(1, int(np.ceil(rate * D * 1.0001)))
-            while c < 100_000:
-                w = at_stat.queue_wait(statistic, rate / c, D)
-                if float(w) + D <= slo:
-                    break
-                c += 1
-            found[float(D)] = c if c < 100_000 else np.inf
-        instances[i] = found[float(D)]
     kv_tok = s.dep.model.kv_bytes_per_token(s.dep.kv_dtype)
-    return pd.DataFrame({"hit_ratio": h, "cached_tokens": P, "loaded": load,
-                         **tidy({"prefill_s": service, "saved_gpu_s": (full - service) * s.dep.ranks}),
-                         "instances": instances, "gpus": instances * s.dep.ranks,
-                         "storage_GB_per_prompt": P * kv_tok / 1e9})
+    chosen = [s.tier] + [t for t in (_tiers(tiers) if tiers is not None else []) if t.name != s.tier.name]
+    found: dict[float, float] = {}  # hit ratios below the break-even share one service time: search once
+    frames = []
+    for tier in dict((t.name, t) for t in chosen).values():
+        ld = of.load_s(s.dep, tier, P, **s.kw)
+        be = of.break_even(s.dep, tier, suffix_tokens=s.suffix_tokens, **s.kw)["tokens"]
+        load = P >= be
+        service = np.where(load, rest + ld["load_s"], full)
+        instances = np.zeros(h.shape)
+        for i, D in enumerate(service):
+            if float(D) not in found:
+                c = max(1, int(np.ceil(rate * D * 1.0001)))
+                while c < 100_000:
+                    w = at_stat.queue_wait(statistic, rate / c, D)
+                    if float(w) + D <= slo:
+                        break
+                    c += 1
+                found[float(D)] = c if c < 100_000 else np.inf
+            instances[i] = found[float(D)]
+        frames.append(pd.DataFrame({"tier": tier.name, "tier_label": tier.label, "hit_ratio": h, "cached_tokens": P,
+                                    "loaded": load,
+                                    **tidy({"prefill_s": service, "saved_gpu_s": (full - service) * s.dep.ranks}),
+                                    "instances": instances, "gpus": instances * s.dep.ranks,
+                                    "storage_GB_per_prompt": P * kv_tok / 1e9}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def best_saving_tier(saved: pd.DataFrame, hit_ratio: float) -> str:
+    """The tier that saves the most prefill GPU time at ``hit_ratio`` (``saved``: :func:`saved_by_tier`, with
+    ``hit_ratio`` among its rows): the comparison a hit-ratio figure draws next to the chosen tier."""
+    rows = saved[np.isclose(saved["hit_ratio"], float(hit_ratio))]
+    if rows.empty:
+        raise SpecError(f"hit_ratio {hit_ratio} is not among the hit ratios of the table")
+    return str(rows.loc[rows["saved_gpu_ms"].idxmax(), "tier"])
 
 
 def precision_table(s: OffloadSetup, tiers=None) -> pd.DataFrame:

@@ -130,7 +130,7 @@ class OffloadExplorer(Explorer):
                 for name, value in (("read_GBps", tier.read_GBps), ("latency_us", tier.latency_us)):
                     w = self.controls[name]
                     if value not in [v for _, v in w.options]:
-                        unit = "GB/s" if name == "read_GBps" else "us"
+                        unit = "GB/s" if name == "read_GBps" else "µs"
                         w.options = [(offload_plots.fmt(v, unit, trim=True), v)
                                      for v in sorted({v for _, v in w.options} | {value})]
                     w.value = value
@@ -169,7 +169,7 @@ def offload_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, stora
     read_GBps = tier.read_GBps if read_GBps is None else _check.number("read_GBps", read_GBps, lo=0, lo_open=True,
                                                                         hi=1e5, unit="GB/s")
     latency_us = tier.latency_us if latency_us is None else _check.number("latency_us", latency_us, lo=0, hi=1e7,
-                                                                           unit="us")
+                                                                           unit="µs")
     block_tokens = _check.integer("block_tokens", block_tokens, lo=1, hi=1 << 16, unit="tokens")
     prompt_tokens = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=MAX_PREFIX, unit="tokens")
     controls = {
@@ -179,7 +179,7 @@ def offload_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, stora
         "read_GBps": choice_slider(BANDWIDTHS + [presets.storage(n).read_GBps for n in presets.names("storage")],
                                    read_GBps, "tier read bandwidth", "GB/s"),
         "latency_us": choice_slider(LATENCIES + [presets.storage(n).latency_us for n in presets.names("storage")],
-                                    latency_us, "tier latency", "us"),
+                                    latency_us, "tier latency", "µs"),
         "tp": choice_slider(TPS, tp, "TP", label=lambda v: f"{v:,} GPU" + ("" if v == 1 else "s")),
         "model": dropdown(presets.names("models"), model, "model"),
         "gpu": dropdown(presets.names("hardware"), gpu, "GPU"),

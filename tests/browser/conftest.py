@@ -100,6 +100,7 @@ class OfflinePage:
     page: object
     blocked: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
+    console_warnings: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
 
 
@@ -119,7 +120,8 @@ def offline_page(browser):
     context.route("**/*", route)
     page = context.new_page()
     page.set_default_timeout(30_000)
-    page.on("console", lambda m: result.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("console", lambda m: result.console_errors.append(m.text) if m.type == "error" else
+            result.console_warnings.append(m.text) if m.type == "warning" else None)
     page.on("pageerror", lambda e: result.page_errors.append(str(e)))
     result.page = page
     yield result

@@ -6,10 +6,15 @@ import re
 import shutil
 from pathlib import Path
 
+import math
+
 import nbformat
+import numpy as np
 import pytest
 
+from llmexplore.nbtools import headline_text
 from llmexplore.report import build_reports
+from llmexplore.report.params import notebook_values
 
 #: builds the reports, so it runs kernels too. The session's report build (every notebook, in the setup of the
 #: first test here) gets a hang guard of its own instead of the suite's 300 s per test: on a shared 2-core machine
@@ -64,6 +69,130 @@ def _assert_clean(view, name):
     assert view.blocked == [], f"{name} tried to load from the network: {view.blocked}"
     assert view.page_errors == [], f"{name}: JavaScript errors {view.page_errors}"
     assert view.console_errors == [], f"{name}: console errors {view.console_errors}"
+    # plotly warns when it drops part of a figure (e.g. "matches" between axes of different types)
+    assert view.console_warnings == [], f"{name}: console warnings {view.console_warnings[:5]}"
+
+
+def _figures(executed: Path) -> list[dict]:
+    nb = nbformat.read(executed, as_version=4)
+    return [o["data"][PLOTLY_MIME] for c in nb.cells for o in c.get("outputs", []) if PLOTLY_MIME in o.get("data", {})]
+
+
+# ---- what the reader sees ------------------------------------------------------------------------------------
+#: the code spans of the rendered prose that are exactly a parameter's name, with the text before each: a
+#: placeholder unless the value stands right before it, "32,768 (`PROMPT_TOKENS`)"
+_NAME_SPANS_JS = """names => [...document.querySelectorAll('.jp-RenderedMarkdown code, .jp-MarkdownOutput code')]
+  .filter(c => names.includes(c.textContent.trim()))
+  .map(c => [c.previousSibling ? c.previousSibling.textContent : '', c.textContent.trim()])"""
+
+
+def placeholders(spans: list[list[str]]) -> list[str]:
+    """The ``[text before, NAME]`` code spans that stand for a value instead of following it."""
+    return [f"…{before[-40:]}`{name}`" for before, name in spans if not re.search(r"\S \($", before)]
+
+
+def test_placeholders_check_itself():
+    assert placeholders([["of 32,768 (", "PROMPT"], ["receives ", "RATE"], ["(", "RATE"]]) == \
+        ["…receives `RATE`", "…(`RATE`"]
+
+
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _summary_js() -> str:
+    """The visible text of the Summary section: the cells after the "Summary" heading, up to the next heading."""
+    return """() => { const cells = [...document.querySelectorAll('.jp-Cell')];
+      const at = cells.findIndex(c => [...c.querySelectorAll('h2')].some(h => h.textContent.trim().startsWith('Summary')));
+      if (at < 0) return null;
+      let text = '';
+      for (const c of cells.slice(at + 1)) { if (c.querySelector('h2, h3')) break; text += c.innerText + '\\n'; }
+      return text; }"""
+
+
+def _values(trace: dict, key: str) -> list:
+    v = trace.get(key)
+    if isinstance(v, dict) and "bdata" in v:  # plotly's binary arrays
+        import base64
+
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).astype(float).ravel().tolist()
+    out: list[float] = []
+
+    def walk(x):
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                walk(y)
+        elif isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
+            out.append(float(x))
+        elif isinstance(x, str) and x:  # a category axis
+            out.append(x)
+
+    walk(v)
+    return out
+
+
+def flat_panels(fig: dict) -> list[str]:
+    """The panels (x axis, y axis) of a plotly figure whose data take one value only (a flat line, equal bars,
+    a uniform heatmap, one category), reference lines of two points left out; an overlaid axis with no data is
+    not a panel."""
+    values: dict[tuple, list[float]] = {}
+    for tr in fig.get("data", []):
+        kind = tr.get("type", "scatter")
+        if kind in ("table", "parcoords", "sankey", "indicator"):
+            continue
+        key = "z" if kind in ("heatmap", "contour") else "x" if tr.get("orientation") == "h" else "y"
+        v = _values(tr, key)
+        if tr.get("mode") == "lines" and len(_values(tr, "x" if key == "y" else "y")) <= 2:
+            continue  # a reference line (target, chosen value)
+        values.setdefault((tr.get("xaxis", "x"), tr.get("yaxis", "y")), []).extend(v)
+    layout = fig.get("layout", {})
+    flat = []
+    for (xa, ya), v in values.items():
+        overlay = layout.get("yaxis" + ya[1:], {}).get("overlaying")
+        if not v and overlay:
+            continue
+        if len({round(x, 9) if isinstance(x, float) else x for x in v}) <= 1:
+            flat.append(f"{xa}/{ya}: {len(v)} point(s), {sorted(set(v), key=str)[:2]}")
+    return flat
+
+
+def test_flat_panels_check_itself():
+    fig = {"data": [{"type": "bar", "y": [2, 2, 2]}, {"type": "scatter", "y": [1, 2], "xaxis": "x2", "yaxis": "y2"},
+                    {"type": "scatter", "mode": "lines", "x": [0, 1], "y": [5, 5], "xaxis": "x2", "yaxis": "y2"},
+                    {"type": "heatmap", "z": [[1, 1], [1, 1]], "xaxis": "x3", "yaxis": "y3"}]}
+    assert flat_panels(fig) == ["x/y: 3 point(s), [2.0]", "x3/y3: 4 point(s), [1.0]"]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_report_reads_as_findings(chromium_path, built, offline_page, notebook):
+    """What issue 20 asks of every report: the prose shows values, not parameter names; the Summary repeats
+    every figure's headline numbers; no figure is flat at the defaults unless it says why."""
+    out, _ = built
+    executed = out / "executed" / notebook.name
+    names = sorted(notebook_values(nbformat.read(executed, as_version=4)))
+    page = offline_page.page
+    page.goto((out / f"{notebook.stem}.html").as_uri(), wait_until="load")
+    assert placeholders(page.evaluate(_NAME_SPANS_JS, names)) == [], \
+        f"{notebook.name}: parameter names stand in for their values in the prose"
+    figures = _figures(executed)
+    summary = page.evaluate(_summary_js())
+    if figures and not notebook.name.startswith("explorer_"):
+        assert summary is not None, f"{notebook.name} has no Summary section"
+        missing = {}
+        for fig in figures:
+            title = headline_text(fig.get("layout", {}).get("title", {}).get("text", ""))
+            lost = [n for n in _NUMBER.findall(title) if n not in summary]
+            if lost:
+                missing[title[:80]] = lost
+        assert missing == {}, f"{notebook.name}: the Summary leaves out headline numbers"
+    for fig in figures:
+        layout = fig.get("layout", {})
+        flat = flat_panels(fig)
+        reason = (layout.get("meta") or {}).get("uniform") if isinstance(layout.get("meta"), dict) else None
+        shown = " ".join(headline_text(a.get("text", "")) for a in layout.get("annotations", []))
+        if flat:
+            assert reason and headline_text(reason) in shown, \
+                f"{notebook.name}: flat figure {headline_text(layout.get('title', {}).get('text', ''))[:80]!r}: {flat}"
+    _assert_clean(offline_page, notebook.name)
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

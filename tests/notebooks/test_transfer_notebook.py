@@ -89,7 +89,7 @@ def test_layout_pairs_scale_with_the_busiest_nic(rec):
 def test_the_notebook_states_its_findings(run):
     nb = nbformat.read(run[0], as_version=4)
     said = [o["data"]["text/markdown"] for c in nb.cells for o in c.get("outputs", [])
-            if "text/markdown" in o.get("data", {})]
+            if "text/markdown" in o.get("data", {}) and c.source.strip() != "summarize()"]
     assert said[0] == ("Prefill TP8 → decode TP4 of Llama-3-70B: each decode rank gathers from 2 prefill ranks; a "
                        "4,096-token request moves 1,342 MB, the busiest NIC (decode 0) carries 336 MB, 7.80 ms serial "
                        "over RoCE 400G, 0.122 ms exposed when pipelined layer by layer.")

@@ -274,7 +274,7 @@ def test_offload_break_even_sentence_names_the_term_that_sets_it(off_default):
     s, table = off_default
     assert fo.break_even_sentence(table, s) == (
         "Llama-3-70B on 8x H100 SXM 80GB: loading a cached prefix from NVMe SSD, PCIe Gen4 x4 pays only from 40,192 "
-        "tokens — per token the drive (46.9 us) is slower than recomputing (35.6 us), so the quadratic attention term "
+        "tokens — per token the drive (46.9 µs) is slower than recomputing (35.6 µs), so the quadratic attention term "
         "sets the break-even; from Host DRAM over PCIe Gen4 x16, Host DRAM over PCIe Gen5 x16 and NVMe SSD, PCIe Gen5 "
         "x4 it pays from one block; from NFS over 25 GbE it pays from 338,432 tokens.")
     assert fo.break_even_sentence(table, s, short=True) == (
@@ -282,7 +282,7 @@ def test_offload_break_even_sentence_names_the_term_that_sets_it(off_default):
         "NFS 338,432")
     fast = so.setup(storage="nvme-gen5")
     text = fo.break_even_sentence(so.break_even_table(fast), fast)
-    assert "from NVMe SSD, PCIe Gen5 x4 pays from 256 tokens (one block) — per token the drive (23.5 us) is faster" in text
+    assert "from NVMe SSD, PCIe Gen5 x4 pays from 256 tokens (one block) — per token the drive (23.5 µs) is faster" in text
     assert "fixed latency (0.270 ms)" in text
     point = so.point_summary(s, 32768, queue_wait_ms=20)
     table2 = fo.summary_table(point, s)
@@ -314,8 +314,8 @@ def test_offload_regime_precision_and_map_sentences(off_default):
     assert lost < be <= np.floor(after / 256) * 256
     prec = so.precision_table(s)
     assert fo.precision_sentence(prec, s).startswith(
-        "FP8 KV halves the bytes per token: loading from NVMe SSD, PCIe Gen4 x4 drops from 46.9 us to 23.5 us per "
-        "token and pays from 256 tokens (one block); FP8 weights instead make recompute cheaper (35.6 us → 26.4 us "
+        "FP8 KV halves the bytes per token: loading from NVMe SSD, PCIe Gen4 x4 drops from 46.9 µs to 23.5 µs per "
+        "token and pays from 256 tokens (one block); FP8 weights instead make recompute cheaper (35.6 µs → 26.4 µs "
         "per token) and move the break-even from 40,192 tokens to 72,192 tokens")
     assert fo.precision_sentence(prec, s, short=True) == (
         "NVMe Gen4 break-even (tokens): as set 40,192, FP8 KV 256, FP8 weights 72,192, FP8 weights and KV 256")
@@ -361,5 +361,7 @@ def test_offload_preload_staging_hit_ratio_and_measured_sentences(off_default):
                                  short=True) == "56.3% hit ratio on NVMe Gen4: 32 GPUs vs 32, 0 GPU-s saved per request"
     assert fo.measured_sentence(None) == fo.NO_MEASUREMENT
     m = pd.DataFrame({"modelled_ms": [1.0, 2.0, 4.0], "measured_ms": [1.1, 2.2, 4.4]})
-    assert fo.measured_sentence(m).startswith("Over 3 loads read from the disk, the measured time is 1.10 × the modelled")
+    assert fo.measured_sentence(m, tier_label="NVMe Gen4").startswith(
+        "Over 3 loads read from this machine's disk, the measured time is 1.10 × the time modelled for the preset tier "
+        "NVMe Gen4")
     assert np.isclose(fo.DEEPSEEK_DISK_HIT_RATIO, 0.563)

@@ -329,7 +329,7 @@ def test_offload_maps_have_log_axes_units_tiers_and_the_set_by_boundary(off):
     assert boundary.x[0] < first_latency_bw and boundary.x[0] > first_latency_bw / 1.2
     points = plots.trace(fig, "preset tiers (hollow: another kind of tier)")
     assert len(points.x) == 5 and list(points.marker.symbol).count("circle-open") == 3  # the dram and nfs tiers
-    assert "(GB/s)" in fig.layout.xaxis.title.text and "(us)" in fig.layout.yaxis.title.text
+    assert "(GB/s)" in fig.layout.xaxis.title.text and "(µs)" in fig.layout.yaxis.title.text
 
 
 def test_offload_preload_staging_hit_ratio_and_measured_figures(off):
