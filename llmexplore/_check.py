@@ -36,11 +36,30 @@ __all__ = ["read_text", "integer", "number", "probability", "choice", "boolean",
 MAX_GRID_POINTS = 1 << 22
 
 
+def _bounded_repr() -> Any:
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 4, 6
+    r.maxstring, r.maxother, r.maxlong = 200, 200, 1 << 30
+    return r
+
+
+_REPR = _bounded_repr()
+
+
 def shown(value: Any, limit: int = 60) -> str:
-    """A value as it appears in a message: repr, shortened (a 400-digit integer stays readable)."""
-    text = repr(value)
-    if isinstance(value, (np.generic,)):
-        text = repr(value.item())
+    """A value as it appears in a message: repr, shortened (a 400-digit integer stays readable). Containers are
+    shown a few levels and items deep (a YAML alias bomb expands to billions of items: ``repr`` would never end),
+    and an integer too long to print names its size."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 14_000:  # > ~4,300 digits
+        return f"an integer of about {int(value.bit_length() * 0.30103):,} digits"
+    try:
+        text = _REPR.repr(value) if isinstance(value, (list, tuple, dict, set, frozenset)) else repr(value)
+    except ValueError:  # an integer nested in a container past the digit limit
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 12] + "…" + text[-10:]
 
 

@@ -218,7 +218,10 @@ def check_moe_parameters(p) -> dict[str, str]:
     if 1 not in tps:
         raise SpecError(f"GPUS must be a divisor of the routed experts of {m.name} ({m.routed_experts}) so that "
                         f"DPA + EP{gpus} exists, got {p['GPUS']!r}")
-    _check.number("SKEW", p["SKEW"], lo=1.0, hi=1000.0)
+    # a token picks an expert at most once, so no expert's share of the routed load exceeds 1/k: max/mean <= E/k
+    top = m.routed_experts / m.experts_per_token
+    _check.number("SKEW", p["SKEW"], lo=1.0, hi=top, unit=f"max/mean expert load: at most E/k = "
+                  f"{m.routed_experts}/{m.experts_per_token} for {m.name}")
     int_param("BATCH", p["BATCH"], 1, 1 << 24)
     int_param("CONTEXT", p["CONTEXT"], 1, 1 << 30)
     for name, most in (("REDUNDANT", 16), ("BATCHES", 64)):
@@ -280,7 +283,8 @@ def check_offload_parameters(p) -> dict[str, str]:
     m = model_and_presets(p, GPU="hardware", STORAGE="storage", RUNTIME="runtime")
     tp = int_param("TP", p["TP"], 1, MAX_RANKS)
     int_param("PREFIX", p["PREFIX"], 0, of.MAX_PREFIX)
-    int_param("BLOCK_TOKENS", p["BLOCK_TOKENS"], 1, 1 << 16)
+    # the break-even search steps by whole blocks up to of.MAX_PREFIX in at most 65,536 steps
+    int_param("BLOCK_TOKENS", p["BLOCK_TOKENS"], of.MIN_SEARCH_BLOCK_TOKENS, 1 << 16)
     _check.number("QUEUE_WAIT_MS", p["QUEUE_WAIT_MS"], lo=0, hi=1e9)
     _check.probability("HIT_RATIO", p["HIT_RATIO"])
     _check.number("RATE", p["RATE"], lo=0, lo_open=True, hi=1e6)

@@ -129,6 +129,9 @@ def _read_yaml(path: Path) -> dict:
         raise SpecError(f"{where} is not valid YAML: {_yaml_problem(exc)}") from None
     except RecursionError:  # the pure-Python loader on deeply nested input (libyaml stops at depth 1000)
         raise SpecError(f"{where} is not valid YAML: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than sys.get_int_max_str_digits() digits (4,300)
+        raise SpecError(f"{where} holds a number too long to read ({str(exc).split(';')[0]}); write it with "
+                        "at most 4,300 digits") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

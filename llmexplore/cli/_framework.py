@@ -184,12 +184,14 @@ def output_dir() -> Rule:
     file, not a path the OS refuses). Checked when the option is read, before any work."""
     def convert(text: str) -> str:
         text = _check.text("value", text, max_len=4096)
+        if any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in text.split("/")):
+            raise ValueError(text)  # a name the file system refuses (255 bytes at most on ext4, xfs, tmpfs)
         kind = _check.path_kind(text)
         if kind not in ("dir", "missing"):
             raise ValueError(text)
         return text
 
-    return Rule("a directory (existing or to create), not a file", convert)
+    return Rule("a directory (existing or to create) whose names are at most 255 bytes each, not a file", convert)
 
 
 def preset_name(kind: str) -> Rule:
@@ -255,8 +257,27 @@ def jsonable(value: Any) -> Any:
     return str(value)  # paths and the like
 
 
-def print_json(value: Any) -> None:
-    json.dump(jsonable(value), sys.stdout, indent=2, allow_nan=False)
+#: why a top-level number of a JSON answer is null, when its command gives no reason of its own
+NULL_REASONS = {"inf": "infinite: never, within the range the model evaluates",
+                "-inf": "minus infinity: unbounded below",
+                "nan": "not defined for this input"}
+
+
+def print_json(value: Any, reasons: Mapping[str, str] | None = None) -> None:
+    """``value`` as JSON (non-finite floats become null). A mapping whose top-level numbers are not finite gets
+    ``null_reasons`` ``{key: why}``: ``reasons[key]`` where the command knows it, else what the value was
+    (:data:`NULL_REASONS`), so that no null in an answer comes without a reason."""
+    out = jsonable(value)
+    if isinstance(value, Mapping) and isinstance(out, dict):
+        why = {}
+        for k, v in value.items():
+            x = v.item() if hasattr(v, "item") and getattr(v, "ndim", 0) == 0 else v
+            if isinstance(x, float) and not math.isfinite(x):
+                why[str(k)] = (reasons or {}).get(str(k)) or NULL_REASONS[repr(x).lstrip("+")]
+        if why:
+            out["null_reasons"] = {**out.get("null_reasons", {}), **why} if isinstance(out.get("null_reasons"), dict) \
+                else why
+    json.dump(out, sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
 
 

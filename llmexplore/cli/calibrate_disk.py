@@ -53,7 +53,7 @@ def add(sub) -> None:
     p.add_argument("--queue-depths", default=cal.DEFAULT_QUEUE_DEPTHS, action=Checked, check=int_list(1, 256),
                    metavar="QD,...", help="reads in flight (default: " + ",".join(map(str, cal.DEFAULT_QUEUE_DEPTHS))
                                           + ")")
-    p.add_argument("--size-mb", default=cal.DEFAULT_SIZE_MB, action=Checked, check=int_in(1, 1 << 20, unit="MB"),
+    p.add_argument("--size-mb", default=cal.DEFAULT_SIZE_MB, action=Checked, check=int_in(1, cal.MAX_SIZE_MB, unit="MB"),
                    metavar="N", help=f"size of the test file [MB] (default: {cal.DEFAULT_SIZE_MB}); about as much "
                                      f"is read")
     p.add_argument("--h2d-gbps", default=cal.DEFAULT_H2D_GBPS, action=Checked,

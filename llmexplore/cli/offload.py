@@ -76,7 +76,10 @@ def run(args) -> int:
                                                 queue_wait_ms=args.queue_wait_ms),
                     s.dep.runtime, BAND_KEYS, n=DRAWS if args.band else 0)
     if args.json:
-        print_json(rec)
+        print_json(rec, reasons={"break_even_tokens": "never: loading does not pay for any prefix up to 2,097,152 "
+                                                      "tokens",
+                                 "preload_break_even_tokens": "never: even with preloading, loading does not pay "
+                                                              "for any prefix up to 2,097,152 tokens"})
         return EXIT_OK
     be = rec["break_even_tokens"]
     be_text = "never (up to 2M tokens)" if be == float("inf") else f"{be:,.0f} tokens"

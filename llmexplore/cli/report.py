@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ._framework import (EXIT_FAILED, EXIT_OK, PROG, Checked, ParamPairs, command, float_at_least, output_dir,
+from ._framework import (EXIT_FAILED, EXIT_OK, PROG, Checked, ParamPairs, command, int_in, output_dir,
                          shown)
 
 __all__ = ["add", "run"]
@@ -27,8 +27,8 @@ def add(sub) -> None:
     p.add_argument("--notebook", dest="notebooks", action="append", metavar="NAME",
                    help="only this notebook (name such as 10_attention_layouts, or a path; repeatable; "
                         "default: all). Other reports already in --out stay in its index.html")
-    p.add_argument("--timeout", dest="timeout_s", action=Checked, check=float_at_least(0, strict=True),
-                   metavar="S", default=None, help="per-cell timeout [s]")
+    p.add_argument("--timeout", dest="timeout_s", action=Checked, check=int_in(1, 86_400, unit="s"),
+                   metavar="S", default=None, help="per-cell timeout [s], whole seconds (papermill's unit)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 

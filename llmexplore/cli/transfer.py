@@ -107,6 +107,8 @@ def run(args) -> int:
                           "required_dst_info_num_by_prefill_rank": plan.required_dst_info_num_by_prefill_rank,
                           "fragments": [{k: (getattr(f, k).value if k == "buffer_kind" else getattr(f, k))
                                          for k in FRAGMENT_FIELDS} for f in plan.fragments]})
+        why = st.prefill_unpriced(s)
+        no_prefill = f"no prefill time to overlap: {why}" if why else None
         print_json({**summary, "plans": plans, "fanout": pl.fanout(group),
                     "prefill_ranks": prefill.to_dict("records"), "decode_ranks": decode.to_dict("records"),
                     "buffers": [{"buffer_index": b.buffer_index, "buffer_kind": b.buffer_kind.value,
@@ -117,7 +119,8 @@ def run(args) -> int:
                                  "prefill_replica_group": b.tp_replica_group_size,
                                  "decode_replica_group": d.tp_replica_group_size,
                                  "layers": s.mt.layer_repeat[i]}
-                                for i, (b, d) in enumerate(zip(pl.prefill_buffers, pl.decode_buffers))]})
+                                for i, (b, d) in enumerate(zip(pl.prefill_buffers, pl.decode_buffers))]},
+                   reasons={"pipelined_ms": no_prefill, "prefill_ms": no_prefill})
         return EXIT_OK
     print(f"{s.model.label}: {pl.prefill_layout} -> {pl.decode_layout}, page {s.mt.page_size} tokens, KV "
           f"{s.mt.kv_dtype}, DP pairing {pl.dp_pairing}; one request of {s.prompt_tokens:,} tokens from prefill DP "

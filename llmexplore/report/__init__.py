@@ -102,6 +102,27 @@ def notebook_names() -> list[str]:
 
 
 
+def _check_notebook_file(path: Path, given) -> None:
+    """SpecError unless ``path`` is a Jupyter notebook papermill can run (nbformat 4 JSON with cells)."""
+    import json
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(50_000_001)
+    except OSError as exc:
+        raise SpecError(f"--notebook must be a readable notebook, got {str(given)!r} ({exc.strerror})") from None
+    try:
+        if len(head) > 50_000_000:
+            raise ValueError("over 50 MB")
+        data = json.loads(head.decode("utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or data.get("nbformat") != 4:
+            raise ValueError("no nbformat 4 cells")
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        why = str(exc).split(":")[0] if isinstance(exc, ValueError) else "not UTF-8 JSON"
+        raise SpecError(f"--notebook must be a Jupyter notebook (nbformat 4 JSON), got {str(given)!r} "
+                        f"({why[:80]})") from None
+
+
 def _resolve_notebooks(notebooks: Iterable[str | os.PathLike] | None) -> list[Path]:
     if notebooks is None:
         paths = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
@@ -110,6 +131,9 @@ def _resolve_notebooks(notebooks: Iterable[str | os.PathLike] | None) -> list[Pa
         return paths
     paths = []
     for nb in notebooks:
+        if not str(nb).strip():
+            raise SpecError(f"--notebook must name a notebook ({', '.join(notebook_names())}) or a path to an "
+                            f".ipynb, got {str(nb)!r}")
         p = Path(nb)
         candidates = [p] if p.is_absolute() else [p, NOTEBOOK_DIR / p]
         if p.suffix != ".ipynb":
@@ -118,6 +142,7 @@ def _resolve_notebooks(notebooks: Iterable[str | os.PathLike] | None) -> list[Pa
         if found is None:
             raise SpecError(f"notebook not found: {nb}; the workbook's notebooks are "
                             f"{', '.join(notebook_names())} (or give a path to an .ipynb)")
+        _check_notebook_file(found, nb)
         paths.append(found.resolve())
     names = [p.name for p in paths]
     if len(set(names)) != len(names):

@@ -44,7 +44,9 @@ import collections
 import errno
 import hashlib
 import os
+import re
 import shutil
+import stat
 import struct
 import tempfile
 import threading
@@ -124,12 +126,13 @@ def chain_keys(token_ids: Any, block_tokens: int = 256, *, namespace: str = "") 
     return keys
 
 
+_HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
+
+
 def _key_bytes(key: Any) -> bytes:
-    if isinstance(key, str) and len(key) == 64:
-        try:
-            return bytes.fromhex(key)
-        except ValueError:
-            pass
+    # fullmatch first: bytes.fromhex skips whitespace, so 64 spaces would be the empty key
+    if isinstance(key, str) and _HEX_KEY.fullmatch(key):
+        return bytes.fromhex(key)
     raise SpecError(f"key must be 64 hex digits (a key from chain_keys), got {_check.shown(key)}")
 
 
@@ -244,6 +247,7 @@ class BlockStore:
         tmp = None
         try:
             path.parent.mkdir(exist_ok=True)
+            self._own_dir(path.parent)
             fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
             try:
                 _write_all(fd, header)
@@ -306,14 +310,21 @@ class BlockStore:
         missing, short, corrupted or unreadable. Never raises for a bad block."""
         path = self.path(key)
         try:
-            with open(path, "rb", buffering=0) as fh:
-                size = os.fstat(fh.fileno()).st_size
+            self._own_dir(path.parent)
+            # O_NONBLOCK: opening a FIFO planted at a block path would otherwise wait for a writer forever;
+            # O_NOFOLLOW: a symlink at a block path is not a block of this store
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+            with open(fd, "rb", buffering=0) as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    return self._miss("not_a_file")
+                size = st.st_size
                 if size > HEADER_BYTES + MAX_PAYLOAD:
                     return self._miss("bad_length")
                 data = fh.read(size)
         except FileNotFoundError:
             return self._miss("missing")
-        except (OSError, MemoryError):  # permissions, EIO, a directory where the file should be
+        except (OSError, MemoryError):  # permissions, EIO, a directory or a symlink where the file should be
             return self._miss("io_error")
         payload, reason = parse_block(data, key, file_size=size)
         if payload is None:
@@ -321,6 +332,13 @@ class BlockStore:
         with self._lock:
             self.hits += 1
         return bytes(payload)
+
+    def _own_dir(self, directory: Path) -> None:
+        """OSError (ELOOP) unless ``directory`` is a real directory of this store: a symlink planted as a
+        fan-out directory (``root/ab -> elsewhere``) would make writes land, and reads come from, outside it."""
+        st = os.lstat(directory)
+        if not stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.ELOOP, f"{directory} is not a directory of the store (a symlink or a file)")
 
     def _miss(self, reason: str) -> None:
         with self._lock:

@@ -95,6 +95,10 @@ def filesystem_type(path: str | os.PathLike) -> str:
     return kind
 
 
+#: the largest test file [MB]: 64 GB, far above any page cache worth defeating on one machine
+MAX_SIZE_MB = 1 << 16
+
+
 def _sizes(block_sizes_KiB: Sequence[int], queue_depths: Sequence[int], size_MB: int) -> tuple:
     sizes = [_check.integer("block_sizes_KiB", b, lo=4, hi=1 << 20, unit="KiB") for b in block_sizes_KiB]
     if not sizes:
@@ -105,7 +109,7 @@ def _sizes(block_sizes_KiB: Sequence[int], queue_depths: Sequence[int], size_MB:
     qds = [_check.integer("queue_depths", q, lo=1, hi=256) for q in queue_depths]
     if not qds:
         raise SpecError("queue_depths must name at least one queue depth, got none")
-    size = _check.integer("size_MB", size_MB, lo=1, hi=1 << 20, unit="MB")
+    size = _check.integer("size_MB", size_MB, lo=1, hi=MAX_SIZE_MB, unit="MB")
     file_B = size * 10**6 // ALIGN * ALIGN
     if max(sizes) * 1024 > file_B:
         raise SpecError(f"block_sizes_KiB must fit in the test file of size_MB = {size} MB ({file_B:,} B), got "
@@ -207,8 +211,17 @@ def calibrate(path: str | os.PathLike, *, block_sizes_KiB: Sequence[int] = DEFAU
     say = progress or (lambda _msg: None)
     when = _dt.datetime.now().astimezone()
     fs = filesystem_type(root)
-    work = Path(tempfile.mkdtemp(prefix=".llmexplore-calibrate-", dir=root))
     try:
+        work = Path(tempfile.mkdtemp(prefix=".llmexplore-calibrate-", dir=root))
+    except OSError as exc:  # /proc, a read-only mount, no write permission
+        raise SpecError(f"path {str(root)!r} must be a directory where a scratch directory can be written "
+                        f"({exc.strerror})") from None
+    try:
+        need_B = file_B + (1 << 20) + file_B // 100  # the test file, the probe's small block files, a margin
+        free_B = shutil.disk_usage(work).free
+        if free_B < need_B:
+            raise SpecError(f"path {str(root)!r} must have room for the {size:,} MB test file: {free_B / 1e6:,.1f} MB "
+                            f"free; give a smaller --size-mb or another directory")
         use_direct = direct and direct_io_supported(work)
         notes = []
         if direct and not use_direct:
@@ -218,7 +231,11 @@ def calibrate(path: str | os.PathLike, *, block_sizes_KiB: Sequence[int] = DEFAU
             notes.append(f"{root} is on {fs}, a file system in memory: the numbers are memory bandwidth, not a disk's")
         say(f"writing a {size} MB test file under {work}")
         data = work / "testfile.bin"
-        _write_test_file(data, file_B, seed)
+        try:
+            _write_test_file(data, file_B, seed)
+        except OSError as exc:  # the disk filled up while writing (another writer), a quota
+            raise SpecError(f"path {str(root)!r}: writing the {size:,} MB test file failed ({exc.strerror}); "
+                            "give a smaller --size-mb or another directory") from None
         overhead_us = _open_close_us(work, use_direct)
         rng = np.random.default_rng(seed)
         points = []

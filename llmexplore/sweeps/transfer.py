@@ -28,7 +28,7 @@ from ..transfer.roundtrip import roundtrip_check
 from ..units import dtype_bytes
 from . import tidy
 
-__all__ = ["TransferSetup", "setup", "pairs_around", "byte_matrix", "prefill_rank_table", "decode_rank_table", "fragment_table",
+__all__ = ["TransferSetup", "setup", "prefill_unpriced", "pairs_around", "byte_matrix", "prefill_rank_table", "decode_rank_table", "fragment_table",
            "plan_summary", "layout_pairs", "candidate_tps", "time_vs_prompt", "MAX_TP",
            "MAX_DP"]
 
@@ -77,6 +77,15 @@ def setup(model="llama-3-70b", *, prefill_tp: int = 8, decode_tp: int = 4, prefi
     mt = model_transfer(m, prefill_tp=prefill_tp, decode_tp=decode_tp, prefill_dp=prefill_dp, decode_dp=decode_dp,
                         page_size=page_size, kv_dtype=kv_dtype, draft_layers=draft_layers, dp_pairing=dp_pairing)
     return TransferSetup(mt, plan_traffic(mt), hw.name, rt.name, lk, prompt_tokens, op_overhead_us, batched_ops)
+
+
+def prefill_unpriced(s: TransferSetup) -> str:
+    """Why the prefill of ``s`` has no time (the model cannot run at its prefill TP), or '' when it has one."""
+    try:
+        Deployment.build(s.model, s.gpu, s.mt.prefill_layout.tp_size_per_dp, runtime=s.runtime, kv_dtype=s.mt.kv_dtype)
+    except LlmexploreError as exc:
+        return str(exc)
+    return ""
 
 
 def _prefill_s(s: TransferSetup, prompt_tokens) -> np.ndarray | None:

@@ -275,7 +275,16 @@ REGRESSIONS = [
       "--block-tokens", "32"], 0, "32-token blocks"),
     # issue 20 §2: report --out '' wrote into the current directory, two --out were accepted, and a parent the OS
     # refuses was a FileNotFoundError
-    (["report", "--out", ""], 2, "--out must be a directory (existing or to create), not a file, got ''"),
+    (["report", "--out", ""], 2, "--out must be a directory (existing or to create) whose names are at most 255 "
+                                 "bytes each, not a file, got ''"),
+    # issue 20 §2: an --out of 5,000 characters was "not a file"; --notebook '' and a text file were tracebacks;
+    # --timeout 1e-320 passed (> 0) and papermill refused a float
+    (["report", "--out", "a" * 5000], 2, "whose names are at most 255 bytes each"),
+    (["report", "--notebook", ""], 2, "--notebook must name a notebook (00_index, "),
+    (["report", "--notebook", str(Path(__file__))], 2, "--notebook must be a Jupyter notebook (nbformat 4 JSON)"),
+    (["report", "--timeout", "1e-320"], 2, "--timeout must be an integer in [1, 86,400] [s], got 1e-320"),
+    # issue 20 §2: 1 TiB passed --size-mb (and calibrate-disk wrote until the disk was full)
+    (["calibrate-disk", ".", "--size-mb", "1048576"], 2, "--size-mb must be an integer in [1, 65,536] [MB]"),
     (["report", "--out", "a", "--out", "b"], 2, "--out given twice (a and b); give it once"),
     (["report", "--out", "/proc/no/such"], 2, "--out must be a directory that can be created and written, got "
                                               "/proc/no/such"),
@@ -498,3 +507,120 @@ def test_preset_fuzz(case, capsys, tmp_path_factory):
         else:
             os.environ["LLMEXPLORE_PRESETS"] = old
         presets.clear_cache()
+
+
+@pytest.mark.parametrize("param, value, rule", [
+    # issue 20 §2: both passed the parameter checks and then failed inside the notebook
+    ("SKEW", "40", "30_moe_expert_parallel: SKEW must be a finite number in [1, 32] [max/mean expert load: at most "
+                   "E/k = 256/8 for deepseek-v3], got 40"),
+    ("BLOCK_TOKENS", "1", "50_ssd_offload: BLOCK_TOKENS must be an integer in [32, 65,536], got 1"),
+])
+def test_notebook_parameters_that_failed_inside_the_notebook_are_one_line(param, value, rule, tmp_path, capsys):
+    assert cli.main(["report", "-p", param, value, "--out", str(tmp_path / "r")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"llmexplore: error: {rule}\n"
+    assert not (tmp_path / "r" / "executed").exists()  # refused before anything ran
+
+
+def test_calibrate_disk_checks_room_and_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch):
+    """Issue 20 §2: a disk without room for the test file gave ENOSPC mid-write; now the free space is checked
+    first, and a disk that fills up while writing is still one line."""
+    import collections
+    import shutil
+
+    from llmexplore.storage import calibrate as cal
+
+    # /proc was a FileNotFoundError from mkdtemp
+    assert cli.main(["calibrate-disk", "/proc", "--size-mb", "1", "--block-sizes", "4", "--queue-depths", "1"]) == 2
+    assert capsys.readouterr().err == ("llmexplore: error: PATH '/proc' must be a directory where a scratch "
+                                       "directory can be written (No such file or directory)\n")
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10 << 20, 8 << 20, 2 << 20))
+    argv = ["calibrate-disk", str(tmp_path), "--size-mb", "4", "--block-sizes", "4", "--queue-depths", "1"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "must have room for the 4 MB test file: 2.1 MB free; give a smaller --size-mb" in err
+    monkeypatch.undo()
+
+    def full(path, size, seed):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cal, "_write_test_file", full)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "writing the 4 MB test file failed (No space left on device)" in err
+    assert [p for p in tmp_path.iterdir()] == []  # the scratch directory is gone
+
+
+@pytest.mark.parametrize("text, rule", [
+    # issue 20 §2: a 5,000-digit number was a ValueError from PyYAML's int()
+    ("links:\n  x:\n    display_name: X\n    kind: scale-up\n    line_rate_GBps: " + "9" * 5000 + "\n",
+     "holds a number too long to read"),
+    # ... and an alias bomb inside sources ran 45 s into a MemoryError: the message's repr() expanded it
+    ("links:\n  x:\n    display_name: X\n    kind: scale-up\n    line_rate_GBps: 450\n    achievable_GBps: 370\n"
+     "    latency_us: 1\n    sources:\n      a: &a [" + ",".join(['"lol"'] * 9) + "]\n"
+     + "".join(f"      {n}: &{n} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, n in zip("abcdefgh", "bcdefghi")),
+     "sources must be a mapping field -> text"),
+])
+def test_hostile_preset_files_are_one_line_and_fast(text, rule, tmp_path, capsys, monkeypatch):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    monkeypatch.setenv("LLMEXPLORE_PRESETS", str(path))
+    presets.clear_cache()
+    try:
+        assert cli.main(["presets", "links"]) == 2
+    finally:
+        presets.clear_cache()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and rule in err and len(err) < 400
+
+
+def test_a_link_without_latency_prices_its_collectives(tmp_path, capsys, monkeypatch):
+    """Issue 20 §2: ``latency_us: 0`` (allowed by the spec) divided by zero in the fitted collectives."""
+    path = tmp_path / "p.yaml"
+    path.write_text("links:\n  nvlink4:\n    display_name: NVLink 4, no latency\n    kind: scale-up\n"
+                    "    line_rate_GBps: 450\n    achievable_GBps: 370\n    latency_us: 0\n    latency_per_rank_us: 0\n")
+    monkeypatch.setenv("LLMEXPLORE_PRESETS", str(path))
+    presets.clear_cache()
+    try:
+        assert cli.main(["layouts", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--ranks", "8", "--batch", "8",
+                         "--context", "1024", "--json"]) == 0
+    finally:
+        presets.clear_cache()
+    out, err = capsys.readouterr()
+    assert err == "" and json.loads(out)
+
+
+def test_shown_never_expands_a_huge_value():
+    from llmexplore._check import shown
+
+    bomb = ["lol"] * 9
+    for _ in range(9):
+        bomb = [bomb] * 9  # 9**10 leaves, shared
+    assert len(shown(bomb)) <= 60 and shown(bomb).startswith("[[[")
+    assert shown(9 ** 5000) == "an integer of about 4,771 digits"
+    assert shown(int("9" * 400)) == "9" * 48 + "…" + "9" * 10  # still readable
+
+
+@pytest.mark.parametrize("argv, key, why", [
+    # issue 20 §2: nulls in --json answers came without a reason
+    (["transfer", "--model", "llama-3-8b", "--prefill-tp", "1024", "--decode-tp", "1", "--json"], "pipelined_ms",
+     "no prefill time to overlap: ranks (1024) must divide the query heads of llama-3-8b (32)"),
+    (["offload", "--model", "llama-3.2-3b", "--gpu", "h100-sxm", "--storage", "nvme-gen4", "--prefix", "4096",
+      "--latency-us", "10000000", "--json"], "break_even_tokens",
+     "never: loading does not pay for any prefix up to 2,097,152 tokens"),
+])
+def test_every_null_of_a_json_answer_has_a_reason(argv, key, why, capsys):
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out[key] is None and out["null_reasons"][key] == why
+    nulls = [k for k, v in out.items() if v is None and not k.endswith(("_lo", "_hi"))]  # bands: --band only
+    assert set(nulls) <= set(out["null_reasons"]), set(nulls) - set(out["null_reasons"])
+
+
+def test_print_json_names_each_non_finite_number(capsys):
+    _framework.print_json({"a": float("inf"), "b": float("nan"), "c": 1.0, "d": None}, reasons={"b": "why b"})
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"a": None, "b": None, "c": 1.0, "d": None,
+                   "null_reasons": {"a": _framework.NULL_REASONS["inf"], "b": "why b"}}

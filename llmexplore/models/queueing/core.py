@@ -420,11 +420,22 @@ def _erlang_b(c: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 
 def _erlang_b_recursion(c: np.ndarray, a: np.ndarray, cmax: int) -> np.ndarray:
-    B = np.ones(c.shape)
-    for k in range(1, cmax + 1):
-        nxt = a * B / (k + a * B)
-        B = np.where(k <= c, nxt, B)
-    return B
+    """The recursion over k = 1..c of each element, on the elements sorted by c so that step k touches only
+    those with c >= k (a suffix): work sum(c), not size x max(c) (a 4,096-GPU plan has c = 1..4,096)."""
+    flat_c = c.ravel()
+    order = np.argsort(flat_c, kind="stable")
+    cs = flat_c[order]
+    av = a.ravel()[order].astype(float)
+    B = np.ones(cs.shape)
+    starts = np.searchsorted(cs, np.arange(1, cmax + 1), side="left")  # first element with c >= k
+    for k, i in enumerate(starts, start=1):
+        if i >= B.size:
+            break
+        aB = av[i:] * B[i:]
+        B[i:] = aB / (k + aB)
+    out = np.empty(B.shape)
+    out[order] = B
+    return out.reshape(c.shape)
 
 
 def erlang_c(servers: ArrayLike, offered_load: ArrayLike) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 from ..queueing.at_stat import Z_SCORES, link_wait, poisson_quantile_mean, pool_wait, z_of
 
 __all__ = ["bisect_rate", "prefill_pool_rates",
-           "inbound_link_rates", "decode_instance_rate", "pool_pairs", "pareto_front", "decode_batch_at"]
+           "inbound_link_rates", "decode_instance_rate", "pool_pairs", "best_pool_pair", "pareto_front", "decode_batch_at"]
 
 BISECT_STEPS = 40  # halvings of the rate bracket: relative resolution 2**-40
 
@@ -136,6 +136,45 @@ def pool_pairs(rate_p: np.ndarray, rate_d1: np.ndarray, rate_link: np.ndarray, r
             + n_d[None, None, :] * np.asarray(ranks_d, float)[:, None, None])
     rate = np.where(gpus <= budget, rate, 0.0)
     return {"rate": rate, "gpus": gpus, "n_p": n_p, "n_d": n_d}
+
+
+def best_pool_pair(rate_p: np.ndarray, rate_d1: float, rate_link: np.ndarray, ranks_p: float, ranks_d: float,
+                   budget: int, target_rate: float | None = None) -> dict:
+    """The (n_p, n_d) pool pair :func:`pool_pairs` would pick for one configuration, without its Np x Nd grid
+    (a 4,096-GPU budget made that 80 x 4,096 x 4,096 floats, 10 GiB): O(Np log Nd).
+
+    ``rate_p`` (Np,) prefill-pool rates by instances, ``rate_link`` (Nd,) inbound link rates by decode instances.
+    Without ``target_rate``: the highest sustained rate min(prefill pool, decode pool, link) within the budget,
+    then the fewest GPUs, then the fewest prefill instances. With it: the fewest GPUs that sustain it, then the
+    fewest prefill instances. Returns ``n_p``, ``n_d``, ``rate``, ``gpus`` (0 and NaN where none) and
+    ``max_rate``, the highest rate any pair within the budget sustains."""
+    rate_p = np.asarray(rate_p, float)
+    rate_link = np.asarray(rate_link, float)
+    Np, Nd = rate_p.size, rate_link.size
+    n_p = np.arange(1, Np + 1, dtype=float)
+    n_d = np.arange(1, Nd + 1, dtype=float)
+    dec = np.minimum(n_d * float(rate_d1), rate_link)
+    best_dec = np.maximum.accumulate(dec)  # the best decode side with at most n_d instances
+    # the most decode instances the budget leaves next to n_p prefill instances (0: none)
+    room = np.clip(np.floor((budget - n_p * ranks_p) / ranks_d + 1e-9), 0, Nd).astype(int)
+    usable = room >= 1
+    top = np.where(usable, np.minimum(rate_p, best_dec[np.maximum(room, 1) - 1]), 0.0)
+    max_rate = float(top.max()) if top.size else 0.0
+    want = top if target_rate is None else np.where(top >= target_rate, target_rate, 0.0)
+    want = np.where(usable & (rate_p >= want) & (want > 0), want, 0.0)
+    # the fewest decode instances whose decode side reaches each n_p's rate (best_dec is sorted)
+    nd_need = np.searchsorted(best_dec, want, side="left") + 1
+    ok = (want > 0) & (nd_need <= room)
+    if not ok.any():
+        return {"n_p": 0, "n_d": 0, "rate": 0.0, "gpus": np.nan, "max_rate": max_rate}
+    gpus = n_p * ranks_p + nd_need * ranks_d
+    if target_rate is None:
+        order = np.lexsort((n_p, gpus, -want))  # highest rate, then fewest GPUs, then fewest prefill
+    else:
+        order = np.lexsort((n_p, gpus))
+    i = int(next(j for j in order if ok[j]))
+    return {"n_p": int(n_p[i]), "n_d": int(nd_need[i]), "rate": float(want[i]), "gpus": float(gpus[i]),
+            "max_rate": max_rate}
 
 
 def pareto_front(x, y) -> np.ndarray:

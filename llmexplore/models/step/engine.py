@@ -240,7 +240,10 @@ class Deployment:
             if cls != "comm":
                 continue
             p = int(ranks[1:])
-            lat = (up.latency_us + up.latency_per_rank_us * (p - 1)) / (own.latency_us + own.latency_per_rank_us * (p - 1))
+            # the measured curve's fixed cost scaled by the links' alphas; a link preset with no latency (alpha 0,
+            # allowed) leaves it as measured rather than dividing by zero
+            own_alpha = own.latency_us + own.latency_per_rank_us * (p - 1)
+            lat = (up.latency_us + up.latency_per_rank_us * (p - 1)) / own_alpha if own_alpha > 0 else 1.0
             bw = up.achievable_GBps / own.achievable_GBps
             line = own.line_rate_GBps * 1e9 * bw
             out.append(((op, p), (c.overhead_us * US * lat, c.eta_mem * line, c.overhead2_us * US * lat,

@@ -256,8 +256,6 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
             d_rate[id(d)] = pm.decode_instance_rate(q.stat, T_tpot, d.batches, d.step_s, q.osl)
     rate_d1 = np.array([d_rate[id(d)]["rate_per_s"] for _, d in pairs])
     rate_link = pm.inbound_link_rates(q.stat, T_ttft - S - exposed, busy_d, n_max)
-    grid = pm.pool_pairs(rate_p, rate_d1, rate_link, rp, rd, q.gpus)
-    rate, gpus = grid["rate"], grid["gpus"]
     rows, front = [], []
     for j, (p, d) in enumerate(pairs):
         base = dict(mode="disaggregated", weight_dtype=d.dep.weight_dtype, kv_dtype=d.dep.kv_dtype,
@@ -278,25 +276,15 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
             y = q.osl / (p.dep.ranks / per_inst_p + d.dep.ranks / lam_d)
             front += [dict(base, tokens_per_s_per_user=1.0 / t_stat[i], tokens_per_s_per_gpu=y[i])
                       for i in np.nonzero(fits)[0]]
-        r, g = rate[j], gpus[j]
-        if q.rate_per_s is None:
-            if r.max() <= 0:
-                rows.append(dict(base, feasible=False, reason=_disagg_reason(p, d, dr, rate_p[j], rate_link[j],
-                                                                               T_ttft, exposed[j])))
-                continue
-            key = np.where(r > 0, r * (1 + 1e-12) - g * 1e-15, -np.inf)  # highest rate, then fewer GPUs
-            a, b = np.unravel_index(int(np.argmax(key)), r.shape)
-        else:
-            ok = r >= q.rate_per_s
-            if not ok.any():
-                why = (_disagg_reason(p, d, dr, rate_p[j], rate_link[j], T_ttft, exposed[j]) if r.max() <= 0 else
-                       f"at most {r.max():.3g} req/s within {q.gpus} GPUs < {q.rate_per_s:g} req/s")
-                rows.append(dict(base, feasible=False, reason=why))
-                continue
-            key = np.where(ok, g + grid["n_p"][:, None] * 1e-6, np.inf)  # fewest GPUs, then fewer prefill
-            a, b = np.unravel_index(int(np.argmin(key)), r.shape)
-        n_p, n_d = int(grid["n_p"][a]), int(grid["n_d"][b])
-        lam = float(r[a, b]) if q.rate_per_s is None else q.rate_per_s
+        # highest rate then fewest GPUs (no rate given), or fewest GPUs at the rate: pm.best_pool_pair
+        pick = pm.best_pool_pair(rate_p[j], rate_d1[j], rate_link[j], rp[j], rd[j], q.gpus, q.rate_per_s)
+        if pick["n_p"] == 0:
+            why = (_disagg_reason(p, d, dr, rate_p[j], rate_link[j], T_ttft, exposed[j]) if pick["max_rate"] <= 0
+                   else f"at most {pick['max_rate']:.3g} req/s within {q.gpus} GPUs < {q.rate_per_s:g} req/s")
+            rows.append(dict(base, feasible=False, reason=why))
+            continue
+        n_p, n_d = pick["n_p"], pick["n_d"]
+        lam = pick["rate"] if q.rate_per_s is None else q.rate_per_s
         ttft = (at_stat.pool_wait(q.stat, lam, S[j], n_p) + S[j]
                 + np.maximum(at_stat.link_wait(q.stat, lam / n_p, busy_p[j]), at_stat.link_wait(q.stat, lam / n_d, busy_d[j]))
                 + exposed[j])
@@ -304,11 +292,11 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
         mb = float(mb) if np.isfinite(mb) else dr["mean_batch"]
         bstat = mb + at_stat.z_of(q.stat) * math.sqrt(mb)
         tpot = float(np.interp(max(bstat, 1.0), d.batches, np.maximum.accumulate(d.step_s)))
-        rows.append(dict(base, feasible=True, reason="", n_prefill=n_p, n_decode=n_d, gpus=int(g[a, b]),
+        rows.append(dict(base, feasible=True, reason="", n_prefill=n_p, n_decode=n_d, gpus=int(pick["gpus"]),
                          rate_per_s=lam, ttft_ms=float(ttft) * 1e3, tpot_ms=tpot * 1e3,
                          tpot_mean_ms=float(np.interp(max(mb, 1.0), d.batches, d.step_s)) * 1e3,
                          decode_batch=mb, max_num_seqs=_seqs_cap(mb, float(d.batches[-1])),
-                         capacity_per_s=float(r.max()), transfer_exposed_ms=exposed[j] * 1e3))
+                         capacity_per_s=pick["max_rate"], transfer_exposed_ms=exposed[j] * 1e3))
     return rows, front
 
 

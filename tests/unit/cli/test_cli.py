@@ -298,7 +298,7 @@ BAD_INPUT = {
     "report parameter name": (["report", "-p", "2x", "1"], ["-p", "2x", "identifier"]),
     "report parameter twice": (["report", "-p", "BATCH", "1", "-p", "BATCH", "2"], ["BATCH", "twice"]),
     "report parameter without value": (["report", "-p", "BATCH"], ["-p", "expected 2 arguments"]),
-    "report timeout": (["report", "--timeout", "0"], ["--timeout", "0", "> 0"]),
+    "report timeout": (["report", "--timeout", "0"], ["--timeout", "0", "integer in [1, 86,400]"]),
 }
 
 
@@ -444,4 +444,6 @@ def test_output_dir_rule_for_report_out(tmp_path):
     for bad in (str(a_file), "", "x" * 5000, "a\x00b"):
         with pytest.raises(ValueError):
             rule.convert(bad)
-    assert rule.rule == "a directory (existing or to create), not a file"
+    assert rule.rule == "a directory (existing or to create) whose names are at most 255 bytes each, not a file"
+    with pytest.raises(ValueError):
+        rule.convert("x" * 256)  # one name the file system refuses (issue 20 §2: --out of 5,000 characters)

@@ -821,3 +821,39 @@ def test_replay_for_the_notebook(setup8b):
     assert df is not None and len(df) > 0
     assert {"modelled_ms", "measured_ms", "prefix_tokens", "decision"} <= set(df.columns)
     assert (df["measured_ms"] > 0).all() and (df["modelled_ms"] > 0).all()
+
+
+# ---- issue 20 §2: the store's own boundary -----------------------------------------------------------------
+def test_a_symlinked_fanout_directory_never_takes_a_write_outside_the_root(tmp_path):
+    from llmexplore.storage.blocks import BlockStore
+
+    root, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    bs = BlockStore(root)
+    key = "ab" + "0" * 62
+    (root / "ab").symlink_to(elsewhere, target_is_directory=True)
+    assert bs.put(key, b"x" * 10) is False and bs.write_errors["ELOOP"] == 1
+    assert list(elsewhere.iterdir()) == []
+    (elsewhere / (key + ".kvb")).write_bytes(b"\0" * 4096)
+    assert bs.get(key) is None and bs.misses["io_error"] == 1  # nor a read from outside it
+
+
+def test_a_fifo_at_a_block_path_is_a_miss_not_a_hang(tmp_path):
+    import os
+
+    from llmexplore.storage.blocks import BlockStore
+
+    bs = BlockStore(tmp_path)
+    key = "cd" + "1" * 62
+    bs.path(key).parent.mkdir()
+    os.mkfifo(bs.path(key))
+    assert bs.get(key) is None and bs.misses["not_a_file"] == 1
+
+
+@pytest.mark.parametrize("key", [" " * 64, "ab" + " " * 62, "\t" * 64, "0" * 63 + "\n"])
+def test_whitespace_is_not_a_key(key, tmp_path):
+    from llmexplore.errors import SpecError
+    from llmexplore.storage.blocks import BlockStore
+
+    with pytest.raises(SpecError, match="key must be 64 hex digits"):
+        BlockStore(tmp_path).put(key, b"x")
