@@ -65,7 +65,7 @@ def preset_counts() -> dict[str, int]:
 
 
 def source_frame() -> pd.DataFrame:
-    """Every numeric preset value with its source (kind, preset, field, value, source)."""
+    """Every numeric preset value with its source (kind, preset, field, value, unit, source)."""
     rows = []
     for kind in presets.KINDS:
         for name, spec in presets.table(kind).items():
@@ -75,5 +75,5 @@ def source_frame() -> pd.DataFrame:
                 if f.metadata.get("optional") and getattr(spec, f.name) == f.default:
                     continue
                 rows.append({"kind": kind, "preset": name, "field": f.name, "value": getattr(spec, f.name),
-                             "source": spec.source_of(f.name)})
+                             "unit": f.metadata.get("unit", ""), "source": spec.source_of(f.name)})
     return pd.DataFrame(rows)

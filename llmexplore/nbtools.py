@@ -30,9 +30,12 @@ from typing import Any, Callable, Mapping
 from .errors import SpecError, UsageError
 
 RECORD_MIME = "application/vnd.llmexplore.record+json"
+#: what JupyterLab and Voila show for a record: nothing visible
+RECORD_HTML = '<span class="llmexplore-record" hidden></span>'
 MIME = RECORD_MIME  # the name used in STYLE.md
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 NOTE_MIME = "application/vnd.llmexplore.widget-note+json"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 DEFAULT_RENDERER = "plotly_mimetype+notebook"
 LIVE_HINT = ("Live explorer: open the notebook with `make lab` or `make serve` to move its controls; "
@@ -239,16 +242,19 @@ def record(name: str, value: Any) -> None:
 
     numpy scalars and arrays are converted; ``inf``/``nan`` survive the round trip. Anything else that is
     not JSON (a DataFrame, a spec object) raises ``TypeError`` naming the value's type. The notebook shows
-    one readable line (:func:`record_text`); the HTML reports leave records out, since each section states
-    its finding in words (:func:`say`).
+    nothing in JupyterLab and Voila (an empty HTML output: a record is for the tests, not a line in a live app)
+    and one readable line (:func:`record_text`) in plain-text front ends; the HTML reports leave records out,
+    since each section states its finding in words (:func:`say`).
     """
     from IPython.display import display
 
     if not isinstance(name, str) or not name:
         raise UsageError(f"record: name must be a non-empty str, got {name!r}")
     payload = _jsonable(value, name)
-    display({RECORD_MIME: {"name": name, "value": payload}, "text/plain": record_text(name, _unjson(payload))},
-            raw=True)
+    # JupyterLab and Voila render the empty HTML (the record is for the tests, not a debug line in a live app);
+    # plain-text front ends (a console, nbconvert --to script) still show the readable line
+    display({RECORD_MIME: {"name": name, "value": payload}, "text/html": RECORD_HTML,
+             "text/plain": record_text(name, _unjson(payload))}, raw=True)
 
 
 def record_all(values: Mapping[str, Any]) -> None:
@@ -412,7 +418,7 @@ def explorer_note(widget: Any) -> str:
     return f"{status.rstrip('.')}. {LIVE_HINT}"
 
 
-def show(widget: Any, note: str | None = None) -> None:
+def show(widget: Any, note: str | None = None, *, static: Any = None) -> None:
     """Display a live widget; static HTML (nbconvert, no kernel) shows ``note`` instead.
 
     ``note`` defaults to :func:`explorer_note`: the explorer's own status line for the default parameters,
@@ -426,6 +432,10 @@ def show(widget: Any, note: str | None = None) -> None:
 
     It also pushes the current state of nested ``go.FigureWidget`` s to the front end first (see
     :func:`_sync_figure_widgets`): display explorers with ``show()``, not as a bare ``.view``.
+
+    ``static``: a plotly figure of what the explorer opens on, for the reports only: it stands in the static
+    HTML above the note (the live front ends show the explorer instead, so a live page has no stale copy of
+    it), and its title counts as a headline for :func:`summarize`.
     """
     from IPython.display import display
 
@@ -446,6 +456,15 @@ def show(widget: Any, note: str | None = None) -> None:
         "text/plain": note,
         NOTE_MIME: {"note": note},
     }
+    if static is not None:
+        import plotly.io as pio
+
+        if _figure_title(static):
+            _HEADLINES[f"show:{_figure_title(static)}"] = _figure_title(static)
+        # the figure as the renderer would display it (plotly.js is on the page from the earlier figures)
+        figure_html = pio.to_html(static, full_html=False, include_plotlyjs=False)
+        data["text/html"] = figure_html + data["text/html"]
+        data[PLOTLY_MIME] = static.to_plotly_json()
     display(data, raw=True)
 
 

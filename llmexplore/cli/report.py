@@ -29,6 +29,9 @@ def add(sub) -> None:
                         "default: all). Other reports already in --out stay in its index.html")
     p.add_argument("--timeout", dest="timeout_s", action=Checked, check=int_in(1, 86_400, unit="s"),
                    metavar="S", default=None, help="per-cell timeout [s], whole seconds (papermill's unit)")
+    p.add_argument("--shared-plotly", action="store_true",
+                   help="load plotly.js from one plotly-<version>.min.js in --out instead of inlining it in every "
+                        "report (about 5 MB less per report; the folder must then travel whole)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 
@@ -41,7 +44,7 @@ def run(args) -> int:
 
     parameters = {name: reports.parse_param_value(text, name) for name, text in args.parameters.items()}
     kwargs: dict[str, Any] = {"out_dir": args.out, "parameters": parameters, "notebooks": args.notebooks,
-                              "progress": not args.quiet}
+                              "progress": not args.quiet, "shared_plotly": args.shared_plotly}
     if args.timeout_s is not None:
         kwargs["timeout_s"] = args.timeout_s
     try:

@@ -26,6 +26,7 @@ STAT_COLS = [Col("metric", "metric"), Col("mean", "mean ms", ".4g"), Col("p50", 
 
 def add(sub) -> None:
     from ..models.serving.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
+    from ..sweeps.plan.check import MAX_SIM_REQUESTS
 
     p = command(sub, "simulate", __doc__,
                 help="latency distributions of one configuration (serving simulator)")
@@ -50,7 +51,7 @@ def add(sub) -> None:
                         "(instead of --rate or --concurrency; at most --requests of its requests)")
     p.add_argument("--prefix-ratio", default=0.0, action=Checked, check=number_in(0.0, 1.0, hi_open=True),
                    metavar="F", help="share of each prompt that is a cached shared prefix (default: 0)")
-    p.add_argument("--requests", default=2000, action=Checked, check=int_in(1, 1_000_000), metavar="N",
+    p.add_argument("--requests", default=2000, action=Checked, check=int_in(1, MAX_SIM_REQUESTS), metavar="N",
                    help="requests simulated (default: 2000)")
     p.add_argument("--isl-sigma", default=0.0, action=Checked, check=number_in(0.0, 3.0), metavar="S",
                    help="log-sd of lognormal prompt lengths (default: 0, all equal)")

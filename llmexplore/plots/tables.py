@@ -20,7 +20,8 @@ import pandas as pd
 
 from ..errors import SpecError
 
-__all__ = ["people_table", "PeopleTable", "header_for", "format_number", "HEADERS"]
+__all__ = ["people_table", "PeopleTable", "header_for", "format_number", "HEADERS", "SourcesView", "sources_view",
+           "ASSUMED_TINT"]
 
 #: readable header of every column name the sweeps produce that the suffix rule alone would not get right
 HEADERS: dict[str, str] = {
@@ -55,7 +56,9 @@ HEADERS: dict[str, str] = {
     "quantity": "quantity", "value": "value",
     "name": "name", "attention": "attention", "layers": "layers", "hidden": "hidden size", "heads": "heads",
     "kv_heads": "KV heads", "moe": "MoE", "params_total": "parameters, total", "params_active": "parameters, active",
-    "kv_bytes_per_token_bf16": "KV per token, BF16 [B]", "kv_bytes_per_token_fp8": "KV per token, FP8 [B]",
+    "kv_bytes_per_token_bf16": "KV per token, BF16 [bytes]", "kv_bytes_per_token_fp8": "KV per token, FP8 [bytes]",
+    "params_total_billion": "parameters, total [billion]", "params_active_billion": "parameters, active [billion]",
+    "kv_KiB_per_token_bf16": "KV per token, BF16 [KiB]", "kv_KiB_per_token_fp8": "KV per token, FP8 [KiB]",
     "hbm_GiB": "HBM [GiB]", "hbm_bw_TBps": "HBM bandwidth [TB/s]", "bf16_TFLOPS": "BF16 peak [TFLOP/s]",
     "fp8_TFLOPS": "FP8 peak [TFLOP/s]", "fp4_TFLOPS": "FP4 peak [TFLOP/s]",
     "ridge_flops_per_byte_bf16": "BF16 ridge [FLOP/B]",
@@ -275,7 +278,91 @@ def _preset_frame(kind: str) -> pd.DataFrame:
     from .. import catalog
 
     frame = catalog.preset_frame(kind)
+    if kind == "models":  # counts in billions, bytes in KiB: "B" would mean both
+        frame = frame.assign(**{c + "_billion": frame.pop(c) / 1e9 for c in ("params_total", "params_active")})
+        frame = frame.assign(**{f"kv_KiB_per_token_{d}": frame.pop(f"kv_bytes_per_token_{d}") / 1024
+                                for d in ("bf16", "fp8")})
     return frame.rename(columns=_TARGET_HEADERS) if kind == "targets" else frame
+
+
+#: background of a preset number marked as an assumption (a value to calibrate, not a measurement)
+ASSUMED_TINT = "#fff3d6"
+
+
+def _is_assumption(source: str) -> bool:
+    return str(source).strip().lower().startswith("assumption")
+
+
+def _value_text(value: Any, unit: str) -> str:
+    """A preset number with its unit as a reader reads it: bytes in KiB/MiB/GiB, big counts in billions or
+    millions, no trailing zeros (0.9, not 0.9000)."""
+    unit = "µs" if unit == "us" else unit
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return f"{value} {unit}".strip()
+    v = float(value)
+    if unit == "B" and abs(v) >= 1024:
+        step, name = next((st, nm) for st, nm in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+                          if abs(v) >= st)
+        return f"{v / step:,.4g} {name}"
+    if not unit and abs(v) >= 1e9:
+        return f"{v / 1e9:,.4g} billion"
+    text = f"{v:,.0f}" if v == round(v) and abs(v) < 1e15 else f"{v:,.4g}"
+    return f"{text} {unit}".strip()
+
+
+@dataclass
+class SourcesView:
+    """Every preset number and its source, one collapsible block per preset (HTML ``<details>``): the source
+    that most of a preset's numbers share is said once, assumptions are tinted and counted in the block's
+    line. ``frame``: :func:`llmexplore.catalog.source_frame`."""
+
+    frame: pd.DataFrame
+
+    def _blocks(self):
+        for (kind, preset), g in self.frame.groupby(["kind", "preset"], sort=False):
+            shared = g["source"].mode().iloc[0] if len(g) > 1 else ""
+            shared = shared if (g["source"] == shared).sum() > 1 else ""
+            yield kind, preset, g, shared
+
+    def _repr_html_(self) -> str:
+        parts = []
+        for kind, preset, g, shared in self._blocks():
+            assumed = int(g["source"].map(_is_assumption).sum())
+            line = (f"<b>{html.escape(kind)}</b> · {html.escape(preset)}: {len(g)} number{'s' if len(g) != 1 else ''}"
+                    + (f", <span style=\"background:{ASSUMED_TINT}\">{assumed} assumed</span>" if assumed else ""))
+            rows = []
+            for r in g.itertuples():
+                tint = f' style="background:{ASSUMED_TINT}"' if _is_assumption(r.source) else ""
+                src = "" if r.source == shared else html.escape(str(r.source))
+                rows.append(f"<tr{tint}><td class=\"text\">{html.escape(r.field)}</td><td class=\"num\">"
+                            f"{html.escape(_value_text(r.value, r.unit))}</td><td class=\"text long\">{src}</td></tr>")
+            common = (f"<p style=\"margin:4px 0\">Source of the others: {html.escape(shared)}</p>" if shared else "")
+            parts.append(f"<details><summary>{line}</summary>{common}<div class=\"llmexplore-table\"><table><thead>"
+                         "<tr><th class=\"text\">field</th><th class=\"num\">value</th><th class=\"text\">source"
+                         f"</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div></details>")
+        key = (f"<p><span style=\"background:{ASSUMED_TINT}\">Tinted</span>: a number marked as an assumption "
+               "(to calibrate). Open a preset for its numbers.</p>")
+        return key + "".join(parts)
+
+    def __repr__(self) -> str:
+        lines = []
+        for kind, preset, g, shared in self._blocks():
+            lines.append(f"{kind} · {preset}" + (f" (source: {shared})" if shared else ""))
+            for r in g.itertuples():
+                mark = " [assumption]" if _is_assumption(r.source) else ""
+                src = "" if r.source == shared else f"  — {r.source}"
+                lines.append(f"  {r.field} = {_value_text(r.value, r.unit)}{mark}{src}")
+        return "\n".join(lines)
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+
+def sources_view() -> SourcesView:
+    """:class:`SourcesView` of every preset number (the index's sources section)."""
+    from .. import catalog
+
+    return SourcesView(catalog.source_frame())
 
 
 def catalog_sentence() -> str:

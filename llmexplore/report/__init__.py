@@ -38,7 +38,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import ReportError, SpecError
 from .pages import (MANIFEST, TEMPLATE_DIR, TEMPLATE_NAME, WIDGET_NOTE, clean_for_report, export_html,
-                    notebook_description, notebook_title, remote_resources, write_index)
+                    notebook_description, notebook_title, remote_resources, share_plotly, write_index)
 from .params import parameters_banner, parse_param_value, plan_parameters
 from .run import _describe_failure, describe_failure, execute_notebook  # noqa: F401 (old name)
 
@@ -153,7 +153,7 @@ def _resolve_notebooks(notebooks: Iterable[str | os.PathLike] | None) -> list[Pa
 
 def build_reports(out_dir: str | os.PathLike = "reports", parameters: Mapping[str, Any] | None = None,
                   notebooks: Iterable[str | os.PathLike] | None = None, progress: bool = True,
-                  timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Path]:
+                  timeout_s: float = DEFAULT_TIMEOUT_S, shared_plotly: bool = False) -> list[Path]:
     """Execute notebooks headless and export each to an offline HTML report; return the HTML paths.
 
     Parameters
@@ -168,6 +168,9 @@ def build_reports(out_dir: str | os.PathLike = "reports", parameters: Mapping[st
         ``notebooks/*.ipynb``. Run sorted by file name. Reports already in ``out_dir`` stay in its index.
     progress : print one line per notebook on stderr.
     timeout_s : per-cell execution timeout [s].
+    shared_plotly : load plotly.js from one ``out_dir/plotly-<version>.min.js`` instead of inlining it in every
+        report (:func:`~llmexplore.report.pages.share_plotly`): the folder is about 5 MB per report smaller,
+        but a report copied without that file shows no figure. Default: single-file reports.
 
     Returns the report paths (index last). Raises :class:`ReportError` after trying every notebook if any
     failed; the reports of the others and the index are written first.
@@ -226,6 +229,8 @@ def build_reports(out_dir: str | os.PathLike = "reports", parameters: Mapping[st
                 o.error = f"HTML export failed: {type(exc).__name__}: {exc}"
                 _progress(progress, f"{o.seconds:.1f} s, EXPORT FAILED\n      {o.error}")
                 continue
+            if shared_plotly:
+                share_plotly(o.html)
             size_mb = o.html.stat().st_size / 1e6
             _progress(progress, f"{o.seconds:.1f} s -> {o.html.name} ({size_mb:.1f} MB)")
             for note in export_notes:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from .params import _shown, notebook_values, with_values
 
 __all__ = ["TEMPLATE_DIR", "TEMPLATE_NAME", "MANIFEST", "WIDGET_NOTE", "notebook_title", "notebook_description",
-           "remote_resources", "clean_for_report", "export_html", "write_index"]
+           "remote_resources", "clean_for_report", "export_html", "write_index", "share_plotly"]
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "templates"
 
@@ -67,12 +67,15 @@ def notebook_description(nb, max_chars: int = 240) -> str:
             continue
         for para in re.split(r"\n\s*\n", cell.source):
             para = para.strip()
-            if (not para or para.startswith(("#", "|", "```", "<", ">")) or re.match(r"([-*+]|\d+\.)\s", para)
-                    or para.endswith(":")):
+            if (not para or para.startswith(("#", "|", "```", "<", ">")) or re.match(r"([-*+]|\d+\.)\s", para)):
                 continue
             para = re.sub(r"^(\*\*|__)[^*_]{1,40}?[.:](\*\*|__)\s*", "", para)
             text = _plain(" ".join(para.split()))
-            sentences = [x.strip() for x in re.findall(r".+?[.!?](?=\s|$)", text)] or [text]
+            sentences = _sentences(text)
+            if sentences and sentences[-1].endswith(":"):  # the lead-in to a list is not a description
+                sentences = sentences[:-1]
+            if not sentences:
+                continue
             out = sentences[0]
             for more in sentences[1:]:
                 if len(out) + 1 + len(more) > max_chars:
@@ -84,9 +87,30 @@ def notebook_description(nb, max_chars: int = 240) -> str:
 
 
 
+#: abbreviations whose full stop does not end a sentence
+_ABBREVIATIONS = ("i.e.", "e.g.", "vs.", "cf.", "etc.", "approx.", "incl.")
+
+
+def _sentences(text: str) -> list[str]:
+    """``text`` split after each ``.``, ``!`` or ``?`` that a space or the end follows, except after an
+    abbreviation (``i.e.``, ``e.g.``, ...); a tail without such an end (a lead-in to a list: "...:") is the
+    last item."""
+    out, start = [], 0
+    for m in re.finditer(r"[.!?](?=\s|$)", text):
+        piece = text[start:m.end()]
+        if piece.lower().endswith(_ABBREVIATIONS):
+            continue
+        out.append(piece.strip())
+        start = m.end()
+    if text[start:].strip():
+        out.append(text[start:].strip())
+    return [p for p in out if p]
+
+
 def _plain(markdown: str) -> str:
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", markdown)  # links and images -> their text
-    text = re.sub(r"(\*\*|__|\*|_|`)(.+?)\1", r"\2", text)
+    text = re.sub(r"`([^`]+)`", r"\1", text)  # code spans first: their text may hold * or _
+    text = re.sub(r"(\*\*|__|\*|_)(.+?)\1", r"\2", text)
     return text.strip()
 
 
@@ -290,3 +314,26 @@ def write_index(outcomes: list[Any], out_dir: Path, parameters: Mapping[str, Any
     dest.write_text(page, encoding="utf-8")
     return dest
 
+
+
+#: the inlined plotly.js of a report: a <script> whose body starts with the library's banner
+_PLOTLY_SCRIPT = re.compile(r"<script\b[^>]*>(\s*/\*\*\s*\*\s*plotly\.js v([\w.+-]+).*?)</script\s*>", re.S)
+
+
+def share_plotly(page: Path) -> Path | None:
+    """Move the plotly.js a report inlines (about 4.8 MB, the same in every report) into one local file next to
+    it, ``plotly-<version>.min.js``, and load it from there; return that file (None: the page inlines none).
+
+    The pages still open offline (the script is a relative ``file://`` load), but only as a folder: a report
+    copied alone loses its figures, which is why single-file reports stay the default."""
+    text = page.read_text(encoding="utf-8")
+    m = _PLOTLY_SCRIPT.search(text)
+    if m is None:
+        return None
+    name = f"plotly-{m.group(2)}.min.js"
+    shared = page.parent / name
+    body = m.group(1)
+    if not shared.is_file() or shared.stat().st_size != len(body.encode("utf-8")):
+        shared.write_text(body, encoding="utf-8")
+    page.write_text(text[:m.start()] + f'<script src="{name}"></script>' + text[m.end():], encoding="utf-8")
+    return shared

@@ -61,6 +61,7 @@ class PlanExplorer(Explorer):
     button: W.Button | None = None
     sim_status: W.HTML | None = None
     simulated: dict | None = None
+    cdf_stale: bool = False  # the latency panel shows an earlier simulation, greyed out
 
     def question(self) -> plan_sweeps.Question:
         p, f = self.params(), self.fixed
@@ -88,6 +89,14 @@ class PlanExplorer(Explorer):
         if cdf is not None and self.simulated is not None:
             mark_stale(cdf, SIM_STALE)
             self.simulated = None
+            self.cdf_stale = True
+        if cdf is not None and self.simulated is None and not self.cdf_stale and "error" not in self.last:
+            # nothing simulated yet: the empty panel's target lines follow the sliders (a stale panel keeps the
+            # targets of the simulation it still shows, greyed out under its "not updated" title)
+            p = self.params()
+            update_from(cdf, plan_plots.latency_cdf_figure.spec(
+                {"status": "not simulated yet", "row": None, "cdf": None, "requests": self.fixed["sim_requests"]},
+                ttft_ms=float(p["ttft_ms"]), tpot_ms=float(p["tpot_ms"]), stat=self.fixed["stat"], title=SIM_FIRST))
         if self.sim_status is not None and "error" not in self.last:
             self.sim_status.value = f"<i>{html.escape(SIM_FIRST)} ({self.fixed['sim_requests']:,} requests).</i>"
 
@@ -110,6 +119,7 @@ class PlanExplorer(Explorer):
             title=plan_findings.simulated_sentence(sim, q, short=True)))
         self.sim_status.value = html.escape(plan_findings.simulated_sentence(sim, q))
         self.simulated = sim
+        self.cdf_stale = False
         return sim
 
 

@@ -239,3 +239,19 @@ def test_index_links_every_report_offline(chromium_path, built, offline_page):
     page.click("text=Explorer fixture")
     page.wait_for_selector(".plotly-graph-div .main-svg")
     _assert_clean(offline_page, "index.html")
+
+
+def test_shared_plotly_reports_render_offline(chromium_path, offline_page, tmp_path):
+    """``report --shared-plotly``: one plotly.js file for every report, still offline (issue 20 §1.11)."""
+    pages = build_reports(tmp_path, notebooks=[FIXTURE], progress=False, timeout_s=120, shared_plotly=True)
+    shared = list(tmp_path.glob("plotly-*.min.js"))
+    assert len(shared) == 1 and shared[0].stat().st_size > 1_000_000
+    html_path = pages[0]
+    assert html_path.stat().st_size < 1_000_000 and remote_loads(html_path.read_text(encoding="utf-8")) == []
+    page = offline_page.page
+    page.goto(html_path.as_uri(), wait_until="load")
+    expected = _figure_count(tmp_path / "executed" / FIXTURE.name)
+    rendered_js = ("[...document.querySelectorAll('.plotly-graph-div')]"
+                   ".filter(d => d.querySelector('.main-svg')).length")
+    page.wait_for_function(f"{rendered_js} >= {expected}", timeout=30_000)
+    _assert_clean(offline_page, "shared-plotly report")

@@ -127,6 +127,10 @@ def test_slider_redraws_figurewidget(voila, offline_page, notebook):
     body = page.inner_text("body")
     assert "Traceback" not in body and "There was an error" not in body, body[:2000]
     assert page.locator(".llmexplore-widget-note").count() == 0, "the static-report note must not show live"
+    # record() values are for the tests: a live app shows none of their "name = value" lines (issue 20 §1.4)
+    names = set(re.findall(r'record\(\\"(\w+)\\"', notebook.read_text(encoding="utf-8")))
+    shown = [n for n in names if re.search(rf"(?m)^{n}( =|: )", body)]
+    assert shown == [], f"record lines visible live: {shown}"
 
     before = _traces(page)
     assert before, "no FigureWidget found on the page"

@@ -624,3 +624,14 @@ def test_print_json_names_each_non_finite_number(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out == {"a": None, "b": None, "c": 1.0, "d": None,
                    "null_reasons": {"a": _framework.NULL_REASONS["inf"], "b": "why b"}}
+
+
+@pytest.mark.parametrize("more, rule", [
+    # issue 20 §2: both were in range and ran out of memory after about a minute
+    (["--requests", "1000000", "--osl", "100"], "--requests must be an integer in [1, 200,000], got 1000000"),
+    (["--requests", "2000", "--osl", "1048576"], "--requests × --osl must be at most 150,000,000 output tokens"),
+])
+def test_simulations_that_cannot_fit_are_refused_first(more, rule, capsys):
+    assert cli.main(["simulate", "--config", SIM_CFG, "--isl", "100", "--rate", "1", *more]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and rule in err

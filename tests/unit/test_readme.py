@@ -100,3 +100,39 @@ def test_make_report_examples_run(args, scratch, no_kernel, capsys):
         assert "note: -p MODEL" in err and "skipped here" in err
         index = (scratch / "reports" / "index.html").read_text()
         assert "skipped here" in index
+
+
+# ---- the README's sizes (issue 20 §1.12: "2,304 tests" and "six notebooks" stayed while the suite grew) ------
+def _sizes_table() -> dict[str, str]:
+    block = README[README.index("<!-- sizes:"):]
+    rows = re.findall(r"^\| (.+?) \| (.+?) \| (.+?) \|$", block[:block.index("\n\n", block.index("| what"))], re.M)
+    return {what.strip("` "): size for what, size, _ in rows[1:]}  # after the header row
+
+
+def _about(text: str) -> int:
+    return int(re.search(r"([\d,]+)", text).group(1).replace(",", ""))
+
+
+def test_the_readme_states_its_sizes_in_one_table():
+    sizes = _sizes_table()
+    assert set(sizes) == {"make report", "make test", "fast inner loop (below)"}
+    assert _about(sizes["make report"]) == len(list((ROOT / "notebooks").glob("*.ipynb")))
+    others = re.sub(r"<!-- sizes:.*?\n\n.*?\n\n", "", README, flags=re.S)
+    assert not re.search(r"\b[\d,]{3,} tests\b", others), "test counts belong in the sizes table only"
+
+
+@pytest.mark.slow  # collects the whole suite in a subprocess (about 20 s)
+@pytest.mark.parametrize("row, markers", [("make test", ""),
+                                          ("fast inner loop (below)", "not notebooks and not browser and not slow")])
+def test_the_readme_test_counts_are_within_a_tenth(row, markers):
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")]
+    if markers:
+        argv += ["-m", markers]
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600).stdout
+    m = re.search(r"(\d+)(?:/\d+)? tests? (?:collected|selected)", out)
+    assert m, out[-500:]
+    collected, stated = int(m.group(1)), _about(_sizes_table()[row])
+    assert abs(collected - stated) <= 0.1 * collected, f"README says about {stated:,} for {row}; {collected:,} now"

@@ -32,6 +32,7 @@ first chunk's blocks fit, no host time); an engine's semantics is one subclass.
 from __future__ import annotations
 
 import math
+from array import array as _array
 from bisect import bisect_right as _bisect_right
 from heapq import heappop as _heappop, heappush as _heappush
 from collections import deque
@@ -64,15 +65,17 @@ class _Recorder:
 
     def __init__(self):
         self.blocks = []
-        self.cols = ([], [], [], [], [], [], [])  # start, dur, batch, decode, weight, prefill tokens, kv blocks
+        # start, dur (float64), batch, decode, weight, prefill tokens, kv blocks (int64): compact arrays, 56 B per
+        # iteration instead of ~330 B as lists of Python numbers (a million-iteration run keeps every row)
+        self.cols = (_array("d"), _array("d"), _array("q"), _array("q"), _array("q"), _array("q"), _array("q"))
 
     def span(self, start, dur, decode, kv):
         self.blocks.append((start, dur, decode, kv))
 
     def arrays(self):
         # the times are floats, the counts ints (numpy converts each kind fastest from its own type)
-        cols = ([np.fromiter(c, dtype=float, count=len(c)) for c in self.cols[:2]]
-                + [np.array(c, dtype=np.int64).astype(float) for c in self.cols[2:]])
+        cols = ([np.frombuffer(c, dtype=float).copy() if len(c) else np.zeros(0) for c in self.cols[:2]]
+                + [np.frombuffer(c, dtype=np.int64).astype(float) if len(c) else np.zeros(0) for c in self.cols[2:]])
         if self.blocks:
             start, dur, dec, kv = (np.concatenate([b[k] for b in self.blocks]) for k in range(4))
             zero = np.zeros(start.size)

@@ -3,6 +3,8 @@ operating rate or under any traffic (docs/models.md §4.9, §8)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ... import _check, presets
@@ -73,6 +75,15 @@ def rank_checks(checks: list[dict]) -> list[dict]:
 CDF_POINTS = np.linspace(0.01, 0.99, 99)  # quantiles of the distributions returned for plotting
 
 
+#: the most output tokens one simulation produces (requests x mean output length): every token keeps an ITL
+#: sample and every iteration a record, so memory grows with both (50,000 requests of 100 tokens at batch 2.7:
+#: 0.57 GB). The largest run of validate --e2e's sample has 1.34e8 (16,384 requests of 8,192 tokens at batches
+#: of thousands).
+MAX_SIM_OUTPUT_TOKENS = 150_000_000
+#: the most requests one simulation runs (the e2e sample's largest is 16,384)
+MAX_SIM_REQUESTS = 200_000
+
+
 def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                     concurrency: int | None = None, n_requests: int = SIM_REQUESTS, runtime: str = "default",
                     isl_sigma: float = 0.0, osl_sigma: float = 0.0, seed: int = 0, trace=None,
@@ -107,7 +118,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     cfg = DeploymentConfig.from_json(cfg)
     isl = _check.integer("isl", isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
     osl = _check.integer("osl", osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
-    n_requests = _check.integer("requests", n_requests, lo=1, hi=1_000_000)
+    n_requests = _check.integer("requests", n_requests, lo=1, hi=MAX_SIM_REQUESTS)
 
     def dist(med, sig):
         return LengthDist.fixed(med) if not sig else LengthDist.lognormal(med, sig)
@@ -122,6 +133,19 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     else:
         traffic = Traffic(rate_per_s=rate_per_s, concurrency=concurrency, isl=dist(isl, isl_sigma),
                           osl=dist(osl, osl_sigma), prefix_ratio=prefix_ratio)
+    # the simulator steps through every iteration and keeps its records (~330 B each, ~3.5 us of work): with one
+    # decode per iteration in the worst case that is one iteration per output token
+    if trace is not None:
+        outputs = float(np.sum(np.asarray(traffic.trace.output_tokens[:n_requests], dtype=float)))
+        what = f"the trace's first {n_requests:,} requests hold {outputs:,.0f}"
+    else:
+        mean_osl = osl * math.exp(osl_sigma ** 2 / 2) if osl_sigma else osl
+        outputs = n_requests * mean_osl
+        what = f"requests × osl = {n_requests:,} × {osl:,} = {outputs:,.0f}"
+    if outputs > MAX_SIM_OUTPUT_TOKENS:
+        raise SpecError(f"requests × osl must be at most {MAX_SIM_OUTPUT_TOKENS:,} output tokens (every token keeps "
+                        f"an ITL sample and every iteration a record: gigabytes beyond that), got {what}; simulate "
+                        "fewer of them or shorter outputs")
     for s in cfg.sides:
         if s.layout not in SIM_LAYOUTS:
             raise SpecError(f"the simulator runs TP and DPA attention; config side {s.role!r} has layout "

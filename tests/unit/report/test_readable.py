@@ -120,3 +120,21 @@ def test_hit_ratio_compares_the_chosen_tier_with_the_one_that_saves_most():
     assert sum(t.name.startswith("GPUs needed") for t in fig.data) == 2
     with pytest.raises(Exception, match="hit_ratio 0.77 is not among"):
         sweeps.offload.best_saving_tier(saved, 0.77)
+
+
+def test_share_plotly_moves_the_library_into_one_file(tmp_path):
+    from llmexplore.report.pages import remote_resources, share_plotly
+
+    lib = "/**\n* plotly.js v9.9.9\n* Copyright\n*/\n(function(){window.Plotly = {};})();"
+    pages = []
+    for name in ("a.html", "b.html"):
+        page = tmp_path / name
+        page.write_text(f"<html><script>window.x = 1;</script><script>{lib}</script><div>fig</div></html>")
+        pages.append(page)
+        shared = share_plotly(page)
+        assert shared == tmp_path / "plotly-9.9.9.min.js" and shared.read_text() == lib
+    for page in pages:
+        text = page.read_text()
+        assert '<script src="plotly-9.9.9.min.js"></script>' in text and "plotly.js v9.9.9" not in text
+        assert "<script>window.x = 1;</script>" in text and remote_resources(text) == []  # a local load
+    assert share_plotly(pages[0]) is None  # nothing inlined any more

@@ -47,6 +47,10 @@ def test_description_is_whole_sentences_on_one_line():
     assert report.notebook_description(nb) == "Short one. Second one? Third!"
     nb = _nb(nbformat.v4.new_markdown_cell("# T\n\nThis notebook shows:\n\n- a list\n\nNo full stop"))
     assert report.notebook_description(nb) == "No full stop."
+    # issue 20 §1.7: a paragraph that leads into a list keeps its sentences; "i.e." ends none; code spans read plain
+    nb = _nb(nbformat.v4.new_markdown_cell("# T\n\nIt trusts the `step` model, i.e. the kernels. How far? It "
+                                           "compares two kinds:\n\n* a\n* b"))
+    assert report.notebook_description(nb) == "It trusts the step model, i.e. the kernels. How far?"
 
 
 def _output(data):

@@ -274,6 +274,10 @@ def test_rate_slider_replans_in_place(app):
     app.controls["tpot_ms"].value = 20.0
     assert list(trace(fig, "TPOT target (p90 ≤ 20 ms)").x) == [50.0, 50.0]
     assert trace(fig, "TPOT target (p90 ≤ 10 ms)").visible is False
+    # issue 20 §1.4: the latency panel (nothing simulated yet) follows the target too, not the first one
+    cdf = app.figures["cdf"]
+    assert list(trace(cdf, "TPOT target (p90 ≤ 20 ms)").x) == [20.0, 20.0]
+    assert trace(cdf, "TPOT target (p90 ≤ 10 ms)").visible is False
     app.controls["tpot_ms"].value = 10.0
     app.controls["rate"].value = widgets.plan.HIGHEST
 
