@@ -167,6 +167,11 @@ def _documents(name: str, text: str) -> list[tuple[int, object]]:
             value, after = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:  # its lineno / colno count from the file's start
             raise SpecError(f"{name}: invalid JSON at line {e.lineno} column {e.colno} ({e.msg})") from None
+        except RecursionError:  # arrays or objects nested thousands deep
+            raise SpecError(f"{name}: the JSON nests its arrays or objects too deeply to read (no benchmark file "
+                            "does)") from None
+        except ValueError as e:  # an integer of more than 4,300 digits
+            raise SpecError(f"{name}: the JSON holds a number too long to read ({str(e).split(';')[0]})") from None
         out.append((text.count("\n", 0, pos) + 1, value))
         pos = after
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from . import _check, presets
 from .errors import SpecError, UnknownPresetError
+from .units import DTYPE_BYTES
 
 __all__ = ["MODES", "ROLES", "LAYOUTS", "MOE_DISPATCH", "MAX_INSTANCES", "MAX_RANKS", "MAX_GPUS", "MAX_SEQS",
            "MAX_TOKENS", "SideConfig", "DeploymentConfig"]
@@ -173,6 +174,8 @@ def _checked(doc: Any, *, complete: bool) -> DeploymentConfig:
     for f in ("weight_dtype", "kv_dtype"):
         if not isinstance(doc[f], str):
             raise SpecError(f"config['{f}'] must be a dtype name, got {_check.shown(doc[f])}")
+        if doc[f] not in DTYPE_BYTES:  # named here, not later as a bare "weight_dtype" by the step engine
+            raise SpecError(f"config['{f}'] must be one of {sorted(DTYPE_BYTES)}, got {_check.shown(doc[f])}")
     link = doc.get("link")
     if link is not None:
         try:
@@ -185,10 +188,13 @@ def _checked(doc: Any, *, complete: bool) -> DeploymentConfig:
     sides = doc["sides"]
     if not isinstance(sides, (list, tuple)) or not sides:
         raise SpecError(f"config['sides'] must be a non-empty list of sides, got {_check.shown(sides)}")
+    want = ["colocated"] if mode == "colocated" else ["prefill", "decode"]
+    if len(sides) != len(want):  # before each side is read: a million of them took over 30 s to refuse
+        raise SpecError(f"config['sides'] must hold {len(want)} side{'s' if len(want) > 1 else ''} ({', '.join(want)}) "
+                        f"for mode {mode!r}, got {len(sides):,}")
     out = tuple(_side(s, i, moe=spec.is_moe, dispatch=dispatch or "gather", complete=complete)
                 for i, s in enumerate(sides))
     roles = [s.role for s in out]
-    want = ["colocated"] if mode == "colocated" else ["prefill", "decode"]
     if sorted(roles) != sorted(want):
         raise SpecError(f"config['sides'] roles must be {want} for mode {mode!r}, got {roles}")
     cfg = object.__new__(DeploymentConfig)

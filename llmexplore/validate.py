@@ -73,7 +73,7 @@ def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
     if len(dup):
         raise SpecError(f"{where} line {int(dup.index[0]) + 2}: id must be unique, got {dup.iloc[0]!r} again")
 
-    def number(i, col, *, integer=False, zero=False, optional=False, hi=float("inf")):
+    def number(i, col, *, integer=False, zero=False, optional=False, hi=float("inf"), lo=0.0):
         v = df.at[i, col] if col in df.columns else None
         if optional and (v is None or (isinstance(v, float) and np.isnan(v))):
             return
@@ -81,8 +81,9 @@ def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
             x = float(v)
         except (TypeError, ValueError):
             x = float("nan")
-        if not np.isfinite(x) or x < 0 or x > hi or (x == 0 and not zero) or (integer and x != int(x)):
-            rule = (f"an integer >= {0 if zero else 1}" if integer else "a finite number > 0") + (
+        if (not np.isfinite(x) or x < lo or x > hi or (x == 0 and not zero) or (integer and x != int(x))):
+            rule = (f"an integer >= {0 if zero else 1}" if integer else
+                    f"a finite number >= {lo:g}" if lo > 0 else "a finite number > 0") + (
                 f" and <= {hi:,.0f}" if np.isfinite(hi) else "") + (
                 " or empty" if optional else f" for a {df.at[i, 'kind']} row")
             raise SpecError(f"{where} line {i + 2}: {col} must be {rule}, got "
@@ -96,7 +97,7 @@ def load(path: str | Path = VALIDATION_CSV) -> pd.DataFrame:
             raise SpecError(f"{where} line {i + 2}: layout must be one of {list(LAYOUTS)}, got {df.at[i, 'layout']!r}")
         if "unit" in df.columns and df.at[i, "unit"] != "ms":
             raise SpecError(f"{where} line {i + 2}: unit must be 'ms', got {df.at[i, 'unit']!r}")
-        number(i, "measured")
+        number(i, "measured", lo=MIN_MEASURED_MS, hi=MAX_MEASURED_MS)  # 1e-320 ms read as an error of +inf %
         for col in ("ranks", "batch"):
             number(i, col, integer=True)
         for col in KINDS[kind]:
@@ -194,24 +195,43 @@ def summary(table: pd.DataFrame) -> dict:
             "categories": per}
 
 
+#: the range of a measured time [ms]: no kernel, step or prefill is faster than a microsecond or lasts a day
+MIN_MEASURED_MS, MAX_MEASURED_MS = 1e-3, 86_400_000.0
+
+#: most rows of one model, GPU, phase and workload the ranking compares pairwise (about 2 million pairs)
+MAX_RANKING_GROUP = 2000
+
+
 def ranking(table: pd.DataFrame, *, margin_pct: float = 5.0) -> pd.DataFrame:
     """Pairs of rows of one model, GPU, phase and workload (batch, context or prompt) that differ in their
     deployment (ranks, layout, dtype, engine), where the measured times differ by more than ``margin_pct``:
     does the model order them the same way? Columns a, b, measured_ratio, predicted_ratio, resolved (False:
     the model sees the same deployment, e.g. an EP size it does not represent), agrees."""
     ok = table[table.status == "ok"].reset_index(drop=True)
-    out = []
+    cols = ["a", "b", "measured_ratio", "predicted_ratio", "resolved", "agrees"]
     keys = ["model", "gpu", "kind", "batch", "context", "prompt_tokens"]
-    for _, g in ok.groupby(keys, dropna=False):
-        g = g.reset_index(drop=True)
-        for i in range(len(g)):
-            for j in range(i + 1, len(g)):
-                a, b = g.iloc[i], g.iloc[j]
-                mr = a.measured_ms / b.measured_ms
-                if abs(mr - 1.0) * 100 <= margin_pct:
-                    continue
-                pr = a.predicted_ms / b.predicted_ms
-                resolved = abs(pr - 1.0) > 1e-9  # the model tells the two deployments apart
-                out.append({"a": a.id, "b": b.id, "measured_ratio": mr, "predicted_ratio": pr,
-                            "resolved": resolved, "agrees": bool(resolved and (mr > 1) == (pr > 1))})
-    return pd.DataFrame(out, columns=["a", "b", "measured_ratio", "predicted_ratio", "resolved", "agrees"])
+    frames = []
+    for key, g in ok.groupby(keys, dropna=False):
+        n = len(g)
+        if n > MAX_RANKING_GROUP:
+            raise SpecError(f"the measurements must hold at most {MAX_RANKING_GROUP:,} rows of one model, GPU, phase and "
+                            f"workload (the ranking compares every pair of them), got {n:,} rows of "
+                            f"{key[0]} on {key[1]} ({key[2]}, batch {key[3]}, context {key[4]}, prompt {key[5]})")
+        if n < 2:
+            continue
+        i, j = np.triu_indices(n, 1)  # every pair once, in the order of the rows (as two nested loops)
+        m, p = g["measured_ms"].to_numpy(float), g["predicted_ms"].to_numpy(float)
+        mr = m[i] / m[j]
+        far = np.abs(mr - 1.0) * 100 > margin_pct
+        i, j, mr = i[far], j[far], mr[far]
+        pr = p[i] / p[j]
+        resolved = np.abs(pr - 1.0) > 1e-9  # the model tells the two deployments apart
+        ids = g["id"].to_numpy()
+        frames.append(pd.DataFrame({"a": ids[i], "b": ids[j], "measured_ratio": mr, "predicted_ratio": pr,
+                                    "resolved": resolved, "agrees": resolved & ((mr > 1) == (pr > 1))}))
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(frames, ignore_index=True)
+    out["resolved"] = out["resolved"].astype(bool)
+    out["agrees"] = out["agrees"].astype(bool)
+    return out[cols]

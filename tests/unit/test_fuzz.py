@@ -410,6 +410,8 @@ ENTRIES = {
                             "kernel_overhead_us": "3", "step_overhead_ms": "1", "usable_hbm_fraction": "0.9",
                             "reserve_GiB": "3", "page_tokens": "16"}),
     "targets": ("fuzz-target", {"ttft_ms": "2000", "tpot_ms": "200", "stat": "p99", "e2e_ms": "30000"}),
+    "storage": ("fuzz-tier", {"kind": "ssd", "read_GBps": "7.0", "latency_us": "80", "link_GBps": "7.88",
+                              "h2d_GBps": "25.0", "queue_depth": "32", "io_KiB": "128", "block_overhead_us": "20"}),
 }
 
 YAML_VALUES = ["-1", "0", "1.0e+300", "-1.0e+300", "1.0e-320", ".nan", ".inf", "-.inf", "9" * 400, '"80"', "'yes'",
@@ -464,7 +466,7 @@ def preset_files(draw):
     return raw, kind, name, field, what
 
 
-@settings(max_examples=80, deadline=None, derandomize=True,
+@settings(max_examples=100, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=preset_files())
 def test_preset_fuzz(case, capsys, tmp_path_factory):
@@ -482,6 +484,9 @@ def test_preset_fuzz(case, capsys, tmp_path_factory):
         elif kind == "hardware":
             commands.append(["layouts", "--model", "llama-3-8b", "--gpu", name, "--ranks", "1", "--batch", "1",
                              "--context", "16", "--json"])
+        elif kind == "storage":  # issue 20: every preset kind a command reads
+            commands.append(["offload", "--model", "llama-3.2-3b", "--gpu", "h100-sxm", "--storage", name,
+                             "--prefix", "4096", "--json"])
         for argv in commands:
             capsys.readouterr()
             code = cli.main(argv)
@@ -635,3 +640,146 @@ def test_simulations_that_cannot_fit_are_refused_first(more, rule, capsys):
     assert cli.main(["simulate", "--config", SIM_CFG, "--isl", "100", "--rate", "1", *more]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and rule in err
+
+
+def test_a_config_with_a_million_sides_is_refused_before_reading_them(tmp_path, capsys):
+    """Issue 20 §2: a --config with 10⁶ sides took over 30 s (every side was checked before their count)."""
+    cfg = json.loads(SIM_CFG)
+    cfg["sides"] = cfg["sides"] * 1_000_000
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    assert cli.main(["simulate", "--config", str(path), "--isl", "10", "--osl", "10", "--rate", "1", "--json"]) == 2
+    assert capsys.readouterr().err == ("llmexplore: error: --config['sides'] must hold 1 side (colocated) for mode "
+                                       "'colocated', got 1,000,000\n")
+
+
+# ---- file inputs (issue 20: "the fuzz covers every command and every file input") ------------------------------
+_VLLM_RUN = {"backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": 64,
+             "max_concurrency": 8, "duration": 10.0, "completed": 64, "failed": 0, "total_input_tokens": 65536,
+             "total_output_tokens": 8192, "request_throughput": 6.4, "output_throughput": 819.2,
+             "mean_ttft_ms": 50.0, "median_ttft_ms": 48.0, "mean_tpot_ms": 8.0, "median_tpot_ms": 8.0,
+             "mean_itl_ms": 8.0, "mean_e2el_ms": 1066.0}
+
+
+def _valid_files() -> dict[str, tuple[str, list[str]]]:
+    """Per file input: (valid content, the command line with FILE where the file goes)."""
+    from llmexplore import validate as val
+
+    head, *rows = val.VALIDATION_CSV.read_text().splitlines()
+    own = "my-1,decode,llama-3-8b,h100-sxm,1,TP,1,,bf16,bf16,,,16,2000,,,,8.5,ms" + "," * (head.count(",") - 18)
+    cfg = json.loads(SIM_CFG)
+    return {
+        "simulate --config": (json.dumps(cfg), ["simulate", "--config", "FILE", "--isl", "64", "--osl", "8", "--rate", "1",
+                                                "--requests", "20"]),
+        "simulate --trace": ("arrival_s,prompt_tokens,output_tokens\n0.0,64,8\n0.5,128,4\n1.0,32,2\n",
+                             ["simulate", "--config", SIM_CFG, "--trace", "FILE", "--isl", "64", "--osl", "8",
+                              "--requests", "20"]),
+        "calibrate --data": (DATA.read_text(), ["calibrate", "--data", "FILE"]),
+        "validate --data": (head + "\n" + own + "\n", ["validate", "--data", "FILE"]),
+        "validate --e2e --data": (json.dumps(_VLLM_RUN), ["validate", "--e2e", "--data", "FILE", "--config",
+                                                          json.dumps({**cfg, "model": "llama-3-8b", "gpu": "h100-sxm"})]),
+        "report --notebook": ((Path(__file__).resolve().parents[1] / "fixtures" / "explorer_fixture.ipynb").read_text(),
+                              ["report", "--notebook", "FILE", "--out", "reports-fuzz"]),
+    }
+
+
+_MUTATIONS = ["empty", "binary", "not-utf8", "bom", "crlf", "header-only", "truncate", "huge-cell", "nan", "negative",
+              "1e400", "text-for-number", "deep-json", "duplicate-line", "drop-column", "swap-columns", "directory"]
+
+
+@st.composite
+def file_cases(draw):
+    name = draw(st.sampled_from(sorted(_valid_files())))
+    what = draw(st.sampled_from(_MUTATIONS))
+    return name, what, draw(st.integers(0, 10_000))
+
+
+def _mutate(text: str, what: str, seed: int) -> bytes | None:
+    import random
+
+    rng = random.Random(seed)
+    lines = text.splitlines()
+    numbers = [m for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", text)]
+    if what == "empty":
+        return b""
+    if what == "binary":
+        return bytes(rng.randrange(256) for _ in range(200))
+    if what == "not-utf8":
+        i = rng.randrange(len(text) + 1)
+        return text[:i].encode() + b"\xff\xfe" + text[i:].encode()
+    if what == "bom":
+        return b"\xef\xbb\xbf" + text.encode()
+    if what == "crlf":
+        return text.replace("\n", "\r\n").encode()
+    if what == "header-only":
+        return (lines[0] + "\n").encode()
+    if what == "truncate":
+        return text[: rng.randrange(1, max(2, len(text)))].encode()
+    if what == "huge-cell":
+        i = rng.randrange(len(text) + 1)
+        return (text[:i] + "9" * 200_000 + text[i:]).encode()
+    if what in ("nan", "negative", "1e400", "text-for-number") and numbers:
+        m = rng.choice(numbers)
+        new = {"nan": "NaN", "negative": "-" + m.group(0), "1e400": "1e400", "text-for-number": "abc"}[what]
+        return (text[:m.start()] + new + text[m.end():]).encode()
+    if what == "deep-json":
+        return ("[" * 100_000 + "]" * 100_000).encode()
+    if what == "duplicate-line" and len(lines) > 1:
+        return "\n".join(lines + [lines[-1]]).encode() + b"\n"
+    if what == "drop-column" and "," in lines[0]:
+        k = rng.randrange(lines[0].count(",") + 1)
+        return "\n".join(",".join(c for j, c in enumerate(line.split(",")) if j != k) for line in lines).encode()
+    if what == "swap-columns" and lines[0].count(",") >= 1:
+        def swap(line):
+            cells = line.split(",")
+            cells[0], cells[1] = cells[1], cells[0]
+            return ",".join(cells)
+        return "\n".join([swap(line) for line in lines]).encode()
+    if what == "directory":
+        return None
+    return text.encode()
+
+
+@pytest.mark.timeout(900)
+def test_file_input_fuzz(capsys, no_reports, monkeypatch, tmp_path):
+    """Every file a command reads (a config, a trace, measurements, a benchmark JSON, a notebook) gets hostile
+    content; the outcome is a clean answer or one error line, never a traceback (the same contract as the flags,
+    with the flag that names the file)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LLMEXPLORE_PRESETS", raising=False)
+    presets.clear_cache()
+    valid = _valid_files()
+    # report: the notebook files are read and checked as the real build does, then nothing is executed
+    monkeypatch.setattr(report, "build_reports", lambda **kw: [
+        *report._resolve_notebooks(kw["notebooks"]), Path(kw["out_dir"]) / "index.html"][-1:])
+    seen: dict[tuple, int] = {}
+
+    @settings(FUZZ, max_examples=120)
+    @given(case=file_cases())
+    def run(case):
+        name, what, seed = case
+        text, argv = valid[name]
+        raw = _mutate(text, what, seed)
+        path = tmp_path / f"input-{seed}"
+        if raw is None:
+            path.mkdir(exist_ok=True)
+        else:
+            path.write_bytes(raw)
+        argv = [str(path) if a == "FILE" else a for a in argv]
+        capsys.readouterr()
+        code = cli.main(argv)
+        out, err = capsys.readouterr()
+        flag = argv[argv.index(str(path)) - 1]
+        seen[(name, code)] = seen.get((name, code), 0) + 1
+        if code == 0:
+            assert err == "", (name, what, err)
+            return
+        assert code == 2, (name, what, code, err)
+        assert out == "" and err.count("\n") == 1 and err.startswith("llmexplore: error: "), (name, what, err)
+        assert "Traceback" not in err
+        # the file is named: by its flag, its path or the file itself (a line number in it)
+        assert flag in err or str(path) in err or path.name in err, (name, what, err)
+
+    run()
+    # every file input was tried, and the hostile content was refused somewhere (the fuzz is not idle)
+    assert {n for n, _ in seen} == set(valid) and any(c == 2 for _, c in seen), seen

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from llmexplore import presets, validate
+from llmexplore.errors import SpecError
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +154,7 @@ def test_your_own_measurements_go_through_the_same_table(tmp_path, capsys):
     (lambda t: t.replace("my-1,decode,llama-3-8b,h100-sxm,1,TP", "my-1,decode,llama-3-8b,h100-sxm,1,XP"),
      "line 3: layout must be one of ['TP', 'CP', 'DPA', 'DOP'], got 'XP'"),
     (lambda t: t.replace(",8.5,ms", ",8.5,s"), "line 3: unit must be 'ms', got 's'"),
-    (lambda t: t.replace(",8.5,ms", ",-8.5,ms"), "line 3: measured must be a finite number > 0"),
+    (lambda t: t.replace(",8.5,ms", ",-8.5,ms"), "line 3: measured must be a finite number >= 0.001"),
     (lambda t: t.replace("my-1,", "nim-l70-h100-d1,"), "line 3: id must be unique, got 'nim-l70-h100-d1' again"),
     (lambda t: t.split("\n")[0].replace("measured,", "") + "\n", "missing column(s) ['measured']"),
     (lambda t: t.split("\n")[0] + "\n", "no rows (only a header)"),
@@ -192,3 +193,36 @@ def test_cli_says_when_no_row_is_modelled(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("0 of 1 given measurements modelled") and "nan" not in out
     assert "not modelled: ranks (3) must divide the query heads" in out
+
+
+def test_a_measured_time_below_a_microsecond_is_refused(tmp_path):
+    """Issue 20 §2: 1e-320 ms passed (> 0) and read as an error of +inf %."""
+    head = validate.VALIDATION_CSV.read_text().splitlines()[0]
+    path = tmp_path / "tiny.csv"
+    path.write_text(head + "\n" + "my-1,decode,llama-3-8b,h100-sxm,1,TP,1,,bf16,bf16,,,16,2000,,,,1e-320,ms"
+                    + "," * (head.count(",") - 18) + "\n")
+    with pytest.raises(SpecError, match=r"line 2: measured must be a finite number >= 0.001 and <= 86,400,000"):
+        validate.load(path)
+
+
+def test_ranking_is_every_pair_in_row_order_and_bounded(tmp_path):
+    """Issue 20 §2: the ranking looped over pairs with DataFrame.iloc (52 s for 1,000 rows of one workload); it is
+    now one numpy pass per group, the same pairs in the same order, and a group too large to pair is one line."""
+    ids = [f"r{k}" for k in range(6)]
+    table = pd.DataFrame({"id": ids, "status": "ok", "model": "m", "gpu": "g", "kind": "decode", "batch": 8,
+                          "context": 1000, "prompt_tokens": np.nan,
+                          "measured_ms": [10.0, 10.2, 12.0, 9.0, 15.0, 10.0],
+                          "predicted_ms": [11.0, 11.0, 13.0, 8.0, 16.0, 12.0]})
+    want = []
+    for i in range(6):  # the definition, as two loops
+        for j in range(i + 1, 6):
+            mr = table.measured_ms[i] / table.measured_ms[j]
+            if abs(mr - 1) * 100 > 5:
+                pr = table.predicted_ms[i] / table.predicted_ms[j]
+                res = abs(pr - 1) > 1e-9
+                want.append((ids[i], ids[j], mr, pr, res, bool(res and (mr > 1) == (pr > 1))))
+    got = validate.ranking(table)
+    assert [tuple(r) for r in got.itertuples(index=False)] == want
+    big = pd.concat([table] * 400, ignore_index=True).assign(id=lambda d: [f"x{k}" for k in range(len(d))])
+    with pytest.raises(SpecError, match=r"at most 2,000 rows of one model, GPU, phase and workload .* got 2,400 rows"):
+        validate.ranking(big)
