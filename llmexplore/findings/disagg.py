@@ -171,11 +171,24 @@ def goodput_sentence(grid: dict, s: PDSetup, *, short: bool = False) -> str:
     n = np.asarray(grid["n"])
     rate = float(np.asarray(grid["rate"])[i, j])
     best = float(rpg[i, j])
+    # an optimum on the grid's edge is the range's, not the model's: pools keep gaining a little from their size
+    edge = max(i, j) == len(n) - 1
+    half = int(np.searchsorted(n, n[-1] / 2, side="right"))
+    inner = np.nanmax(rpg[:half, :half]) if half >= 1 and np.isfinite(rpg[:half, :half]).any() else np.nan
+    gain = 100 * (best / inner - 1) if edge and np.isfinite(inner) and inner > 0 else np.nan
     if short:
-        return f"Most efficient: {int(n[i])} prefill + {int(n[j])} decode instances, {num(best)} req/s per GPU"
-    return (f"{int(n[i])} prefill + {int(n[j])} decode instances serve the most per GPU: {num(best)} req/s per GPU "
+        text = f"Most efficient: {int(n[i])} prefill + {int(n[j])} decode instances, {num(best)} req/s per GPU"
+        return text + (f" (grid edge: +{num(gain)}% over pools of at most {int(n[half - 1])})" if edge and
+                       np.isfinite(gain) else " (grid edge)" if edge else "")
+    text = (f"{int(n[i])} prefill + {int(n[j])} decode instances serve the most per GPU: {num(best)} req/s per GPU "
             f"({num(rate)} req/s on {int(np.asarray(grid['gpus'])[i, j]):,} GPUs), against "
             f"{s.workload.rate_per_s:g} req/s targeted.")
+    if edge:
+        text += (f" That is on the edge of the grid (up to {int(n[-1])} instances of each): larger pools queue more "
+                 "efficiently and keep gaining a little per GPU"
+                 + (f" ({num(gain)}% over the best with at most {int(n[half - 1])} of each), so the optimum is "
+                    "the range's, not a sweet spot" if np.isfinite(gain) else "") + ".")
+    return text
 
 
 def spread_sentence(spread: pd.DataFrame) -> str:

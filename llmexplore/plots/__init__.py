@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 from ..errors import SpecError
 
 __all__ = ["TEMPLATE", "TITLE_CHARS", "NOT_FIT", "RANK_SERIES", "RANK_KEY", "RANK_MARKER", "ref_line",
-           "ref_trace", "base", "base_layout", "tidy_log_axes", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
+           "ref_trace", "base", "base_layout", "tidy_log_axes", "distinct_labels", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
            "not_fit_key", "fit_split", "uniform_note", "chosen_marker", "update_from", "layouts", "disagg", "moe", "transfer", "offload", "fidelity",
            "tables", "plan"]
 
@@ -63,6 +63,17 @@ def fmt(value, unit: str = "", *, digits: int = 3, trim: bool = False) -> str:
         if trim and "." in text:
             text = text.rstrip("0").rstrip(".")
     return f"{text} {unit}" if unit else text
+
+
+def distinct_labels(values, unit: str = "", *, most_decimals: int = 3) -> list[str]:
+    """Labels for ``values`` (bars side by side) with the fewest decimals that keep different values apart:
+    30.5, 30.9 and 31.2 s read "30.5 s", "30.9 s", "31.2 s", not "31 s" three times."""
+    v = np.asarray(values, dtype=float)
+    for d in range(most_decimals + 1):
+        labels = [f"{x:,.{d}f}" for x in v]
+        if len(set(labels)) == len(set(np.round(v, most_decimals + 3))):
+            break
+    return [f"{t} {unit}" if unit else t for t in labels]
 
 
 def wrap_title(text: str, width: int = TITLE_CHARS) -> str:

@@ -63,13 +63,17 @@ def _band_and_identity(fig: go.Figure, line_x, band_pct: float, *, col: int, leg
 
 def predicted_vs_measured_figure(acc: pd.DataFrame, choices=("scalar", "engine"), *, band_pct: float = 15.0,
                                  title: str = "Predicted against measured step times") -> go.Figure:
-    """Predicted against measured time [ms] of every validation row (coloured by category, marker by kind) and
+    """Predicted against measured time [ms] of every validation row (coloured by model family and GPU, marker by
+    kind) and
     every in-sample calibration point (black crosses), one log-log panel per runtime choice (the first one the
     "before"), with the y = x line and a ±``band_pct`` band. ``acc``: :func:`llmexplore.sweeps.fidelity.accuracy_table`."""
     choices = list(choices)
     val = acc[(acc["set"] == "validation") & (acc["status"] == "ok") & acc["choice"].isin(choices)]
+    # colour by model family and GPU only (9 entries, not one per full category: 20+ made the legend unreadable);
+    # the marker is the phase, the hover names the full category
+    val = val.assign(family_gpu=val["category"].astype(str).str.split("|").str[:2].str.join(" | "))
     ins = acc[(acc["set"] == "in-sample") & acc["choice"].isin(choices)]
-    colors = category_colors(val["category"])
+    colors = category_colors(val["family_gpu"])
     both = pd.concat([val, ins])
     vals = np.concatenate([both["measured_ms"].to_numpy(float), both["predicted_ms"].to_numpy(float)])
     lo, hi = float(np.nanmin(vals)) / 1.6, float(np.nanmax(vals)) * 1.6
@@ -84,7 +88,7 @@ def predicted_vs_measured_figure(acc: pd.DataFrame, choices=("scalar", "engine")
         first = col == 1
         _band_and_identity(fig, line_x, band_pct, col=col, legend=first)
         part = val[val["choice"] == c]
-        for j, (cat, d) in enumerate(sorted(part.groupby("category"), key=lambda kv: kv[0])):
+        for j, (cat, d) in enumerate(sorted(part.groupby("family_gpu"), key=lambda kv: kv[0])):
             fig.add_trace(go.Scatter(
                 x=d["measured_ms"], y=d["predicted_ms"], mode="markers", name=cat, legendgroup=cat, showlegend=first,
                 legendrank=RANK_SERIES + j, customdata=_hover_e2e(d), hovertemplate="%{customdata}<extra></extra>",
@@ -114,7 +118,7 @@ def predicted_vs_measured_figure(acc: pd.DataFrame, choices=("scalar", "engine")
     layout["margin"]["t"] += 20
     fig.update_layout(**layout)
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.14, yanchor="top", font=dict(size=10),
-                                  title=dict(text="colour: category (family|GPU|weights|parallelism|phase)<br>",
+                                  title=dict(text="colour: model family | GPU (the full category is in the hover)<br>",
                                              side="top", font=dict(size=11))))
     return fig
 

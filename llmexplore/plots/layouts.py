@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, fmt, grid_layout,  # noqa: F401
+from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, distinct_labels, fmt, grid_layout,  # noqa: F401
                chosen_marker, not_fit_key, ref_line, ref_trace, spec_builder)
 
 __all__ = ["LAYOUT_COLORS", "LAYOUT_SYMBOLS", "PART_COLORS", "step_time_figure", "phase_diagram_figure",
@@ -96,8 +96,15 @@ def _translucent(color: str, alpha: float = 0.18) -> str:
     return color
 
 
-def phase_diagram_figure(phase: dict, *, title: str = "Best feasible layout") -> go.Figure:
-    """Heatmap of the best layout over batch x context with the exact boundaries overlaid.
+#: marker symbols of the crossover boundaries, one per (before, after) pair in order: kinds stay apart in
+#: black and white; the memory limits keep their red crosses
+_BOUNDARY_SYMBOLS = ["circle", "diamond", "square", "triangle-up", "triangle-down", "pentagon", "hexagon", "star-square"]
+
+
+def phase_diagram_figure(phase: dict, *, title: str = "Best feasible layout",
+                         here: tuple[float, float] | None = None) -> go.Figure:
+    """Heatmap of the best layout over batch x context with the exact boundaries overlaid, each crossover
+    (from one layout to another) with its own marker, and ``here`` = (context, batch) the chosen point.
 
     ``phase``: output of :func:`llmexplore.sweeps.phase_diagram`.
     """
@@ -120,14 +127,23 @@ def phase_diagram_figure(phase: dict, *, title: str = "Best feasible layout") ->
                             marker=dict(symbol="square", size=12, color=LAYOUT_COLORS[lab]))
     bd = phase["boundaries"]
     if len(bd):
+        k = 0
         for (before, after, kind), g in bd.groupby(["before", "after", "kind"], dropna=False, sort=False):
             g = g.sort_values("batch")
             name = f"{before} → {after if isinstance(after, str) else 'nothing fits'}"
             name += " (memory limit)" if kind == "memory" else ""
-            fig.add_scatter(x=g["context"], y=g["batch"], mode="markers", name=name,
-                            marker=dict(size=5, color="black" if kind == "crossover" else "#c00",
-                                        symbol="circle" if kind == "crossover" else "x-thin-open",
-                                        line=dict(width=1.5, color="#c00")))
+            if kind == "crossover":
+                marker = dict(size=7, color=LAYOUT_COLORS.get(after, "black"),
+                              symbol=_BOUNDARY_SYMBOLS[k % len(_BOUNDARY_SYMBOLS)], line=dict(width=1, color="black"))
+                k += 1
+            else:
+                marker = dict(size=6, color="#c00", symbol="x-thin-open", line=dict(width=1.5, color="#c00"))
+            fig.add_scatter(x=g["context"], y=g["batch"], mode="markers", name=name, marker=marker)
+    if here is not None:
+        ctx, batch = here
+        fig.add_scatter(x=[ctx], y=[batch], mode="markers", name=f"chosen point: batch {fmt(batch)}, context {fmt(ctx)}",
+                        marker=dict(symbol="star", size=16, color="white", line=dict(width=2, color="black")),
+                        legendrank=RANK_MARKER)
     fig.update_xaxes(type="log", title_text="context length per sequence (tokens)")
     fig.update_yaxes(type="log", title_text="batch (sequences per step)")
     return base(fig, title, height=520)
@@ -178,8 +194,17 @@ def transition_figure(table: pd.DataFrame, *, value: str = "exposed_ms",
     prim = table.assign(label=lambda d: "KV " + d["kv_primitive"] + "<br>W " + d["weights_primitive"]
                         + "<br>" + d[value].map(lambda v: f"{v:.1f} ms"))
     text = prim.pivot(index="src", columns="dst", values="label").loc[order, order]
-    fig = go.Figure(go.Heatmap(z=z.to_numpy(), x=order, y=order, text=text.to_numpy(), texttemplate="%{text}",
-                               colorscale="Blues", colorbar=dict(title="ms"), hoverinfo="text"))
+    # a log colour scale: switch costs span decades, and a linear one paints every small cell the same white
+    zv = z.to_numpy(dtype=float)
+    pos = zv[np.isfinite(zv) & (zv > 0)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zl = np.where(zv > 0, np.log10(zv), np.nan)
+    decades = (np.arange(np.floor(np.log10(pos.min())), np.ceil(np.log10(pos.max())) + 1) if pos.size
+               else np.array([0.0]))
+    fig = go.Figure(go.Heatmap(z=zl, x=order, y=order, text=text.to_numpy(), texttemplate="%{text}",
+                               colorscale="Blues", hoverinfo="text",
+                               colorbar=dict(title="ms (log)", tickvals=decades.tolist(),
+                                             ticktext=[fmt(10.0 ** k, "ms") for k in decades])))
     fig.update_xaxes(title_text="switch to layout")  # at the bottom: a top axis title collides with the title
     fig.update_yaxes(title_text="switch from layout", autorange="reversed")
     return base(fig, title, height=480)
@@ -221,7 +246,7 @@ def policy_figure(summary: pd.DataFrame, *, title: str = "Total decode time of t
     fig.add_bar(x=summary["policy"], y=summary["compute_s"], name="decode steps",
                 marker_color=[LAYOUT_COLORS.get(p, "#444") for p in summary["policy"]])
     fig.add_bar(x=summary["policy"], y=summary["handoff_s"], name="handoffs", marker_color="#000",
-                text=[f"{t:,.0f} s" for t in summary["total_s"]], textposition="outside")
+                text=distinct_labels(summary["total_s"], "s"), textposition="outside")
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="policy (static layouts cap the batch when it does not fit)")
     fig.update_yaxes(title_text="time (s)")

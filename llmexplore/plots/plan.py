@@ -5,6 +5,7 @@ best configuration as the request rate grows, and the top configurations with th
 from __future__ import annotations
 
 import html
+import re
 
 import numpy as np
 import pandas as pd
@@ -212,6 +213,22 @@ def check_people_table(checks: pd.DataFrame, stat: str = "p90") -> PeopleTable:
         "meets_targets_sim": "meets the targets, simulated"}, digits={"ttft_gap_pct": 1, "tpot_gap_pct": 1})
 
 
+def shell_lines(text: str, width: int = 100) -> str:
+    """Each command line of ``text`` longer than ``width`` split before its ``--flags`` with `` \\``
+    continuations (what a shell reads as the same command); lines that are not commands stay as they are."""
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width or " --" not in line or line.lstrip().startswith(("#", "note:")):
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        head, *flags = re.split(r" (?=--[A-Za-z])", line.strip())
+        out.append(indent + head + (" \\" if flags else ""))
+        for k, f in enumerate(flags):
+            out.append(indent + "    " + f + (" \\" if k < len(flags) - 1 else ""))
+    return "\n".join(out)
+
+
 class LaunchBlock:
     """Launch commands shown as preformatted text, one block per engine (HTML in notebooks and reports)."""
 
@@ -222,8 +239,11 @@ class LaunchBlock:
     def _repr_html_(self) -> str:
         if not self.texts:
             return "<p><em>No configuration meets the targets: nothing to launch.</em></p>"
+        # one flag per line with shell continuations: a narrow page never breaks a token, and the block still
+        # pastes into a shell as it is; a line longer than the page scrolls instead of wrapping
         parts = [f"<p><strong>{html.escape(self.titles.get(k, k))}</strong></p>"
-                 f'<pre class="llmexplore-launch" style="white-space:pre-wrap"><code>{html.escape(v)}</code></pre>'
+                 f'<pre class="llmexplore-launch" style="white-space:pre;overflow-x:auto"><code>'
+                 f"{html.escape(shell_lines(v))}</code></pre>"
                  for k, v in self.texts.items()]
         return '<div class="llmexplore-launch-block">' + "".join(parts) + "</div>"
 

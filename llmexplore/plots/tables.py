@@ -59,7 +59,7 @@ HEADERS: dict[str, str] = {
     "kv_bytes_per_token_bf16": "KV per token, BF16 [bytes]", "kv_bytes_per_token_fp8": "KV per token, FP8 [bytes]",
     "params_total_billion": "parameters, total [billion]", "params_active_billion": "parameters, active [billion]",
     "kv_KiB_per_token_bf16": "KV per token, BF16 [KiB]", "kv_KiB_per_token_fp8": "KV per token, FP8 [KiB]",
-    "hbm_GiB": "HBM [GiB]", "hbm_bw_TBps": "HBM bandwidth [TB/s]", "bf16_TFLOPS": "BF16 peak [TFLOP/s]",
+    "hbm_GiB": "HBM [GiB]", "hbm_GB": "HBM [GB]", "reserve_GB": "reserve [GB]", "hbm_bw_TBps": "HBM bandwidth [TB/s]", "bf16_TFLOPS": "BF16 peak [TFLOP/s]",
     "fp8_TFLOPS": "FP8 peak [TFLOP/s]", "fp4_TFLOPS": "FP4 peak [TFLOP/s]",
     "ridge_flops_per_byte_bf16": "BF16 ridge [FLOP/B]",
     "scale_up_link": "scale-up link", "scale_up_size": "scale-up domain [GPUs]", "scale_out_link": "scale-out link",
@@ -282,6 +282,12 @@ def _preset_frame(kind: str) -> pd.DataFrame:
         frame = frame.assign(**{c + "_billion": frame.pop(c) / 1e9 for c in ("params_total", "params_active")})
         frame = frame.assign(**{f"kv_KiB_per_token_{d}": frame.pop(f"kv_bytes_per_token_{d}") / 1024
                                 for d in ("bf16", "fp8")})
+    # memory in GB (10^9 B) as every figure and table of the workbook gives it; the presets keep the GiB drivers
+    # report (hbm_GiB, reserve_GiB)
+    for col in ("hbm_GiB", "reserve_GiB"):
+        if col in frame:  # renamed in place: the column keeps its position
+            frame = frame.rename(columns={col: col[:-4] + "_GB"})
+            frame[col[:-4] + "_GB"] = frame[col[:-4] + "_GB"] * (1 << 30) / 1e9
     return frame.rename(columns=_TARGET_HEADERS) if kind == "targets" else frame
 
 

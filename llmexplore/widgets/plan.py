@@ -62,6 +62,16 @@ class PlanExplorer(Explorer):
     sim_status: W.HTML | None = None
     simulated: dict | None = None
     cdf_stale: bool = False  # the latency panel shows an earlier simulation, greyed out
+    launch: W.HTML | None = None
+
+    def launch_html(self) -> str:
+        """The launch commands of the configuration the explorer shows, in a collapsed block ('' when none)."""
+        res = self.last.get("res") if "error" not in self.last else None
+        if res is None or res["best"] is None:
+            return ""
+        block = plan_plots.launch_block(plan_findings.launch_texts(res))._repr_html_()
+        return (f"<details><summary><b>Launch commands</b> for {html.escape(str(res['best']['label']))}</summary>"
+                f"{block}</details>")
 
     def question(self) -> plan_sweeps.Question:
         p, f = self.params(), self.fixed
@@ -85,6 +95,8 @@ class PlanExplorer(Explorer):
     def update(self, *_) -> None:
         """Re-plan and redraw the frontier; the latency distributions go stale until Simulate is pressed."""
         super().update()
+        if self.launch is not None:
+            self.launch.value = self.launch_html()
         cdf = self.figures.get("cdf")
         if cdf is not None and self.simulated is not None:
             mark_stale(cdf, SIM_STALE)
@@ -179,6 +191,7 @@ def plan_explorer(model: str = "qwen3-32b", gpu: str = "h200", *, gpus: int = 32
     app.sim_status = W.HTML(f"<i>{html.escape(SIM_FIRST)} ({sim_requests:,} requests).</i>",
                             layout=W.Layout(margin="4px 0 4px 12px"))
     app.button.on_click(app.simulate)
+    app.launch = W.HTML(app.launch_html(), layout=W.Layout(margin="4px 0"))
     kids = list(app.view.children)
-    app.view.children = (*kids[:-1], W.HBox([app.button, app.sim_status]), app.figures["cdf"], kids[-1])
+    app.view.children = (*kids[:-1], app.launch, W.HBox([app.button, app.sim_status]), app.figures["cdf"], kids[-1])
     return app

@@ -135,7 +135,14 @@ def test_pd_threshold_sentences():
                                         "within 5.2%.")
     grid = {"n": np.array([1, 2]), "rate": np.array([[1.0, 2.0], [3.0, 8.0]]),
             "gpus": np.array([[16, 24], [24, 32]]), "rate_per_gpu": np.array([[1 / 16, 2 / 24], [3 / 24, 0.25]])}
-    assert fd.goodput_sentence(grid, s, short=True) == "Most efficient: 2 prefill + 2 decode instances, 0.250 req/s per GPU"
+    # the best cell is on the grid's edge: the sentence says so, with the gain over the inner half (issue 20 §1.5)
+    assert fd.goodput_sentence(grid, s, short=True) == ("Most efficient: 2 prefill + 2 decode instances, 0.250 req/s "
+                                                        "per GPU (grid edge: +300% over pools of at most 1)")
+    assert "on the edge of the grid (up to 2 instances of each)" in fd.goodput_sentence(grid, s)
+    inner = {"n": np.array([1, 2, 3]), "rate": np.ones((3, 3)), "gpus": np.full((3, 3), 8),
+             "rate_per_gpu": np.array([[0.1, 0.1, 0.1], [0.1, 0.3, 0.1], [0.1, 0.1, 0.1]])}
+    assert fd.goodput_sentence(inner, s, short=True) == ("Most efficient: 2 prefill + 2 decode instances, 0.300 req/s "
+                                                         "per GPU")
     by = pd.DataFrame({"prompt_tokens": [512, 4096, 512], "mode": ["disaggregated over roce-400g"] * 2 + ["colocated"],
                        "pd_gpu_ratio": [1.0, 3.5, np.nan]})
     assert fd.ratio_title(by, "prompt_tokens") == "P:D GPU ratio over roce-400g: 1.00 at 512 tokens, 3.50 at 4,096 tokens"

@@ -30,9 +30,14 @@ def test_step_time_figure(dep):
 
 def test_phase_diagram_figure_has_areas_and_boundaries(dep):
     ph = sweeps.layouts.phase_diagram(dep, [1, 8, 64, 512], np.geomspace(256, 1 << 18, 30))
-    fig = plots.layouts.phase_diagram_figure(ph)
+    fig = plots.layouts.phase_diagram_figure(ph, here=(8192, 64))
     assert fig.data[0].type == "heatmap"
     assert any("→" in (t.name or "") for t in fig.data)
+    # issue 20 §1.8: each crossover its own marker, and the chosen point marked
+    crossings = [t for t in fig.data if "→" in (t.name or "") and "memory" not in t.name]
+    assert len({t.marker.symbol for t in crossings}) == len(crossings)
+    star = next(t for t in fig.data if (t.name or "").startswith("chosen point"))
+    assert (star.x[0], star.y[0]) == (8192, 64) and star.name == "chosen point: batch 64, context 8,192"
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert "tokens" in fig.layout.xaxis.title.text and "batch" in fig.layout.yaxis.title.text
 
@@ -41,8 +46,14 @@ def test_memory_and_transition_figures(dep):
     mem = plots.layouts.memory_figure(sweeps.layouts.memory_table(dep, 64, 8192))
     assert {t.name for t in mem.data} >= {"KV cache", "attention weights", "FFN/MoE weights"}
     assert "GB" in mem.layout.yaxis.title.text
-    tr = plots.layouts.transition_figure(sweeps.layouts.transition_table(dep, 64, 8192))
+    table = sweeps.layouts.transition_table(dep, 64, 8192)
+    tr = plots.layouts.transition_figure(table)
     assert tr.data[0].type == "heatmap" and np.asarray(tr.data[0].z).shape == (4, 4)
+    # issue 20 §1.8: a log colour scale, so the small switch costs are not all one white
+    z = np.asarray(tr.data[0].z, dtype=float)
+    pos = table["exposed_ms"][table["exposed_ms"] > 0]
+    assert np.nanmax(z) == pytest.approx(np.log10(pos.max())) and np.nanmin(z) == pytest.approx(np.log10(pos.min()))
+    assert all(t.endswith("ms") for t in tr.data[0].colorbar.ticktext)
 
 
 def test_scheduler_and_policy_figures(dep):
@@ -53,6 +64,9 @@ def test_scheduler_and_policy_figures(dep):
     pol = plots.layouts.policy_figure(sweeps.layouts.policy_summary(res))
     assert list(pol.data[0].x)[0] == sweeps.layouts.policy_summary(res)["policy"].iloc[0]
     assert "(s)" in pol.layout.yaxis.title.text
+    labels = list(pol.data[1].text)  # bars of different totals never share a label (issue 20 §1.8: "31 s" x 3)
+    totals = sweeps.layouts.policy_summary(res)["total_s"].round(6)
+    assert len(set(labels)) == totals.nunique()
 
 
 # --------------------------------------------------------------------------------------------------

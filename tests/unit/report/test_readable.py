@@ -138,3 +138,17 @@ def test_share_plotly_moves_the_library_into_one_file(tmp_path):
         assert '<script src="plotly-9.9.9.min.js"></script>' in text and "plotly.js v9.9.9" not in text
         assert "<script>window.x = 1;</script>" in text and remote_resources(text) == []  # a local load
     assert share_plotly(pages[0]) is None  # nothing inlined any more
+
+
+def test_launch_commands_break_between_flags_never_inside_a_token():
+    import shlex
+
+    from llmexplore.plots.plan import shell_lines
+
+    cmd = ("  vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1 --max-num-seqs 632 --quantization "
+           "fp8_per_tensor --kv-cache-dtype fp8 --kv-transfer-config '{\"kv_connector\":\"NixlConnector\"}'")
+    text = shell_lines(cmd + "\n  note: short --line")
+    lines = text.splitlines()
+    assert lines[-1] == "  note: short --line" and all(len(line) <= 100 for line in lines)
+    # a shell reads the continued lines as the same command: the same tokens
+    assert shlex.split(" ".join(line.rstrip("\\") for line in lines[:-1])) == shlex.split(cmd)

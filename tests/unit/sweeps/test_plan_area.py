@@ -262,6 +262,8 @@ def test_explorer_starts_from_the_notebook_figure_and_sentence(app, res):
         assert np.allclose(np.asarray(got.x, float), np.asarray(want.x, float), equal_nan=True), want.name
     assert fp.best_sentence(res) in app.status_text and fp.ratio_sentence(res) in app.status_text
     assert "<" not in app.status_text
+    # issue 20 §1.10: the launch commands of what it shows, for each engine
+    assert res["best"]["label"] in app.launch.value and "vllm serve" in app.launch.value
 
 
 def test_rate_slider_replans_in_place(app):
@@ -272,6 +274,7 @@ def test_rate_slider_replans_in_place(app):
     assert app.last["best"]["label"] == want["label"] and "5.00 req/s" in app.status_text
     assert trace(fig, "best configuration").x[0] == pytest.approx(want["tokens_per_s_per_user"])
     app.controls["tpot_ms"].value = 20.0
+    assert app.last["best"]["label"] in app.launch.value  # the launch block follows the sliders
     assert list(trace(fig, "TPOT target (p90 ≤ 20 ms)").x) == [50.0, 50.0]
     assert trace(fig, "TPOT target (p90 ≤ 10 ms)").visible is False
     # issue 20 §1.4: the latency panel (nothing simulated yet) follows the target too, not the first one
