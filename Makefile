@@ -10,6 +10,7 @@
 #   make clean    remove reports and caches (make distclean also removes .venv)
 #
 # Variables: PYTHON=python3.12  OUT=reports  PORT=8866  ARGS="-p BATCH 8" (report)  PYTEST_ARGS="-m 'not browser'"
+#            VOILA_ARGS="--preheat_kernel=True --pool_size=1" (serve; default --progressive_rendering=True)
 #            TEST_WORKERS=2 (pytest-xdist workers of make test)
 
 SHELL := /bin/bash
@@ -77,7 +78,7 @@ SERVE_ENV := JUPYTER_PATH=$(CURDIR)/share/jupyter PLOTLY_RENDERER=plotly_mimetyp
 
 serve: $(STAMP)
 	@echo "Voila: http://127.0.0.1:$(PORT)/ (Ctrl-C to stop)"
-	$(SERVE_ENV) $(VENV)/bin/voila notebooks --template=llmexplore --classic-tree --no-browser --port=$(PORT) --Voila.ip=127.0.0.1
+	$(SERVE_ENV) $(VENV)/bin/voila notebooks --template=llmexplore --classic-tree --no-browser --port=$(PORT) --Voila.ip=127.0.0.1 $(or $(VOILA_ARGS),--progressive_rendering=True)
 
 bench: $(STAMP)
 	@shopt -s nullglob; files=(benchmarks/bench_*.py); \

@@ -37,7 +37,8 @@ WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 NOTE_MIME = "application/vnd.llmexplore.widget-note+json"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
-DEFAULT_RENDERER = "plotly_mimetype+notebook"
+DEFAULT_RENDERER = "plotly_mimetype"  # live: figures as JSON only (the reports select OFFLINE_RENDERER)
+OFFLINE_RENDERER = "plotly_mimetype+notebook"
 LIVE_HINT = ("Live explorer: open the notebook with `make lab` or `make serve` to move its controls; "
              "the figures above show the default parameters.")
 DEFAULT_NOTE = LIVE_HINT
@@ -53,11 +54,13 @@ _FLOAT_TAG = "$float"
 def setup_notebook(renderer: str | None = None, template: str = "plotly") -> None:
     """Configure plotly for a notebook that must render live and in exported HTML; idempotent.
 
-    The renderer is, in order: ``renderer``, env ``PLOTLY_RENDERER``, ``"plotly_mimetype+notebook"``.
-    The default renders through the mime renderer in JupyterLab/Voila and also stores an HTML version of
-    each figure, with plotly.js inlined once (when the renderer is first used), so the exported report
-    works offline. Calling it again with the same settings changes nothing (plotly.js is not inlined
-    twice). Returns None so the call leaves no ``Out[...]`` line in the report.
+    The renderer is, in order: ``renderer``, env ``PLOTLY_RENDERER``, ``"plotly_mimetype"``. The default renders
+    through the mime renderer in JupyterLab and Voila and stores only the figure's JSON, so a notebook saved from
+    a plain ``jupyter lab`` stays small (the offline renderer inlines 4.8 MB of plotly.js into it: issue 20
+    §1.10). The report builder and the tests select ``"plotly_mimetype+notebook"``, which also stores an HTML
+    version of each figure with plotly.js inlined once, so the exported report works offline: export with
+    ``make report``. Calling it again with the same settings changes nothing (plotly.js is not inlined twice).
+    Returns None so the call leaves no ``Out[...]`` line in the report.
     """
     import plotly.io as pio
 

@@ -53,7 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 
-REPORT_RENDERER = "plotly_mimetype+notebook"
+REPORT_RENDERER = "plotly_mimetype+notebook"  # nbtools.OFFLINE_RENDERER: figures survive nbconvert
 
 
 DEFAULT_TIMEOUT_S = 300  # per cell; a healthy cell takes well under a second or two

@@ -30,7 +30,8 @@ FIXTURE = REPO_ROOT / "tests" / "fixtures" / "explorer_fixture.ipynb"
 EXPLORERS = [p for p in (FIXTURE, REPO_ROOT / "notebooks" / "10_attention_layouts.ipynb") if p.exists()]
 # keep in sync with `make serve`
 SERVE_ENV = {"PLOTLY_RENDERER": "plotly_mimetype+notebook", "JUPYTER_PATH": str(REPO_ROOT / "share" / "jupyter")}
-SERVE_ARGS = ["--template=llmexplore", "--classic-tree", "--no-browser", "--Voila.ip=127.0.0.1"]
+SERVE_ARGS = ["--template=llmexplore", "--classic-tree", "--no-browser", "--Voila.ip=127.0.0.1",
+              "--progressive_rendering=True"]
 START_TIMEOUT_S = 60
 REDRAW_TIMEOUT_MS = 5_000
 ERROR_LINE = re.compile(r"\bERROR\b|Traceback \(most recent call last\)")

@@ -96,12 +96,15 @@ def test_setup_notebook_sets_offline_renderer_and_is_idempotent(monkeypatch):
     monkeypatch.setattr(pio.renderers, "default", pio.renderers.default)
     monkeypatch.setattr(pio.templates, "default", "simple_white")
     assert nbtools.setup_notebook() is None
+    # a plain `jupyter lab`: figures as JSON only, so a saved notebook does not carry 4.8 MB of plotly.js
+    assert pio.renderers.default == "plotly_mimetype"
+    assert nbtools.setup_notebook(renderer=nbtools.OFFLINE_RENDERER) is None
     assert pio.renderers.default == "plotly_mimetype+notebook"
     assert pio.templates.default == "plotly"
     # Once the renderer has been activated (plotly.js inlined), a second call must not schedule it again,
     # or every re-run of the imports cell would inline another 4.8 MB copy of plotly.js.
     pio.renderers._to_activate = []
-    nbtools.setup_notebook()
+    nbtools.setup_notebook(renderer=nbtools.OFFLINE_RENDERER)
     assert pio.renderers._to_activate == []
 
 
