@@ -162,6 +162,18 @@ def point_table(point: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["quantity", "value"])
 
 
+def modes_title(rows, link: str, best: str | None = None) -> str:
+    """Section 10's figure: the GPUs each serving mode needs (``rows``: :func:`~llmexplore.sweeps.disagg.mode_rows`;
+    ``best``: :func:`~llmexplore.sweeps.disagg.fewest_gpus_mode`, else the first with the fewest)."""
+    rows = pd.DataFrame(list(rows) if not isinstance(rows, pd.DataFrame) else rows)
+    gpus = rows["gpus"].astype(float)
+    if not np.isfinite(gpus).any():
+        return f"No serving mode meets the SLOs at the target rate over {link}"
+    top = rows.loc[gpus.idxmin()] if best is None else rows.set_index("mode").loc[best].to_dict() | {"mode": best}
+    others = "; ".join(f"{r.mode}: {_gpus(r.gpus)}" for r in rows.itertuples() if r.mode != top["mode"])
+    return f"Fewest GPUs over {link}: {_gpus(top['gpus'])}, {top['mode']} — {others}"
+
+
 def goodput_sentence(grid: dict, s: PDSetup, *, short: bool = False) -> str:
     """Section 7: the most efficient (prefill, decode) pool sizes and their goodput per GPU."""
     rpg = np.asarray(grid["rate_per_gpu"])

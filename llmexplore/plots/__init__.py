@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 from ..errors import SpecError
 
 __all__ = ["TEMPLATE", "TITLE_CHARS", "NOT_FIT", "RANK_SERIES", "RANK_KEY", "RANK_MARKER", "ref_line",
-           "ref_trace", "base", "base_layout", "tidy_log_axes", "distinct_labels", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
+           "ref_trace", "base", "base_layout", "tidy_log_axes", "tidy", "distinct_labels", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
            "not_fit_key", "fit_split", "uniform_note", "chosen_marker", "update_from", "layouts", "disagg", "moe", "transfer", "offload", "fidelity",
            "tables", "plan"]
 
@@ -116,8 +116,12 @@ def base_layout(title: str, height: int = 420, **more) -> dict:
 def base(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     """Apply :func:`base_layout` to a figure built with the ``go.Figure`` API (and :func:`tidy_log_axes`)."""
     fig.update_layout(**base_layout(title, height))
-    layout = fig.layout.to_plotly_json()
-    ticks = tidy_log_axes([t.to_plotly_json() for t in fig.data], layout)
+    return tidy(fig)
+
+
+def tidy(fig: go.Figure) -> go.Figure:
+    """:func:`tidy_log_axes` on a figure built without :func:`base` (its own layout calls)."""
+    ticks = tidy_log_axes([t.to_plotly_json() for t in fig.data], fig.layout.to_plotly_json())
     if ticks:
         fig.update_layout(ticks)
     return fig

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..labels import ENGINE_LABELS, KIND_LABELS, runtime_label
-from . import RANK_KEY, RANK_SERIES, base, base_layout, fmt
+from . import RANK_KEY, RANK_SERIES, base, base_layout, fmt, tidy
 from .tables import PeopleTable, people_table
 
 __all__ = ["IDENTITY", "IN_SAMPLE", "band_name", "category_colors", "predicted_vs_measured_figure", "AXES",
@@ -113,14 +113,14 @@ def predicted_vs_measured_figure(acc: pd.DataFrame, choices=("scalar", "engine")
                           row=1, col=1)
     fig.update_xaxes(type="log", range=[math.log10(lo), math.log10(hi)], title_text="measured (ms)")
     fig.update_yaxes(type="log", range=[math.log10(lo), math.log10(hi)], title_text="predicted (ms)")
-    layout = base_layout(title, height=760)
-    layout["margin"]["b"] = 250
+    layout = base_layout(title, height=680)
+    layout["margin"]["b"] = 160
     layout["margin"]["t"] += 20
     fig.update_layout(**layout)
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.14, yanchor="top", font=dict(size=10),
                                   title=dict(text="colour: model family | GPU (the full category is in the hover)<br>",
                                              side="top", font=dict(size=11))))
-    return fig
+    return tidy(fig)
 
 
 # ---- kernel curves ---------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def kernel_curves_figure(ct, *, title: str = "Fitted kernel curves against their
     fig.update_layout(**layout)
     fig.update_layout(height=top_px + layout["margin"]["b"] + plots_px)
     fig.update_annotations(font=dict(size=12))
-    return fig
+    return tidy(fig)
 
 
 # ---- tables for people -----------------------------------------------------------------------------------------
@@ -402,7 +402,7 @@ def serving_vs_measured_figure(table: pd.DataFrame, *, band_pct: float = 25.0,
     layout["margin"]["b"] = 120
     fig.update_layout(**layout)
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.16, yanchor="top"))
-    return fig
+    return tidy(fig)
 
 
 def serving_people_table(cats: pd.DataFrame) -> PeopleTable:

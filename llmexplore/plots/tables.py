@@ -59,7 +59,7 @@ HEADERS: dict[str, str] = {
     "kv_bytes_per_token_bf16": "KV per token, BF16 [bytes]", "kv_bytes_per_token_fp8": "KV per token, FP8 [bytes]",
     "params_total_billion": "parameters, total [billion]", "params_active_billion": "parameters, active [billion]",
     "kv_KiB_per_token_bf16": "KV per token, BF16 [KiB]", "kv_KiB_per_token_fp8": "KV per token, FP8 [KiB]",
-    "hbm_GiB": "HBM [GiB]", "hbm_GB": "HBM [GB]", "reserve_GB": "reserve [GB]", "hbm_bw_TBps": "HBM bandwidth [TB/s]", "bf16_TFLOPS": "BF16 peak [TFLOP/s]",
+    "hbm_GiB": "HBM [GiB]", "hbm_GB": "HBM [GB]", "hbm_bw_TBps": "HBM bandwidth [TB/s]", "bf16_TFLOPS": "BF16 peak [TFLOP/s]",
     "fp8_TFLOPS": "FP8 peak [TFLOP/s]", "fp4_TFLOPS": "FP4 peak [TFLOP/s]",
     "ridge_flops_per_byte_bf16": "BF16 ridge [FLOP/B]",
     "scale_up_link": "scale-up link", "scale_up_size": "scale-up domain [GPUs]", "scale_out_link": "scale-out link",

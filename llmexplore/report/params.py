@@ -168,10 +168,12 @@ def notebook_values(nb) -> dict[str, Any]:
 
 def value_text(value: Any) -> str:
     """A parameter's value as a report reader reads it: ``32768`` -> ``32,768``, ``1.0`` -> ``1``,
-    ``0.563`` -> ``0.563``, ``[0.25, 200]`` -> ``0.25–200``, a preset name as itself."""
+    ``0.563`` -> ``0.563``, ``[0.25, 200]`` -> ``0.25–200``, a preset name as itself, None -> "the default"."""
     import math
 
-    if isinstance(value, bool) or value is None:
+    if value is None:  # a parameter left unset: the notebook's own default applies
+        return "the default"
+    if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):
         return f"{value:,}"

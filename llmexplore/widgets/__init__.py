@@ -34,6 +34,7 @@ from typing import Callable, ClassVar, NamedTuple
 
 import anywidget
 import ipywidgets as W
+import numpy as np
 import plotly.graph_objects as go
 import traitlets
 
@@ -42,7 +43,7 @@ from ..errors import LlmexploreError, SpecError
 from ..plots import TEMPLATE, TITLE_CHARS, fmt, update_from, wrap_title
 from ..units import DTYPE_BYTES
 
-__all__ = ["Explorer", "Draw", "FitWidth", "choice_slider", "log_options", "nice_options", "mark_stale", "preset_name",
+__all__ = ["Explorer", "Draw", "FitWidth", "choice_slider", "typed", "typed_value", "log_options", "nice_options", "mark_stale", "preset_name",
            "dtype_name", "layouts", "disagg", "moe", "transfer", "offload", "plan"]
 
 #: what a figure looks like while it shows a configuration that could not be evaluated
@@ -248,7 +249,7 @@ class Explorer:
         else:
             app.figures = {key: go.FigureWidget(draws[key].figure()) for key in cls.FIGURES}
             app.status.value, app.last = text, last
-        columns = [W.VBox([controls[name] for name in col], layout=W.Layout(margin="0 16px 0 0"))
+        columns = [W.VBox([typed(controls[name]) for name in col], layout=W.Layout(margin="0 16px 0 0"))
                    for col in rows]
         fit = FitWidth(layout=W.Layout(width="100%"))
         fit.observe(app.fit_width, names="width")
@@ -291,12 +292,61 @@ def choice_slider(values, value, description: str, unit: str = "", *, label=None
     """A slider over ``values`` whose readout is formatted with its unit ("8,192 tokens", "1,000 ms").
 
     ``value`` is added to the options if it is not one of them (an explorer extends its control rather than
-    clamping the value or raising a ``TraitError``).
-    """
+    clamping the value or raising a ``TraitError``). In an explorer it gets a box to type a value into
+    (:func:`typed`)."""
     label = label or (lambda v: fmt(v, unit, trim=True))
     options = sorted(set(values) | {value})
-    return W.SelectionSlider(options=[(label(v), v) for v in options], value=value, description=description,
-                             continuous_update=False, style=STYLE, layout=W.Layout(**SLIDER_LAYOUT))
+    slider = W.SelectionSlider(options=[(label(v), v) for v in options], value=value, description=description,
+                               continuous_update=False, style=STYLE, layout=W.Layout(**SLIDER_LAYOUT))
+    slider._llmexplore_label = label  # what typed() labels a typed value with
+    return slider
+
+
+def typed_value(slider: W.SelectionSlider, text: str):
+    """Put the number ``text`` on ``slider`` (added to its options, labelled as the others) and return it; a
+    SpecError naming the control when it is not a number of the slider's kind (whole for integer sliders)."""
+    values = [v for _, v in slider.options]
+    whole = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values)
+    try:
+        x = float(str(text).replace(",", "").replace("_", "").strip())
+    except ValueError:
+        x = float("nan")
+    if not np.isfinite(x) or x < 0 or (whole and x != int(x)) or abs(x) > 1e15:
+        raise SpecError(f"{slider.description} must be {'a whole number' if whole else 'a number'} >= 0, got "
+                        f"{_check.shown(text)}")
+    v = int(x) if whole else x
+    if v not in values:
+        label = getattr(slider, "_llmexplore_label", str)
+        slider.options = [(label(o), o) for o in sorted(set(values) | {v})]
+    slider.value = v
+    return v
+
+
+def typed(control):
+    """``control`` with a box to type its value into, when it is a numeric choice slider (sliders snap to their
+    options; a reader often has the exact number): Enter puts it on the slider, extending its options. Other
+    controls come back as they are."""
+    if not isinstance(control, W.SelectionSlider) or not hasattr(control, "_llmexplore_label"):
+        return control
+    box = W.Text(value="", placeholder="type", continuous_update=False, layout=W.Layout(width="86px"),
+                 tooltip=f"type a value for {control.description} and press Enter")
+    box.add_class("llmexplore-typed")
+
+    def submit(change):
+        text = change["new"].strip()
+        if not text:
+            return
+        try:
+            typed_value(control, text)
+        except SpecError as exc:
+            box.layout.border = "1px solid #b00"
+            box.tooltip = str(exc)
+            return
+        box.layout.border = None
+        box.value = ""
+
+    box.observe(submit, names="value")
+    return W.HBox([control, box])
 
 
 def dropdown(options, value, description: str) -> W.Dropdown:

@@ -344,8 +344,8 @@ def test_a_config_python_cannot_parse_is_one_line(text, rule, tmp_path, capsys):
     tracebacks; both are now one line naming --config, from a file or as text."""
     path = tmp_path / "cfg.json"
     path.write_text(text)
-    for given in (str(path), text):
-        assert cli.main(["simulate", "--config", given, "--isl", "10", "--osl", "10", "--rate", "1"]) == 2
+    for config in (str(path), text):
+        assert cli.main(["simulate", "--config", config, "--isl", "10", "--osl", "10", "--rate", "1"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("llmexplore: error: --config ") and rule in err and err.count("\n") == 1
 

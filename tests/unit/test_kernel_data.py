@@ -1,7 +1,6 @@
 """data/kernels/: kernel-level measurements extracted from aiconfigurator (issue 9 groundwork)."""
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 

@@ -139,6 +139,13 @@ def test_pd_threshold_sentences():
     assert fd.goodput_sentence(grid, s, short=True) == ("Most efficient: 2 prefill + 2 decode instances, 0.250 req/s "
                                                         "per GPU (grid edge: +300% over pools of at most 1)")
     assert "on the edge of the grid (up to 2 instances of each)" in fd.goodput_sentence(grid, s)
+    modes = [{"mode": "colocated", "gpus": 160.0}, {"mode": "disaggregated, serial", "gpus": 72.0},
+             {"mode": "disaggregated, pipelined", "gpus": 72.0}]
+    assert fd.modes_title(modes, "roce-400g", "disaggregated, pipelined") == (
+        "Fewest GPUs over roce-400g: 72 GPUs, disaggregated, pipelined — colocated: 160 GPUs; disaggregated, serial: "
+        "72 GPUs")
+    assert fd.modes_title([{"mode": "colocated", "gpus": np.inf}], "tcp-100g") == (
+        "No serving mode meets the SLOs at the target rate over tcp-100g")
     inner = {"n": np.array([1, 2, 3]), "rate": np.ones((3, 3)), "gpus": np.full((3, 3), 8),
              "rate_per_gpu": np.array([[0.1, 0.1, 0.1], [0.1, 0.3, 0.1], [0.1, 0.1, 0.1]])}
     assert fd.goodput_sentence(inner, s, short=True) == ("Most efficient: 2 prefill + 2 decode instances, 0.300 req/s "

@@ -27,7 +27,7 @@ def test_placeholders_read_as_values_with_the_name_kept():
 
 
 @pytest.mark.parametrize("value, text", [(8, "8"), (4096, "4,096"), (3000.0, "3,000"), (0.563, "0.563"),
-                                         (12345.6, "12,346"), (True, "True"), (None, "None"), ("h200", "h200"),
+                                         (12345.6, "12,346"), (True, "True"), (None, "the default"), ("h200", "h200"),
                                          ([1, 2, 3], "1, 2, 3"), (float("inf"), "inf")])
 def test_value_text(value, text):
     assert value_text(value) == text
