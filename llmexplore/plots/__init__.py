@@ -319,7 +319,7 @@ def _same(a, b) -> bool:
 _AXIS = re.compile(r"^[xy]axis\d*$")
 _VIEW_STATE = ("range", "autorange")  # axis keys a reader's zoom sets; kept unless the spec sets them
 #: layout keys an explorer may set that a spec does not always carry: cleared when the spec lacks them
-_CLEARED = {"annotations": (), "shapes": (), "paper_bgcolor": None, "plot_bgcolor": None}
+_CLEARED = {"annotations": (), "shapes": (), "paper_bgcolor": None, "plot_bgcolor": None, "meta": None}
 
 
 def update_from(fig: go.Figure, new) -> None:

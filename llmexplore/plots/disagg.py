@@ -128,7 +128,7 @@ def gpus_vs_bandwidth_figure(df: pd.DataFrame, breakeven: dict | None = None, *,
         np.where(np.isfinite(df["gpus"]), df["gpus"], np.nan)))
     for mode, bw in (breakeven or {}).items():
         if np.isfinite(bw):
-            ref_line(fig, x=bw, span=[0, top], name=f"{mode.split(', ')[1]} pays from {bw:.1f} GB/s",
+            ref_line(fig, x=bw, span=[0, top], name=f"{mode.split(', ')[1]} pays from {fmt(bw, 'GB/s')}",
                       color=mode_color(mode), dash="dot")
     fig.update_xaxes(type="log", title_text="achievable link bandwidth per instance NIC (GB/s)")
     fig.update_yaxes(title_text="GPUs (prefill + decode, or colocated)", range=[0, top])

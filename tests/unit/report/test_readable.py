@@ -152,3 +152,15 @@ def test_launch_commands_break_between_flags_never_inside_a_token():
     assert lines[-1] == "  note: short --line" and all(len(line) <= 100 for line in lines)
     # a shell reads the continued lines as the same command: the same tokens
     assert shlex.split(" ".join(line.rstrip("\\") for line in lines[:-1])) == shlex.split(cmd)
+
+
+def test_the_voila_landing_page_says_what_each_notebook_answers():
+    """Issue 20 §1.7: `make serve`'s landing page was a bare list of file names; its template carries each
+    notebook's title and first sentence, and must follow the notebooks (regenerate with voila_tree())."""
+    from llmexplore.report.pages import VOILA_TREE, voila_tree_text
+
+    assert VOILA_TREE.read_text(encoding="utf-8") == voila_tree_text(), \
+        "share/jupyter/voila/templates/llmexplore/tree.html is stale: run llmexplore.report.pages.voila_tree()"
+    text = voila_tree_text()
+    assert '"60_deployment_planner.ipynb": "Deployment planner: the best way to serve a model within a GPU budget"' in text
+    assert "extends 'voila/templates/lab/tree.html'" in text
