@@ -26,7 +26,7 @@ from ..errors import SpecError
 
 __all__ = ["TEMPLATE", "TITLE_CHARS", "NOT_FIT", "RANK_SERIES", "RANK_KEY", "RANK_MARKER", "ref_line",
            "ref_trace", "base", "base_layout", "tidy_log_axes", "tidy", "distinct_labels", "trace", "fmt", "wrap_title", "figure", "spec_builder", "grid_layout",
-           "not_fit_key", "fit_split", "uniform_note", "chosen_marker", "update_from", "layouts", "disagg", "moe", "transfer", "offload", "fidelity",
+           "not_fit_key", "fit_split", "uniform_note", "values_at", "values_note", "chosen_marker", "update_from", "layouts", "disagg", "moe", "transfer", "offload", "fidelity",
            "tables", "plan"]
 
 TEMPLATE = "plotly_white"
@@ -252,6 +252,34 @@ def uniform_note(layout: dict, text: str) -> dict:
     margin = layout.setdefault("margin", {})
     margin["b"] = margin.get("b", 60) + 18 * (lines.count("<br>") + 1) + 8
     layout["height"] = layout.get("height", 420) + 18 * (lines.count("<br>") + 1) + 8
+    return layout
+
+
+def values_at(series: dict, x: float, unit: str, *, what: str) -> str:
+    """"at <what>: A 33.2 · B 33.3 · C 36.9 ms" — each series' value at ``x``, interpolated on log axes from its
+    points that are finite, smallest first (``series``: {name: (xs, ys)}); "does not fit" outside a series' range.
+    What a log axis squashes (a few percent between curves), a figure states in numbers."""
+    parts = []
+    for name, (xs, ys) in series.items():
+        xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+        ok = np.isfinite(xs) & np.isfinite(ys) & (xs > 0) & (ys > 0)
+        if ok.sum() >= 1 and xs[ok].min() <= x <= xs[ok].max():
+            order = np.argsort(xs[ok])
+            v = float(np.exp(np.interp(np.log(x), np.log(xs[ok][order]), np.log(ys[ok][order]))))
+            parts.append((v, f"{name} {fmt(v, unit)}"))
+        else:
+            parts.append((np.inf, f"{name} does not fit"))
+    parts.sort(key=lambda p: p[0])
+    lines = [" · ".join(t for _, t in parts[i:i + 3]) for i in range(0, len(parts), 3)]  # three per line
+    return f"at {what}: " + "<br>".join(lines)
+
+
+def values_note(layout: dict, text: str, *, axis: str = "") -> dict:
+    """``text`` (e.g. :func:`values_at`) in a box at the top left of the panel of x axis ``x{axis}``."""
+    layout.setdefault("annotations", []).append(
+        dict(text=text, xref=f"x{axis} domain", yref=f"y{axis} domain", x=0.01, y=0.99, xanchor="left", yanchor="top",
+             showarrow=False, align="left", font=dict(size=11, color="#333"), bgcolor="rgba(255,255,255,0.85)",
+             bordercolor="#ccc", borderwidth=1))
     return layout
 
 

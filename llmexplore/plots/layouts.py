@@ -7,7 +7,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, distinct_labels, fmt, grid_layout,  # noqa: F401
+from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, distinct_labels, fmt, grid_layout, values_at,
+               values_note,  # noqa: F401
                chosen_marker, not_fit_key, ref_line, ref_trace, spec_builder)
 
 __all__ = ["LAYOUT_COLORS", "LAYOUT_SYMBOLS", "PART_COLORS", "step_time_figure", "phase_diagram_figure",
@@ -60,6 +61,10 @@ def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs 
     if context_marker is not None:
         data.append(chosen_marker(context_marker, finite, what="context",
                                   hover=f"chosen context: {fmt(context_marker, 'tokens')}"))
+        # the log axis squashes the few percent between layouts the title is about: state them
+        fits = {lay: (g["context"].to_numpy(float), np.where(g["feasible"].to_numpy(bool), g["step_ms"], np.nan))
+                for lay, g in curves.sort_values("context").groupby("layout", sort=False)}
+        values_note(layout, values_at(fits, float(context_marker), "ms", what=fmt(context_marker, "tokens")))
     for ax in ("xaxis", "xaxis2"):
         layout[ax].update(type="log", title=dict(text="context length (tokens)"))
     layout["yaxis"].update(type="log", title=dict(text="step time (ms)"))

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, fmt, grid_layout,  # noqa: F401
-               chosen_marker, fit_split, not_fit_key, ref_line, ref_trace, spec_builder)
+               chosen_marker, fit_split, not_fit_key, ref_line, ref_trace, spec_builder, values_at, values_note)
 
 __all__ = ["PLACEMENT_COLORS", "skew_figure", "rank_load_figure", "comm_figure", "scenario_figure"]
 
@@ -118,18 +118,30 @@ def comm_figure(df: pd.DataFrame, *, title: str = "One MoE layer: routed GEMMs, 
     return base(fig, title)
 
 
-def scenario_figure(df: pd.DataFrame, *, title: str = "DeepSeek-V3 on 16 GPUs: decode step vs batch"
-                        ) -> go.Figure:
+def scenario_figure(df: pd.DataFrame, *, title: str = "DeepSeek-V3 on 16 GPUs: decode step vs batch",
+                    batch_marker: float | None = None) -> go.Figure:
     """Step time vs batch for every configuration of :func:`llmexplore.sweeps.moe.scenario_table`;
-    dotted where the batch does not fit in memory."""
+    dotted where the batch does not fit in memory; ``batch_marker``: the chosen batch, with each
+    configuration's step there stated on the figure (the log axis squashes their differences)."""
     fig = go.Figure()
     palette = ["#7f7f7f", "#d62728", "#ff7f0e", "#1f77b4", "#17becf", "#9467bd", "#8c564b", "#e377c2", "#2ca02c"]
+    fits, spans = {}, []
     for i, (lay, g) in enumerate(df.groupby("layout", sort=False)):
         col = palette[i % len(palette)]
-        fig.add_scatter(x=g["batch"], y=g["step_ms"].where(g["feasible"]), name=lay, line=dict(color=col),
-                        legendgroup=lay)
-        fig.add_scatter(x=g["batch"], y=g["step_ms"].where(~g["feasible"]), name=f"{lay} (does not fit)",
+        solid, dotted = fit_split(g["step_ms"], g["feasible"])
+        fig.add_scatter(x=g["batch"], y=solid, name=lay, line=dict(color=col), legendgroup=lay)
+        fig.add_scatter(x=g["batch"], y=dotted, name=f"{lay} (does not fit)",
                         line=dict(color=col, dash="dot"), legendgroup=lay, showlegend=False)
+        fits[lay] = (g["batch"].to_numpy(float), solid)
+        spans.append(g["step_ms"].to_numpy(float))
+    fig.add_trace(not_fit_key(not bool(df["feasible"].all())))
+    if batch_marker is not None:
+        fig.add_trace(chosen_marker(batch_marker, spans, what="batch", hover=f"batch {fmt(batch_marker)}"))
     fig.update_xaxes(type="log", title_text="batch (sequences per step, all 16 GPUs)")
     fig.update_yaxes(type="log", title_text="decode step (ms)")
-    return base(fig, title)
+    fig = base(fig, title)
+    if batch_marker is not None:
+        lay = fig.layout.to_plotly_json()
+        values_note(lay, values_at(fits, float(batch_marker), "ms", what=f"batch {fmt(batch_marker)}"))
+        fig.update_layout(annotations=lay["annotations"])
+    return fig

@@ -164,3 +164,14 @@ def test_the_voila_landing_page_says_what_each_notebook_answers():
     text = voila_tree_text()
     assert '"60_deployment_planner.ipynb": "Deployment planner: the best way to serve a model within a GPU budget"' in text
     assert "extends 'voila/templates/lab/tree.html'" in text
+
+
+def test_a_log_axis_states_the_values_at_the_chosen_point():
+    """Issue 20 §1.8: 10 §3 and 30 §1 squash the 33-39 ms their titles talk about on a log axis; the figures now
+    state each curve's value at the chosen point, smallest first."""
+    text = plots.values_at({"TP": ([1024, 16384], [30.0, 48.0]), "DPA": ([1024, 16384], [31.0, 34.0]),
+                            "CP": ([1024, 2048], [40.0, 41.0])}, 4096, "ms", what="4,096 tokens")
+    # log-log interpolation: TP at 4,096 = 30 * (48/30)^(2/4) = 37.9
+    assert text == "at 4,096 tokens: DPA 32.5 ms · TP 37.9 ms · CP does not fit"
+    layout = plots.values_note({}, text)
+    assert layout["annotations"][0]["xref"] == "x domain" and layout["annotations"][0]["text"] == text
