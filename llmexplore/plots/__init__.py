@@ -138,7 +138,7 @@ def _finite(values) -> np.ndarray:
 def tidy_log_axes(data: list[dict], layout: dict) -> dict:
     """Tick steps for the log axes of a figure that set none: over two decades or more only the powers of ten
     are labelled (plotly's default also labels 2, 3, ... 9 of every decade, which collide), over less the
-    1-2-5 steps. Returns ``{axis: {"dtick": ...}}`` and applies it to ``layout`` (a dict) in place."""
+    1-2-5 steps with whole labels. Returns ``{axis: {"dtick": ...}}`` and applies it to ``layout`` (a dict) in place."""
     spans: dict[str, list[np.ndarray]] = {}
     for tr in data:
         for letter in ("x", "y"):
@@ -153,7 +153,9 @@ def tidy_log_axes(data: list[dict], layout: dict) -> dict:
             continue
         vals = np.concatenate(arrays) if arrays else np.empty(0)
         rng = ax.get("range")
-        if rng and len(rng) == 2 and all(isinstance(r, (int, float)) for r in rng):
+        if not (rng and len(rng) == 2 and all(isinstance(r, (int, float)) for r in rng)):
+            rng = None
+        if rng:
             decades = abs(float(rng[1]) - float(rng[0]))
         elif vals.size:
             decades = float(np.log10(vals.max() / vals.min()))
@@ -162,7 +164,12 @@ def tidy_log_axes(data: list[dict], layout: dict) -> dict:
         if decades >= 2:
             out[name] = {"dtick": 1}
         elif decades >= 0.7:
-            out[name] = {"dtick": "D2"}
+            # 1-2-5 steps with whole labels ("20", "50", "100"): plotly's own "D2" labels only the digit ("2",
+            # "5"). Three decades to spare each side, so a live figure whose range moves keeps its ticks.
+            lo_e = (math.floor(min(map(float, rng))) if rng else math.floor(math.log10(vals.min()))) - 3
+            hi_e = (math.ceil(max(map(float, rng))) if rng else math.ceil(math.log10(vals.max()))) + 3
+            ticks = [m * 10.0 ** e for e in range(lo_e, hi_e + 1) for m in (1, 2, 5)]
+            out[name] = {"tickmode": "array", "tickvals": ticks, "ticktext": [fmt(t, trim=True) for t in ticks]}
     for name, ticks in out.items():
         layout[name].update(ticks)
     return out
@@ -360,6 +367,8 @@ def update_from(fig: go.Figure, new) -> None:
     """
     spec = new if isinstance(new, dict) else new.to_plotly_json()
     data = list(spec.get("data", []))
+    if isinstance(spec.get("layout"), dict):
+        tidy_log_axes(data, spec["layout"])  # the same ticks as the figure it started as
     names = [t.get("name") for t in data]
     if None in names or len(set(names)) != len(names):
         raise SpecError(f"update_from needs uniquely named traces, got {names}")
