@@ -77,6 +77,32 @@ def test_llama3_70b_params():
     assert dense_gqa_params(80, 8192, 64, 8, 128, 28672, 128256, tied=False, norms=False) == 70_552_387_584
 
 
+def test_llama33_70b_is_the_llama31_70b_architecture():
+    # meta-llama/Llama-3.3-70B-Instruct config.json: the Llama-3.1-70B shapes (L 80, H 8192, 64/8 heads, d 128,
+    # I 28672, V 128256, untied), so the same 70,553,706,496 parameters and 320 KiB of BF16 KV per token
+    m = presets.model("llama-3.3-70b")
+    assert m.params_total == dense_gqa_params(80, 8192, 64, 8, 128, 28672, 128256, tied=False) == 70_553_706_496
+    assert m.kv_bytes_per_token("bf16") == 2 * 80 * 8 * 128 * 2 == 327_680
+
+
+def test_qwen3_235b_a22b_moe_params():
+    # Qwen/Qwen3-235B-A22B config.json: L 94 (all MoE), H 4096, 64/4 heads, d 128 (Q width 8192 != H), q/k norms,
+    # 128 experts of I_e 1536, top-8, no shared expert, V 151936, untied. Its safetensors index gives
+    # metadata.total_size 470,187,269,120 B in BF16: 235,093,634,560 parameters (the card's "235B").
+    L, H, hq, hkv, d, E, k, Ie, V = 94, 4096, 64, 4, 128, 128, 8, 1536, 151936
+    attn = H * hq * d + 2 * H * hkv * d + hq * d * H
+    norms = 2 * H + 2 * d
+    per_layer = attn + norms + E * 3 * H * Ie + H * E  # + router
+    total = L * per_layer + 2 * V * H + H  # + final norm
+    assert total == 235_093_634_560 == 470_187_269_120 // 2
+    m = presets.model("qwen3-235b-a22b")
+    assert m.params_total == total
+    # touched per token: all but the 120 unrouted experts of every layer, and the LM head but not the input table
+    assert m.params_active == total - L * (E - k) * 3 * H * Ie - V * H == 21_568_433_664
+    assert 22.0e9 < m.params_active + V * H < 22.3e9  # the card's "22B activated" counts both tables
+    assert m.kv_bytes_per_token("bf16") == 2 * L * hkv * d * 2 == 192_512
+
+
 def test_qwen3_4b_params():
     # Qwen/Qwen3-4B config.json: L 36, H 2560, 32/8 heads, explicit head_dim 128, I 9728, V 151936, tied.
     # docs/models.md §2 (norms excluded): total 4,022,272,000, non-embedding 3,633,315,840.
