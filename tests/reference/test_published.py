@@ -145,6 +145,25 @@ def test_deepseek_v3_params():
     assert round(active / 1e9, 1) == 36.6
 
 
+def test_kimi_k2_params():
+    # moonshotai/Kimi-K2-Instruct config.json (kimi_k2 = the DeepSeek-V3 architecture): H 7168, 61 layers of
+    # which 1 dense, 64 heads (DeepSeek-V3: 128), MLA ranks 1536/512, 384 routed experts of 2048 + 1 shared, top-8,
+    # V 163840. The model card: "1T" total, "32B" activated. Counted as for DeepSeek-V3 (norms and router bias
+    # apart; activated without the input table and the 376 unselected experts of each MoE layer).
+    H, V, heads = 7168, 163840, 64
+    attn = H * 1536 + 1536 * heads * 192 + H * 576 + 512 * heads * 256 + heads * 128 * H
+    expert = 3 * H * 2048
+    total = 61 * attn + 3 * H * 18432 + 60 * (385 * expert + H * 384) + 2 * V * H
+    active = total - 60 * (384 - 8) * expert - V * H
+    assert total == 1_026_407_202_816 and active == 31_686_066_176
+    m = presets.model("kimi-k2")
+    extra = deepseek_norms_and_bias(m)
+    assert m.params_total - extra == total and m.params_active - extra == active
+    assert round(total / 1e12, 2) == 1.03 and round(active / 1e9) == 32  # "1T total, 32B activated"
+    # MLA: one latent of 512 + the 64-wide rope key per layer, as DeepSeek-V3 (the heads do not enter the KV)
+    assert m.kv_bytes_per_token("bf16") == presets.model("deepseek-v3").kv_bytes_per_token("bf16") == 61 * 576 * 2
+
+
 # ---- KV bytes per token (PEERS.md §3.1) --------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, L, hkv, d, bf16", [
