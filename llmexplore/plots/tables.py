@@ -386,6 +386,6 @@ def sources_sentence() -> str:
     from .. import catalog
 
     sources = catalog.source_frame()
-    assumed = int(sources["source"].astype(str).str.lower().str.startswith("assumption").sum())
+    assumed = int(sources["source"].map(_is_assumption).sum())
     return (f"Each of the {len(sources):,} numbers in the presets has a source; {assumed} of them are marked as "
             f"assumptions to calibrate.")

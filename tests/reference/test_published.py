@@ -52,16 +52,23 @@ def test_llama32_3b_params_tied():
     assert m.params_active == n  # tied table counts once, as the LM head
 
 
+def qwen3_moe_params(L, H, hq, hkv, d, E, Ie, V) -> int:
+    """A Qwen3 MoE model's parameters from its config.json, every layer MoE, untied: Q/K/V/O projections (Q width
+    hq*d, which need not equal H), the two layer norms and the q/k norms, E experts of three H x Ie matrices and
+    the router, both embedding tables and the final norm."""
+    attn = H * hq * d + 2 * H * hkv * d + hq * d * H
+    norms = 2 * H + 2 * d
+    per_layer = attn + norms + E * 3 * H * Ie + H * E  # + router
+    return L * per_layer + 2 * V * H + H  # + final norm
+
+
 def test_qwen3_30b_a3b_moe_params():
     # Qwen/Qwen3-30B-A3B config.json: L 48 (all MoE), H 2048, 32/4 heads, d 128, q/k norms, 128 experts of
     # I_e 768, top-8, V 151936, untied. HF safetensors index total: 30,532,122,624 params (the model card's
     # "30.5B"); 3,353,032,704 touched per token counting both embedding tables (the card's "3.3B activated";
     # llmexplore's params_active counts the LM head but not the input table, since a lookup reads one row).
     L, H, hq, hkv, d, E, k, Ie, V = 48, 2048, 32, 4, 128, 128, 8, 768, 151936
-    attn = H * hq * d + 2 * H * hkv * d + hq * d * H
-    norms = 2 * H + 2 * d
-    per_layer = attn + norms + E * 3 * H * Ie + H * E  # + router
-    total = L * per_layer + 2 * V * H + H  # + final norm
+    total = qwen3_moe_params(L, H, hq, hkv, d, E, Ie, V)
     assert total == 30_532_122_624
     m = presets.model("qwen3-30b-a3b")
     assert m.params_total == total
@@ -90,10 +97,7 @@ def test_qwen3_235b_a22b_moe_params():
     # 128 experts of I_e 1536, top-8, no shared expert, V 151936, untied. Its safetensors index gives
     # metadata.total_size 470,187,269,120 B in BF16: 235,093,634,560 parameters (the card's "235B").
     L, H, hq, hkv, d, E, k, Ie, V = 94, 4096, 64, 4, 128, 128, 8, 1536, 151936
-    attn = H * hq * d + 2 * H * hkv * d + hq * d * H
-    norms = 2 * H + 2 * d
-    per_layer = attn + norms + E * 3 * H * Ie + H * E  # + router
-    total = L * per_layer + 2 * V * H + H  # + final norm
+    total = qwen3_moe_params(L, H, hq, hkv, d, E, Ie, V)
     assert total == 235_093_634_560 == 470_187_269_120 // 2
     m = presets.model("qwen3-235b-a22b")
     assert m.params_total == total

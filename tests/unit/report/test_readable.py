@@ -163,10 +163,11 @@ def test_the_voila_landing_page_says_what_each_notebook_answers():
     from llmexplore.report.pages import VOILA_TREE, voila_tree_text
 
     assert VOILA_TREE.read_text(encoding="utf-8") == voila_tree_text(), \
-        "share/jupyter/voila/templates/llmexplore/tree.html is stale: run llmexplore.report.pages.voila_tree()"
+        "share/jupyter/voila/templates/llmexplore/tree_descriptions.j2 is stale: run llmexplore.report.pages.voila_tree()"
     text = voila_tree_text()
     assert '"60_deployment_planner.ipynb": "Deployment planner: the best way to serve a model within a GPU budget"' in text
-    assert "extends 'voila/templates/lab/tree.html'" in text
+    tree = (VOILA_TREE.parent / "tree.html").read_text(encoding="utf-8")
+    assert "import titles, descriptions" in tree and "descriptions[content.name]" in tree
 
 
 def test_a_log_axis_states_the_values_at_the_chosen_point():
