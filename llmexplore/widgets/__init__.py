@@ -302,6 +302,10 @@ def choice_slider(values, value, description: str, unit: str = "", *, label=None
     return slider
 
 
+#: the largest value a slider's box takes (any model bound is far below; the explorer names the real rule)
+MAX_TYPED = 1e15
+
+
 def typed_value(slider: W.SelectionSlider, text: str):
     """Put the number ``text`` on ``slider`` (added to its options, labelled as the others) and return it; a
     SpecError naming the control when it is not a number of the slider's kind (whole for integer sliders)."""
@@ -311,9 +315,10 @@ def typed_value(slider: W.SelectionSlider, text: str):
         x = float(str(text).replace(",", "").replace("_", "").strip())
     except ValueError:
         x = float("nan")
-    if not np.isfinite(x) or x < 0 or (whole and x != int(x)) or abs(x) > 1e15:
-        raise SpecError(f"{slider.description} must be {'a whole number' if whole else 'a number'} >= 0, got "
-                        f"{_check.shown(text)}")
+    positive = min(values) > 0  # a slider of batches, tokens, rates: its typed value must be positive too
+    if (not np.isfinite(x) or x < 0 or (positive and x == 0) or (whole and x != int(x)) or x > MAX_TYPED):
+        raise SpecError(f"{slider.description} must be {'a whole number' if whole else 'a number'} "
+                        f"{'> 0' if positive else '>= 0'} and at most {MAX_TYPED:.0e}, got {_check.shown(text)}")
     v = int(x) if whole else x
     if v not in values:
         label = getattr(slider, "_llmexplore_label", str)

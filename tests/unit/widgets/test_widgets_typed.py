@@ -13,8 +13,12 @@ def test_a_typed_value_lands_on_the_slider_and_extends_it():
     s = widgets.choice_slider([1024, 2048, 4096], 2048, "context", "tokens")
     assert widgets.typed_value(s, "3,000") == 3000 and s.value == 3000
     assert [label for label, _ in s.options] == ["1,024 tokens", "2,048 tokens", "3,000 tokens", "4,096 tokens"]
-    with pytest.raises(SpecError, match=r"context must be a whole number >= 0, got '2.5'"):
+    with pytest.raises(SpecError, match=r"context must be a whole number > 0 and at most 1e\+15, got '2.5'"):
         widgets.typed_value(s, "2.5")
+    for bad in ("0", "1e30", "-4"):  # zero, huge: refused with the rule, the slider untouched
+        with pytest.raises(SpecError, match=f"got '{bad}'"):
+            widgets.typed_value(s, bad)
+    assert s.value == 3000
     with pytest.raises(SpecError, match="got 'abc'"):
         widgets.typed_value(s, "abc")
     r = widgets.choice_slider([0.5, 1.0], 1.0, "rate", "req/s")
