@@ -31,6 +31,10 @@ def preset_records(kind: str) -> list[dict]:
             row["efficiency"] = spec.efficiency
         elif kind == "storage":
             row["effective_read_GBps"] = spec.effective_GBps()
+        elif kind == "speculative":
+            row["tokens_per_step"] = spec.tokens_per_step
+            row["verify_width"] = spec.verify_width
+            row["acceptance"] = list(spec.acceptance)
         row["sources"] = dict(spec.sources)
         out.append(row)
     return out
@@ -50,6 +54,7 @@ _COLUMNS = {
     "storage": ["name", "kind", "read_GBps", "latency_us", "link_GBps", "h2d_GBps", "queue_depth", "io_KiB",
                 "effective_read_GBps", "block_overhead_us"],
     "targets": ["name", "ttft_ms", "tpot_ms", "stat", "e2e_ms"],
+    "speculative": ["name", "method", "draft_tokens", "verify_width", "tokens_per_step", "conditions"],
 }
 
 

@@ -1,9 +1,9 @@
 """Presets: YAML files under ``data/`` turned into validated, frozen specs.
 
 Built-in files: ``data/models.yaml``, ``data/hardware.yaml``, ``data/links.yaml``, ``data/runtime.yaml``,
-``data/storage.yaml``, ``data/targets.yaml``.
+``data/storage.yaml``, ``data/targets.yaml``, ``data/speculative.yaml``.
 Users add or override entries with their own YAML file, whose top level has any of the sections
-``models``, ``hardware``, ``links``, ``runtime``, ``storage``, ``targets``::
+``models``, ``hardware``, ``links``, ``runtime``, ``storage``, ``targets``, ``speculative``::
 
     models:
       my-model:
@@ -28,9 +28,10 @@ import yaml
 from . import _check
 from ._check import path_kind, read_text, shown
 from .errors import SpecError, UnknownPresetError
-from .specs import Hardware, Link, ModelSpec, Runtime, StorageTier, Targets
+from .specs import Hardware, Link, ModelSpec, Runtime, SpecDecode, StorageTier, Targets
 
-__all__ = ["DATA_DIR", "KINDS", "model", "hardware", "link", "runtime", "storage", "target", "names", "table",
+__all__ = ["DATA_DIR", "KINDS", "model", "hardware", "link", "runtime", "storage", "target", "speculative", "names",
+           "table",
            "add_file", "clear_cache", "resolve"]
 
 DATA_DIR = Path(os.environ.get("LLMEXPLORE_DATA", Path(__file__).resolve().parents[1] / "data"))
@@ -43,17 +44,18 @@ KINDS: dict[str, tuple[str, type]] = {
     "runtime": ("runtime", Runtime),
     "storage": ("storage", StorageTier),
     "targets": ("targets", Targets),
+    "speculative": ("speculative", SpecDecode),
 }
 #: kind -> the word that names a preset of it in messages ("gpu: no hardware preset ...")
 _FIELDS = {"models": "model", "hardware": "gpu", "links": "link", "runtime": "runtime", "storage": "storage",
-           "targets": "target"}
+           "targets": "target", "speculative": "speculative"}
 
 _user_files: list[Path] = []
 
 
 def add_file(path: str | os.PathLike) -> None:
     """Register a user preset file (YAML with sections ``models``/``hardware``/``links``/``runtime``/``storage``/
-    ``targets``)."""
+    ``targets``/``speculative``)."""
     p = _check.user_path("preset file", path)
     kind = path_kind(p)
     if kind != "file":
@@ -258,6 +260,12 @@ def target(name: str) -> Targets:
     """A latency-target preset (``data/targets.yaml`` or a user file's ``targets`` section), e.g.
     ``"mlperf-llama-2-70b-server"``: TTFT and TPOT targets [ms] and the statistic they bound."""
     return _get("targets", name, "target")
+
+
+def speculative(name: str) -> SpecDecode:
+    """A speculative-decoding preset (``data/speculative.yaml`` or a user file's ``speculative`` section): the
+    draft method, its length and the acceptance measured under stated conditions, e.g. ``"deepseek-mtp-1"``."""
+    return _get("speculative", name, "speculative")
 
 
 KERNEL_FILE = DATA_DIR / "kernel_efficiency.yaml"

@@ -20,8 +20,8 @@ from .units import dtype_bytes
 from ._spec_base import (MAX_EXPERTS, MAX_FFN, MAX_GIB, MAX_LAYERS, MAX_RATE, MAX_VOCAB, MAX_WIDTH, MIN_POSITIVE, Spec,
                          check_numbers, freeze_sources, meta)
 
-__all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "StorageTier", "Targets", "ATTENTION_KINDS", "LINK_KINDS",
-           "STORAGE_KINDS", "TARGET_STATS"]
+__all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "StorageTier", "Targets", "SpecDecode", "ATTENTION_KINDS",
+           "LINK_KINDS", "STORAGE_KINDS", "TARGET_STATS", "SPEC_METHODS", "MAX_DRAFT_TOKENS"]
 
 ATTENTION_KINDS = ("gqa", "mla")
 LINK_KINDS = ("scale-up", "scale-out", "host")
@@ -34,6 +34,11 @@ MEMORY_FRACTIONS_OF = ("total", "free", "static")
 RUNTIME_ENGINES = ("", "trtllm", "vllm", "sglang")
 #: the statistic over requests a latency target bounds: the mean, or the 50th, 90th or 99th percentile
 TARGET_STATS = ("mean", "p50", "p90", "p99")
+#: how speculative decoding drafts its tokens: the model's own multi-token-prediction module ("mtp", DeepSeek-V3),
+#: a separately trained one-layer draft head fed the target's hidden states ("draft_head", EAGLE), or n-gram /
+#: prompt lookup on the CPU ("ngram": no GPU work to draft)
+SPEC_METHODS = ("mtp", "draft_head", "ngram")
+MAX_DRAFT_TOKENS = 64  # draft tokens per verify step (engines cap it far lower: SGLang's default chain is 3-5)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -81,6 +86,9 @@ class ModelSpec(Spec):
     expert_groups: int = field(default=1, metadata=meta("", "expert groups (group-limited routing)", min=1,
                                                          max=MAX_EXPERTS, integer=True, optional=True))
     router_bias: bool = False
+    mtp_layers: int = field(default=0, metadata=meta("", "multi-token-prediction modules released with the model "
+                                                      "(DeepSeek-V3 num_nextn_predict_layers); 0: none",
+                                                      min=0, max=MAX_LAYERS, integer=True, optional=True))
     weight_dtype: str = field(default="bf16", metadata={"help": "dtype the weights are released in (the "
                                                                 "default weight dtype wherever none is chosen)"})
     display_name: str = ""
@@ -535,3 +543,93 @@ class Targets(Spec):
     def percentile(self) -> float:
         """The percentile ``stat`` names (p99: 99.0, p50: 50.0); NaN for the mean."""
         return float("nan") if self.stat == "mean" else float(self.stat[1:])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpecDecode(Spec):
+    """Speculative decoding: how tokens are drafted and how many of them the target model accepts.
+
+    Each decode iteration drafts ``draft_tokens`` k tokens per sequence and verifies them in one forward pass
+    of the target model over ``verify_tokens`` tokens per sequence (k + 1 for a chain; more for a tree of
+    candidates, SGLang's --speculative-num-draft-tokens). The acceptance is given explicitly, never defaulted:
+    either ``acceptance``, the k per-position conditional acceptance rates (the chance draft i is accepted
+    given drafts 1..i-1 were), or ``accepted_length``, the mean tokens a verify step emits per sequence
+    (accepted drafts plus the target's own token, in [1, k + 1]; what SGLang reports as "accept length" and
+    the EAGLE papers as tau). ``conditions`` says what the acceptance was measured on (dataset,
+    temperature): it does not carry over to other traffic. docs/models.md §1.6.
+    """
+
+    name: str
+    method: str = field(metadata={"help": "'mtp' (the model's MTP module), 'draft_head' (EAGLE-style head) or "
+                                          "'ngram' (prompt lookup, no GPU draft)"})
+    draft_tokens: int = field(metadata=meta("tokens", "draft tokens k per sequence per verify step", min=1,
+                                             max=MAX_DRAFT_TOKENS, integer=True))
+    conditions: str = field(metadata={"help": "what the acceptance was measured on: dataset, temperature"})
+    acceptance: tuple = ()
+    accepted_length: float = field(default=0.0, metadata=meta("tokens", "mean tokens emitted per verify step "
+                                                               "per sequence (tau); 0: from acceptance", min=0,
+                                                               max=MAX_DRAFT_TOKENS + 1, optional=True))
+    verify_tokens: int = field(default=0, metadata=meta("tokens", "tokens per sequence the target verifies per "
+                                                         "step; 0: draft_tokens + 1 (a chain)", min=0,
+                                                         max=4 * MAX_DRAFT_TOKENS, integer=True, optional=True))
+    draft_width: int = field(default=1, metadata=meta("tokens", "tokens per sequence in each draft step after "
+                                                       "the first (a tree's top-k); 1: a chain", min=1,
+                                                       max=MAX_DRAFT_TOKENS, integer=True, optional=True))
+    draft_vocab: int = field(default=0, metadata=meta("", "vocabulary of the draft's LM head; 0: the target's",
+                                                       min=0, max=MAX_VOCAB, integer=True, optional=True))
+    host_ms: float = field(default=0.0, metadata=meta("ms", "CPU time per verify step to draft (n-gram lookup)",
+                                                       min=0, max=1e4, optional=True))
+    display_name: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        freeze_sources(self)
+        where = f"SpecDecode {_check.shown(self.name)}"
+        if self.method not in SPEC_METHODS:
+            raise SpecError(f"{where}: method must be one of {list(SPEC_METHODS)}, got {_check.shown(self.method)}")
+        check_numbers(self)
+        _check.text(f"{where}: conditions", self.conditions)
+        k = self.draft_tokens
+        acc = self.acceptance
+        if isinstance(acc, (str, bytes)) or not isinstance(acc, (list, tuple)):
+            raise SpecError(f"{where}: acceptance must be a list of {k} rates in [0, 1] (one per draft position), "
+                            f"got {_check.shown(acc)}")
+        acc = tuple(_check.number(f"{where}: acceptance[{i}]", a, lo=0.0, hi=1.0) for i, a in enumerate(acc))
+        object.__setattr__(self, "acceptance", acc)
+        if bool(acc) == bool(self.accepted_length):
+            raise SpecError(f"{where}: give the acceptance one way, either acceptance (a rate per draft position) "
+                            f"or accepted_length (mean tokens per verify step), got "
+                            f"{'both' if acc else 'neither'}")
+        if acc and len(acc) != k:
+            raise SpecError(f"{where}: acceptance must hold one rate per draft token ({k}), got {len(acc)}")
+        if self.accepted_length and not 1.0 <= self.accepted_length <= k + 1:
+            raise SpecError(f"{where}: accepted_length must be in [1, draft_tokens + 1 = {k + 1}] tokens (the "
+                            f"target's own token plus the accepted drafts), got {self.accepted_length:g}")
+        if self.verify_tokens and self.verify_tokens < k + 1:
+            raise SpecError(f"{where}: verify_tokens must be 0 (a chain: draft_tokens + 1) or >= draft_tokens + 1 "
+                            f"= {k + 1}, got {self.verify_tokens}")
+        if self.method == "ngram" and (self.draft_width > 1 or self.draft_vocab):
+            raise SpecError(f"{where}: draft_width and draft_vocab describe a GPU draft; method 'ngram' drafts on "
+                            "the CPU (leave them out)")
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens a verify step emits per sequence (tau) [tokens]: ``accepted_length``, or from the
+        per-position rates 1 + sum_i prod_{j <= i} a_j (a draft counts only if every earlier one was accepted)."""
+        if self.accepted_length:
+            return float(self.accepted_length)
+        tau, run = 1.0, 1.0
+        for a in self.acceptance:
+            run *= a
+            tau += run
+        return tau
+
+    @property
+    def verify_width(self) -> int:
+        """Tokens per sequence in the verify pass: ``verify_tokens``, or k + 1 for a chain."""
+        return self.verify_tokens or self.draft_tokens + 1

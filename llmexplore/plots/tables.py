@@ -241,6 +241,8 @@ PRESET_CAPTIONS = {
     "storage": "Storage tiers for an offloaded KV cache (read bandwidth and latency; effective = Little's law at the "
                "queue depth)",
     "targets": "Latency targets: TTFT and TPOT bounds on a statistic over requests (MLPerf Inference server scenarios)",
+    "speculative": "Speculative decoding: draft method and length, and the acceptance measured under the stated "
+                   "conditions (tokens per step = accepted drafts + the target's own token)",
 }
 
 

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KDIR = ROOT / "data" / "kernels"
 DEEPEP_LL = KDIR / "aic_deepep_ll.csv"  # aiconfigurator's DeepEP low-latency tables, every GPU in one file
 CSVS = sorted(set(KDIR.glob("aic_*.csv")) - {DEEPEP_LL})  # aiconfigurator's kernel database, a file per class
-OTHER_CSVS = sorted(set(KDIR.glob("*.csv")) - set(CSVS) - {DEEPEP_LL})  # published kernel tables (DeepGEMM, ...)
+OWN_CSVS = sorted(KDIR.glob("own_*.csv"))  # measured by this project (benchmarks/gpu/)
+OTHER_CSVS = sorted(set(KDIR.glob("*.csv")) - set(CSVS) - {DEEPEP_LL} - set(OWN_CSVS))  # published (DeepGEMM, ...)
 README = (KDIR / "README.md").read_text()
 HW = yaml.safe_load((ROOT / "data" / "hardware.yaml").read_text())
 
@@ -94,6 +95,23 @@ def test_published_kernel_tables_cite_their_source(path):
     assert re.match(r"# source: \S+/\S+ .*((commit|@) ?[0-9a-f]{7,40}|https://github\.com/\S+/\S+/pull/\d+)",
                     head), head
     assert path.name in README, f"{path.name} is not described in data/kernels/README.md"
+    df = load(path)
+    assert len(df) > 0 and path.stat().st_size < 1e6
+    num = df.select_dtypes("number").to_numpy(float)
+    assert np.all(np.isfinite(num)) and np.all(num > 0)
+
+
+@pytest.mark.parametrize("path", OWN_CSVS, ids=lambda p: p.name)
+def test_own_kernel_measurements_name_their_script_device_and_method(path):
+    """Our own GPU measurements: a header naming the script in benchmarks/gpu/ (which exists), the date, the
+    device and the method, a row in data/kernels/README.md, positive finite numbers."""
+    head = path.read_text().splitlines()[:3]
+    m = re.match(r"# source: own measurement, (benchmarks/gpu/\S+\.py), (\d{4}-\d{2}-\d{2})$", head[0])
+    assert m, head[0]
+    assert (ROOT / m.group(1)).is_file(), m.group(1)
+    assert head[1].startswith("# device: ") and "torch" in head[1], head[1]
+    assert head[2].startswith("# method: "), head[2]
+    assert f"| `{path.name}` |" in README
     df = load(path)
     assert len(df) > 0 and path.stat().st_size < 1e6
     num = df.select_dtypes("number").to_numpy(float)

@@ -10,10 +10,10 @@ import pytest
 
 from llmexplore import presets
 from llmexplore.errors import SpecError, UnknownPresetError
-from llmexplore.specs import TARGET_STATS, Hardware, Link, ModelSpec, Runtime, StorageTier, Targets
+from llmexplore.specs import TARGET_STATS, Hardware, Link, ModelSpec, Runtime, SpecDecode, StorageTier, Targets
 
 KIND_CLASSES = {"models": ModelSpec, "hardware": Hardware, "links": Link, "runtime": Runtime, "storage": StorageTier,
-                "targets": Targets}
+                "targets": Targets, "speculative": SpecDecode}
 ALL_PRESETS = [(kind, name) for kind in presets.KINDS for name in presets.names(kind)]
 
 

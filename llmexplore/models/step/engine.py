@@ -49,7 +49,7 @@ from .sampler import SAMPLERS
 from .stats import expected_max_std_normal
 
 __all__ = ["LAYOUTS", "LAYOUT_INFO", "KERNEL_CLASSES", "EMB_BYTES", "LOGIT_BYTES", "Deployment",
-           "KernelRates", "MOE_DISPATCH", "resolve_runtime", "resolve_deployment", "check_layout", "check_batch_context", "kernel_rates", "kernel_s",
+           "KernelRates", "MOE_DISPATCH", "resolve_runtime", "resolve_deployment", "resolve_speculative", "check_layout", "check_batch_context", "kernel_rates", "kernel_s",
            "gemm_s", "elementwise_s", "step_overhead_s", "gemm_variant", "kernel_curve", "moe_s", "PREFILL_QUERY_TOKENS"]
 
 LAYOUTS = ("TP", "CP", "DPA", "DOP")
@@ -402,6 +402,12 @@ def resolve_deployment(model, gpu, runtime="default", scale_up_link=None, scale_
     out_name = scale_out_link if given(scale_out_link) else hw.scale_out_link
     out = presets.resolve("links", out_name) if out_name else None
     return m, hw, rt, Fabric(scale_up=up, scale_out=out, gpus_per_node=hw.scale_up_size)
+
+
+def resolve_speculative(spec):
+    """A :class:`~llmexplore.specs.SpecDecode` from a speculative-decoding preset name or a spec (None stays None:
+    no speculation); SpecError naming ``speculative`` otherwise."""
+    return None if spec is None else presets.resolve("speculative", spec)
 
 
 def check_layout(layout: str) -> None:

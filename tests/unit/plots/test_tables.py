@@ -76,9 +76,9 @@ def test_every_preset_and_source_row_is_shown():
     assert len(t) == len(sources) and "…" not in repr(t)
     group = preset_tables(first="links")
     assert [tab.caption.split()[0] for tab in group.tables] == ["Links", "Models,", "Accelerators", "Runtime", "Storage",
-                                                               "Latency"]
+                                                               "Latency", "Speculative"]
     assert all(len(tab) == len(catalog.preset_frame(k)) for tab, k in zip(
-        group.tables, ["links", "models", "hardware", "runtime", "storage", "targets"]))
+        group.tables, ["links", "models", "hardware", "runtime", "storage", "targets", "speculative"]))
     targets = preset_tables(first="targets").tables[0]
     assert "TTFT target [ms]" in repr(targets) and "TTFT p99" not in repr(targets)  # each entry names its stat
     with pytest.raises(SpecError, match="first must be one of"):
