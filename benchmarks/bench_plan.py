@@ -7,6 +7,8 @@ relative to a fixed numpy reference workload timed in the same process (the mach
   <= 300 ms, TPOT <= 10 ms, every ranks x layout x KV dtype x chunk budget x pool pair, both modes. Timed
   with the planner's per-instance caches cleared (presets already read: they are read once per process), and
   again warm (a slider on the rate or the targets reuses the step tables);
+* **the question with speculative decoding** searched on every decoding side (``Q_SPEC``, issue 21: still < 1 s),
+  cold, as a ratio to the plain question;
 * **the simulator**: 10,000 requests on one colocated instance of the best colocated configuration at its
   planned per-instance rate (tables included);
 * **a capacity plan** of 16 questions (2 models x 2 GPUs x 2 budgets x 2 TPOT targets) through
@@ -38,13 +40,15 @@ from llmexplore.sweeps.plan import search as plan_search  # noqa: E402
 
 Q = sp.Question(model="qwen3-32b", gpu="h200", gpus=32, isl=4000, osl=500, ttft_ms=300, tpot_ms=10, stat="p90",
                 weight_dtypes=("fp8",))
+#: the same question with speculative decoding searched on every decoding side (issue 21: the new axes stay < 1 s)
+Q_SPEC = sp.Question(**{**{f: getattr(Q, f) for f in Q.__dataclass_fields__}, "speculative": "eagle3-llama-3.1-8b"})
 N_SIM = 10_000
 
 
-def cold() -> dict:
+def cold(q=Q) -> dict:
     plan_search._instance.cache_clear()
     plan_search._colocated_tables.cache_clear()
-    return sp.plan(Q)
+    return sp.plan(q)
 
 
 def capacity_questions() -> list[dict]:
@@ -63,6 +67,7 @@ def main() -> None:
     res = cold()  # reads the presets once, like any session
     t_cold = median_s(cold, 5)
     t_warm = median_s(lambda: sp.plan(Q, rate_per_s=None), 5)
+    t_spec = median_s(lambda: cold(Q_SPEC), 5)
     b = res["best_by_mode"]["colocated"]
     dep = Deployment.build(Q.model, Q.gpu, int(b["decode_ranks"]), weight_dtype=b["weight_dtype"],
                            kv_dtype=b["kv_dtype"])
@@ -78,11 +83,14 @@ def main() -> None:
           f"{res['best']['label']}; {len(res['table'])} configurations")
     rows = [("one question, caches cleared", t_cold, f"{t_cold / ref:.1f}x ref", "< 1 s"),
             ("one question, warm (slider)", t_warm, f"{t_warm / ref:.1f}x ref", ""),
+            ("one question + speculative axis, cold", t_spec, f"{t_spec / ref:.1f}x ref, {t_spec / t_cold:.2f}x "
+             "the question", "< 1 s"),
             (f"simulator, {N_SIM:,} requests, one instance", t_sim, f"{N_SIM / t_sim:,.0f} req/s", ""),
             ("capacity plan, 16 questions, serial", serial, f"{serial / ref:.1f}x ref", "")]
     rows += [(f"capacity plan on {name}", t, f"{s:.2f}x faster", "") for name, t, s in runs]
     rows.append(("reference numpy workload", ref, "1x", ""))
     print_table(rows)
+    print(f"plan_spec_s={t_spec:.3f} plan_spec_over_plan={t_spec / t_cold:.2f}")
     print(f"plan_warm_s={t_warm:.3f} dask_speedup_2={speed.get('dask2', float('nan')):.2f}")
     print(f"plan_s={t_cold:.3f} sim_requests_per_s={N_SIM / t_sim:.0f} "
           f"dask_speedup_4={speed.get('dask4', float('nan')):.2f}")

@@ -43,7 +43,8 @@ MAX_RANKS = 1024         # GPUs of one instance (the largest attention group the
 MAX_GPUS = 4096          # GPUs of one deployment (a plan's budget, an MoE model's expert-parallel group)
 MAX_SEQS = 1 << 24       # running requests of one instance
 MAX_TOKENS = 1 << 30     # chunked-prefill token budget
-_SIDE_FIELDS = ("role", "instances", "ranks", "layout", "ep", "max_num_seqs", "chunk_tokens", "moe_dispatch")
+_SIDE_FIELDS = ("role", "instances", "ranks", "layout", "ep", "max_num_seqs", "chunk_tokens", "moe_dispatch",
+                "speculative")
 _REQUIRED = ("model", "gpu", "mode", "weight_dtype", "kv_dtype", "sides")
 
 
@@ -51,7 +52,9 @@ _REQUIRED = ("model", "gpu", "mode", "weight_dtype", "kv_dtype", "sides")
 class SideConfig:
     """One role of a deployment: ``instances`` copies of an instance of ``ranks`` GPUs with attention
     ``layout``, expert-parallel size ``ep``, at most ``max_num_seqs`` running requests and a chunked-prefill
-    budget of ``chunk_tokens`` (None: whole prompts); ``moe_dispatch`` "gather" or "alltoall" (DeepEP)."""
+    budget of ``chunk_tokens`` (None: whole prompts); ``moe_dispatch`` "gather" or "alltoall" (DeepEP);
+    ``speculative`` the speculative decoding its decode steps run (a :class:`~llmexplore.specs.SpecDecode`,
+    written in JSON as its fields; None: plain decoding; a prefill side never has one)."""
 
     role: str
     instances: int
@@ -61,9 +64,12 @@ class SideConfig:
     max_num_seqs: int = 1
     chunk_tokens: int | None = None
     moe_dispatch: str = "gather"
+    speculative: Any = None
 
     def to_json(self) -> dict:
-        return {f: getattr(self, f) for f in _SIDE_FIELDS}
+        out = {f: getattr(self, f) for f in _SIDE_FIELDS}
+        out["speculative"] = None if self.speculative is None else self.speculative.to_json()
+        return out
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ def _field(doc: dict, name: str, where: str):
     return doc[name]
 
 
-def _side(doc: Any, i: int, *, moe: bool, dispatch: str, complete: bool) -> SideConfig:
+def _side(doc: Any, i: int, *, model, dispatch: str, complete: bool) -> SideConfig:
     where = f"config['sides'][{i}]"
     if isinstance(doc, SideConfig):
         doc = doc.to_json()
@@ -135,6 +141,7 @@ def _side(doc: Any, i: int, *, moe: bool, dispatch: str, complete: bool) -> Side
     def get(name, default):
         return _field(doc, name, where) if complete else doc.get(name, default)
 
+    moe = model.is_moe
     role = _check.choice(f"{where}['role']", _field(doc, "role", where), ROLES)
     instances = _check.integer(f"{where}['instances']", _field(doc, "instances", where), lo=1, hi=MAX_INSTANCES)
     ranks = _check.integer(f"{where}['ranks']", _field(doc, "ranks", where), lo=1, hi=MAX_RANKS)
@@ -152,8 +159,35 @@ def _side(doc: Any, i: int, *, moe: bool, dispatch: str, complete: bool) -> Side
     chunk = None if chunk is None else _check.integer(f"{where}['chunk_tokens']", chunk, lo=0 if not complete else 1,
                                                       hi=MAX_TOKENS)
     side_dispatch = _check.choice(f"{where}['moe_dispatch']", doc.get("moe_dispatch", dispatch), MOE_DISPATCH)
+    spec = _speculative(doc.get("speculative"), f"{where}['speculative']", role, model)
     return SideConfig(role=role, instances=instances, ranks=ranks, layout=layout, ep=ep, max_num_seqs=seqs,
-                      chunk_tokens=chunk, moe_dispatch=side_dispatch)
+                      chunk_tokens=chunk, moe_dispatch=side_dispatch, speculative=spec)
+
+
+def _speculative(value: Any, where: str, role: str, model):
+    """A side's speculative decoding: None, a SpecDecode, a preset name or its fields (a mapping); SpecError
+    naming ``where`` for anything else, for a prefill side (it does not decode) or an MTP draft on a model
+    without an MTP module."""
+    if value is None:
+        return None
+    if role == "prefill":
+        raise SpecError(f"{where} must be null for a prefill side (it does not decode), got {_check.shown(value)}")
+    from .specs import SpecDecode
+
+    try:
+        if isinstance(value, str):
+            spec = presets.speculative(value)
+        elif isinstance(value, SpecDecode):
+            spec = value
+        elif isinstance(value, dict):
+            spec = SpecDecode.from_dict(value)
+        else:
+            raise SpecError(f"must be null, a speculative preset name or its fields, got {_check.shown(value)}")
+        if spec.method == "mtp" and model.mtp_layers < 1:
+            raise SpecError(f"{spec.name!r} drafts with an MTP module, and {model.name} has none (mtp_layers 0)")
+    except (SpecError, UnknownPresetError) as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return spec
 
 
 def _checked(doc: Any, *, complete: bool) -> DeploymentConfig:
@@ -192,7 +226,7 @@ def _checked(doc: Any, *, complete: bool) -> DeploymentConfig:
     if len(sides) != len(want):  # before each side is read: a million of them took over 30 s to refuse
         raise SpecError(f"config['sides'] must hold {len(want)} side{'s' if len(want) > 1 else ''} ({', '.join(want)}) "
                         f"for mode {mode!r}, got {len(sides):,}")
-    out = tuple(_side(s, i, moe=spec.is_moe, dispatch=dispatch or "gather", complete=complete)
+    out = tuple(_side(s, i, model=spec, dispatch=dispatch or "gather", complete=complete)
                 for i, s in enumerate(sides))
     roles = [s.role for s in out]
     if sorted(roles) != sorted(want):

@@ -15,7 +15,8 @@ The configuration (a :class:`llmexplore.deployment.DeploymentConfig` or its JSON
      "weight_dtype": "bf16" | "fp16" | "fp8" | "fp4", "kv_dtype": "bf16" | "fp8",
      "moe_dispatch": "gather" | "alltoall",          # optional (default "gather"); "alltoall" = DeepEP
      "sides": [{"role": "colocated" | "prefill" | "decode", "instances": n, "ranks": t,
-                "layout": "TP" | "DPA" | "DOP", "ep": e, "max_num_seqs": s, "chunk_tokens": c | None}]}
+                "layout": "TP" | "DPA" | "DOP", "ep": e, "max_num_seqs": s, "chunk_tokens": c | None,
+                "speculative": None | {SpecDecode fields}}]}
 
 ``ranks`` is the GPUs of one instance, ``ep`` the expert-parallel size (1 for dense models),
 ``max_num_seqs`` the running requests of one instance, ``chunk_tokens`` the chunked-prefill budget (None:
@@ -288,6 +289,51 @@ def _pd_args(engine: str, role: str, eng: dict) -> list[str]:
     return args
 
 
+#: placeholder for a draft head's checkpoint, which no preset names (like PREFILL_HOST_1 for hosts)
+DRAFT_PLACEHOLDER = "DRAFT_MODEL_PATH"
+
+
+def _spec_args(side: dict, engine: str, eng: dict) -> tuple[list[str] | None, list[str], dict]:
+    """(flags, notes, LLM API fields) of a side's speculative decoding (none: ``[], [], {}``); flags None when
+    the engine cannot express it (a draft tree on vLLM or TensorRT-LLM, which draft chains here)."""
+    spec = side.get("speculative")
+    if not spec:
+        return [], [], {}
+    method, k = spec["method"], int(spec["draft_tokens"])
+    width = int(spec.get("draft_width") or 1)
+    verify = int(spec.get("verify_tokens") or 0) or k + 1
+    f, choices = eng["flags"], eng["choices"]
+    notes = [f"speculative decoding {spec['name']} ({method}, {k} draft token{'s' if k != 1 else ''}); its "
+             f"acceptance was measured on: {spec['conditions']}"]
+    head = method == "draft_head"
+    if head:
+        notes.append(f"{DRAFT_PLACEHOLDER}: the draft head's checkpoint, trained for this model (no preset names one)")
+    if engine == "sglang":
+        args = [f["speculative_algorithm"]["flag"], choices["speculative_algorithm"][method]]
+        if head:
+            args += [f["speculative_draft_model_path"]["flag"], DRAFT_PLACEHOLDER]
+        if method != "ngram":
+            args += [f["speculative_num_steps"]["flag"], str(k), f["speculative_eagle_topk"]["flag"], str(width)]
+        args += [f["speculative_num_draft_tokens"]["flag"], str(verify)]
+        return args, notes, {}
+    if width > 1 or verify != k + 1:
+        return None, [f"{eng['display_name']} drafts a chain here; {spec['name']} verifies a tree ({width} tokens "
+                      f"per draft step, {verify} verified): not expressible"], {}
+    if engine == "vllm":
+        body = {"method": choices["speculative_method"][method], "num_speculative_tokens": k}
+        if head:
+            body["model"] = DRAFT_PLACEHOLDER
+        if method == "ngram":
+            notes.append("n-gram match lengths: vLLM's defaults (prompt_lookup_min = max = 5)")
+        return [f["speculative_config"]["flag"], json.dumps(body, separators=(",", ":"))], notes, {}
+    body = {"decoding_type": choices["speculative_decoding_type"][method], "max_draft_len": k}
+    if head:
+        body["speculative_model"] = DRAFT_PLACEHOLDER
+    if method == "ngram":
+        body["max_matching_ngram_size"] = 3  # the match length of the n-gram preset's measurement (blog 7: k = 3)
+    return [], notes, {"speculative_config": body}
+
+
 def _join(argv: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
@@ -323,11 +369,16 @@ def launch_commands(config: dict, engine: str) -> list[dict]:
         else:
             parallel, more = (_vllm_parallel if engine == "vllm" else _sglang_parallel)(cfg, side, eng)
             notes += more
+        spec_args, spec_notes, spec_extra = _spec_args(side, engine, eng)
+        notes += spec_notes
+        if spec_args is None:
+            parallel = None
+        extra.update(spec_extra)
         if parallel is not None and repo is not None:
             head = shlex.split(eng["launch"].format(model=repo))
             files_args, files = _trtllm_files(cfg, side, eng, extra) if engine == "trtllm" else ([], {})
             argv = head + parallel + weight_args + _kv_args(cfg, engine, eng) + _chunk_args(engine, side, eng) + \
-                _pd_args(engine, side["role"], eng) + files_args
+                _pd_args(engine, side["role"], eng) + spec_args + files_args
             entry["files"] = files
             entry["command"] = _join(argv)
             entry["flags"] = [a for a in argv if a.startswith("--")]

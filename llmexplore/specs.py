@@ -11,6 +11,7 @@ d_r qk_rope_head_dim, d_v v_head_dim; MoE: E routed experts, k experts per token
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -628,6 +629,14 @@ class SpecDecode(Spec):
             run *= a
             tau += run
         return tau
+
+    def to_json(self) -> dict:
+        """The spec as plain data (every field; a DeploymentConfig side's ``speculative``), read back by
+        :meth:`from_dict`."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["acceptance"] = list(self.acceptance)
+        out["sources"] = dict(self.sources)
+        return out
 
     @property
     def verify_width(self) -> int:

@@ -17,7 +17,8 @@ FLAGS = {"model": "--model", "gpu": "--gpu", "gpus": "--gpus", "isl": "--isl", "
          "ttft_ms": "--ttft-ms", "tpot_ms": "--tpot-ms", "stat": "--stat", "rate_per_s": "--rate",
          "runtime": "--runtime", "weight_dtype": "--weight-dtype", "kv_dtype": "--kv-dtype", "link": "--link",
          "workers": "--workers", "scheduler": "--scheduler", "target": "--targets", "modes": "--mode",
-         "weight_dtypes": "--weight-dtype", "kv_dtypes": "--kv-dtype"}
+         "weight_dtypes": "--weight-dtype", "kv_dtypes": "--kv-dtype", "speculative": "--speculative",
+         "speculative_accepted_length": "--speculative-accepted-length"}
 
 TABLE_COLS = [
     Col("label", "configuration"), Col("gpus", "GPUs", ".0f"), Col("n_prefill", "P inst", ".0f"),
@@ -90,6 +91,12 @@ def add(sub) -> None:
                    help="KV-transfer link of disaggregated serving (default: the GPU's scale-out link)")
     p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
                    help="runtime preset (default: default)")
+    p.add_argument("--speculative", default=None, action=Checked, check=preset_name("speculative"), metavar="NAME",
+                   help="also search speculative decoding on every decoding side with this preset "
+                        "(data/speculative.yaml: deepseek-mtp-1, deepseek-mtp-3, eagle3-llama-3.1-8b, ngram-5)")
+    p.add_argument("--speculative-accepted-length", default=None, action=Checked, check=positive, metavar="TAU",
+                   help="your mean tokens per verify step (accepted drafts + 1) in place of the preset's, which "
+                        "was measured on other traffic (needs --speculative)")
     p.add_argument("--engine", default="vllm", action=Checked, check=one_of(["vllm", "sglang", "trtllm"]),
                    metavar="E", help="engine whose launch commands are printed: vllm, sglang or trtllm "
                                      "(trtllm-serve, with its extra-options YAML); all three are in --json "
@@ -135,7 +142,8 @@ def run(args) -> int:
                     ttft_ms=2000.0 if ttft is None else ttft, tpot_ms=50.0 if tpot is None else tpot,
                     stat=stat or "p90", rate_per_s=args.rate, runtime=args.runtime, weight_dtypes=args.weight_dtype,
                     kv_dtypes=args.kv_dtype, link=args.link,
-                    modes=MODES if args.mode == "both" else (args.mode,))
+                    modes=MODES if args.mode == "both" else (args.mode,), speculative=args.speculative,
+                    speculative_accepted_length=args.speculative_accepted_length)
     res = sp.plan(q, scheduler=args.scheduler, workers=args.workers)
     doc = fp.summary(res, top=args.top, simulate=args.simulate)
     doc["not_resolved"] = q.not_resolved()

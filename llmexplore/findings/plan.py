@@ -21,13 +21,26 @@ def question_text(q: sp.Question) -> str:
             f"{q.stat} TTFT ≤ {q.ttft_ms:,g} ms and {q.stat} TPOT ≤ {q.tpot_ms:,g} ms at {rate}.")
 
 
-def _what(row: dict) -> str:
+def _spec_words(row: dict, q: sp.Question | None) -> str:
+    """', speculative decoding NAME (k draft tokens, tau tokens per step: ACCEPTANCE SOURCE)' of a row that
+    speculates ('' otherwise)."""
+    name = str(row.get("speculative") or "")
+    if not name or q is None:
+        return f", speculative decoding {name}" if name else ""
+    s = q.spec()
+    given = "your accepted length" if q.speculative_accepted_length is not None else f"measured on {s.conditions}"
+    return (f", speculative decoding {name} ({s.draft_tokens} draft token{'s' if s.draft_tokens != 1 else ''}, "
+            f"{num(s.tokens_per_step)} tokens per step: {given})")
+
+
+def _what(row: dict, q: sp.Question | None = None) -> str:
+    spec = _spec_words(row, q)
     if row["mode"] == "colocated":
         return (f"colocated, {row['n_decode']:.0f} instances of {row['decode_layout']}{row['decode_ranks']:.0f} "
-                f"({row['weight_dtype']} weights, {row['kv_dtype']} KV, chunk {row['chunk_tokens']:.0f} tokens)")
+                f"({row['weight_dtype']} weights, {row['kv_dtype']} KV, chunk {row['chunk_tokens']:.0f} tokens{spec})")
     return (f"disaggregated, {row['n_prefill']:.0f} prefill instances of TP{row['prefill_ranks']:.0f} and "
             f"{row['n_decode']:.0f} decode instances of {row['decode_layout']}{row['decode_ranks']:.0f} "
-            f"({row['weight_dtype']} weights, {row['kv_dtype']} KV, KV over {row['link']})")
+            f"({row['weight_dtype']} weights, {row['kv_dtype']} KV, KV over {row['link']}{spec})")
 
 
 def best_sentence(res: dict) -> str:
@@ -37,7 +50,7 @@ def best_sentence(res: dict) -> str:
         why = reasons.value_counts().index[0] if len(reasons) else "no configuration was searched"
         return (f"No configuration meets the targets within {q.gpus} GPU{'s' if q.gpus != 1 else ''}; the most common "
                 f"reason: {why}.")
-    text = (f"Best: {_what(b)}, {b['gpus']:.0f} GPUs serving {num(b['rate_per_s'])} req/s at "
+    text = (f"Best: {_what(b, q)}, {b['gpus']:.0f} GPUs serving {num(b['rate_per_s'])} req/s at "
             f"{num(b['tokens_per_s_per_gpu'])} output tokens/s per GPU and {num(b['tokens_per_s_per_user'])} "
             f"tokens/s per user ({q.stat} TTFT {num(b['ttft_ms'])} ms, {q.stat} TPOT {num(b['tpot_ms'])} ms).")
     if r is not None:
@@ -109,8 +122,11 @@ def verified_sentence(checks: list[dict], res: dict) -> str:
     planner's best misses."""
     t = res["table"]
     ok = [c for c in checks if c.get("meets_targets_sim")]
+    done = [c for c in checks if c.get("status") == "simulated"]
+    if not done:
+        return "No configuration checked could be simulated (the reasons are above), so the simulation confirms none."
     if not ok:
-        return (f"None of the {len(checks)} configurations simulated meets both targets in the simulation; "
+        return (f"None of the {len(done)} configurations simulated meets both targets in the simulation; "
                 "loosen the targets or add GPUs.")
     c = min(ok, key=lambda x: x.get("planner_rank", 0))
     best = _planner_best(checks)

@@ -49,7 +49,70 @@ def _all_configs():
                                        sides=[_side(layout=layout, ep=ep)], moe_dispatch="alltoall"))
         out.append(_disagg(model, "TP", 8 if moe else 1, gpu="b200"))
         out.append(dict(_disagg(model, "TP", 8 if moe else 1, gpu="b200"), weight_dtype="fp4"))
-    return out
+    return out + _spec_configs()
+
+
+def _chain_head():
+    """An EAGLE-style draft head drafting a chain of 3 (every engine can express it)."""
+    return dict(presets.speculative("eagle3-llama-3.1-8b").to_json(), name="chain-head", draft_tokens=3,
+                draft_width=1, verify_tokens=0, accepted_length=2.5)
+
+
+def _spec_configs():
+    """Speculative decoding on a colocated side and on a decode pool: MTP, a chain draft head, n-gram."""
+    return [_config("deepseek-v3", weight_dtype="fp8", sides=[_side(ep=8, speculative="deepseek-mtp-3")]),
+            _config("llama-3-70b", sides=[_side(speculative=_chain_head())]),
+            _config("llama-3-70b", sides=[_side(speculative="ngram-5")]),
+            _config("llama-3-8b", "disaggregated", [_side("prefill", chunk_tokens=None),
+                                                    _side("decode", instances=1, speculative=_chain_head())])]
+
+
+@pytest.mark.parametrize("engine", launch.ENGINES)
+def test_speculative_decoding_is_written_in_each_engines_own_terms(engine):
+    mtp, head, ngram, pd = (launch.launch_commands(c, engine) for c in _spec_configs())
+    cmd = {e: " ".join(x["command"] for x in entries if x["command"]) for e, entries in
+           (("mtp", mtp), ("head", head), ("ngram", ngram), ("pd", pd))}
+    files = {e: "".join(t for x in entries for t in x["files"].values()) for e, entries in
+             (("mtp", mtp), ("head", head), ("ngram", ngram))}
+    if engine == "vllm":
+        assert """--speculative-config '{"method":"mtp","num_speculative_tokens":3}'""" in cmd["mtp"]
+        assert '"method":"eagle3","num_speculative_tokens":3,"model":"DRAFT_MODEL_PATH"' in cmd["head"]
+        assert '"method":"ngram","num_speculative_tokens":5' in cmd["ngram"]
+    elif engine == "sglang":
+        assert ("--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 "
+                "--speculative-num-draft-tokens 4") in cmd["mtp"]
+        assert "--speculative-algorithm EAGLE3 --speculative-draft-model-path DRAFT_MODEL_PATH" in cmd["head"]
+        assert "--speculative-algorithm NGRAM --speculative-num-draft-tokens 6" in cmd["ngram"]
+    else:
+        assert "decoding_type: MTP\n  max_draft_len: 3" in files["mtp"]
+        assert "decoding_type: Eagle3" in files["head"] and "speculative_model: DRAFT_MODEL_PATH" in files["head"]
+        assert "decoding_type: NGram" in files["ngram"] and "max_matching_ngram_size: 3" in files["ngram"]
+    # only the decode pool of a disaggregated deployment speculates; every command says what the acceptance was
+    assert "speculative" not in (pd[0]["command"] or "") and "speculative" in (pd[1]["note"] or "")
+    assert "acceptance was measured on" in mtp[0]["note"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_a_draft_tree_is_not_expressible_where_engines_draft_chains(engine):
+    cfg = _config("llama-3-8b", sides=[_side(ranks=1, speculative="eagle3-llama-3.1-8b")])
+    (e,) = launch.launch_commands(cfg, engine)
+    assert e["command"] is None and "verifies a tree (4 tokens per draft step, 8 verified)" in e["note"]
+    (s,) = launch.launch_commands(cfg, "sglang")
+    assert "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8" in s["command"]
+
+
+@pytest.mark.parametrize("side, words", [
+    (_side("prefill", speculative="deepseek-mtp-1"), "must be null for a prefill side"),
+    (_side(speculative="deepseek-mtp-1"), "'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
+    (_side(speculative="nope"), "no speculative preset 'nope'"),
+    (_side(speculative=3), "must be null, a speculative preset name or its fields"),
+])
+def test_bad_speculative_sides_are_named(side, words):
+    cfg = _config("llama-3-70b", "disaggregated" if side["role"] == "prefill" else "colocated",
+                  [side, _side("decode")] if side["role"] == "prefill" else [side])
+    with pytest.raises(SpecError) as exc:
+        launch.launch_commands(cfg, "vllm")
+    assert words in str(exc.value) and "config['sides'][0]['speculative']" in str(exc.value)
 
 
 @pytest.mark.parametrize("engine", launch.ENGINES)

@@ -39,6 +39,7 @@ from ..step.decode import max_batch, step_time
 from ..step.engine import Deployment
 from ..step.kv_transfer import pipelined_exposed_s, transfer_time
 from ..step.prefill import mixed_step_time, prefill_time
+from ..step.speculative import resolve_spec, spec_max_batch, spec_step
 
 __all__ = ["Workload", "PrefillSide", "DecodeSide", "prefill_side", "decode_side", "transfer_side",
            "disagg_latency", "colocated_latency", "colocated_tables", "colocated_from_tables", "max_rate_grid",
@@ -177,16 +178,28 @@ def prefill_side(dep: Deployment, wl: Workload) -> PrefillSide:
 
 
 def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_limit: int = 4096,
-                points: int | None = None) -> DecodeSide:
+                points: int | None = None, speculative=None) -> DecodeSide:
     """Decode step time on a batch grid up to the memory cap at the workload's peak context: every integer
     (``points`` None) or ``points`` log-spaced integers (the planner's coarse grid: step time is smooth in
-    the batch, and :meth:`DecodeSide.tpot_s` interpolates linearly between grid points)."""
-    cap = int(max_batch(dep, wl.peak_context, layout, limit=max_batch_limit))
+    the batch, and :meth:`DecodeSide.tpot_s` interpolates linearly between grid points).
+
+    ``speculative`` (a speculative-decoding preset name or :class:`~llmexplore.specs.SpecDecode`): ``step_s`` is
+    then the time per output token, (draft + verify) / tokens per step (:func:`..step.speculative.spec_step`),
+    and the cap counts the draft's weights and KV and the verify slots: everything downstream (Little's law on
+    the batch, TPOT, rates) reads the side per output token, which is what a request's decode time divides by."""
+    spec = resolve_spec(speculative)
+    if spec is None:
+        cap = int(max_batch(dep, wl.peak_context, layout, limit=max_batch_limit))
+    else:
+        cap = int(spec_max_batch(dep, spec, wl.peak_context, layout, limit=max_batch_limit))
     if points is None:
         b = np.arange(1, max(cap, 1) + 1, dtype=float)
     else:
         b = np.unique(np.round(np.geomspace(1.0, max(cap, 1), int(points))))
-    t = step_time(dep, b, wl.decode_context, layout)["step_s"]
+    if spec is None:
+        t = step_time(dep, b, wl.decode_context, layout)["step_s"]
+    else:
+        t = spec_step(dep, spec, b, wl.decode_context, layout)["tpot_s"]
     return DecodeSide(dep, cap, b, np.asarray(t, dtype=float))
 
 
@@ -315,21 +328,27 @@ def disagg_latency(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, 
 
 
 def colocated_tables(dep: Deployment, wl: Workload, chunk_tokens, *, layout: str = "TP",
-                     points: int | None = None) -> tuple[DecodeSide, np.ndarray]:
+                     points: int | None = None, speculative=None) -> tuple[DecodeSide, np.ndarray]:
     """(decode side, mixed-iteration time [s] at each of its batches) of colocated chunked-prefill serving.
 
     ``chunk_tokens`` is the per-iteration token budget C (one value, or an array: the mixed times then have
     shape ``C.shape + (nb,)``). A mixed iteration at batch b carries one chunk of C - b prompt tokens halfway
-    through the prompt. ``points`` as in :func:`decode_side`."""
+    through the prompt. ``points`` as in :func:`decode_side`. With ``speculative`` the decode side is per output
+    token (:func:`decode_side`) and a mixed iteration costs that plus the chunk's extra time over a plain decode
+    step at the same batch (the chunk adds the same work to a speculative step as to a plain one
+    [assumption: the decodes' k + 1 verify tokens do not change the chunk's marginal GEMM cost])."""
     C = np.asarray(chunk_tokens, dtype=float)
     if np.any(C != np.round(C)) or np.any(C < 2):
         raise SpecError(f"chunk_tokens must be integers >= 2, got {chunk_tokens!r}")
-    dec = decode_side(dep, wl, layout=layout, points=points)
+    dec = decode_side(dep, wl, layout=layout, points=points, speculative=speculative)
     S, P = wl.prompt_tokens, wl.prefix_tokens
     b_grid = dec.batches
     chunk = np.maximum(C[..., None] - b_grid, 1.0)
-    t_mix = mixed_step_time(dep, b_grid, wl.decode_context, chunk, P + (S - P) / 2.0)["step_s"]
-    return dec, np.asarray(t_mix, dtype=float)
+    t_mix = np.asarray(mixed_step_time(dep, b_grid, wl.decode_context, chunk, P + (S - P) / 2.0)["step_s"], float)
+    if resolve_spec(speculative) is not None:
+        plain = np.asarray(step_time(dep, b_grid, wl.decode_context, layout)["step_s"], dtype=float)
+        t_mix = dec.step_s + np.maximum(t_mix - plain, 0.0)
+    return dec, t_mix
 
 
 def colocated_from_tables(dec: DecodeSide, t_mix: np.ndarray, wl: Workload, lam_c, chunk_tokens: int, *,

@@ -116,6 +116,11 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     from ...models.serving.workload import LengthDist, Traffic
 
     cfg = DeploymentConfig.from_json(cfg)
+    spec_sides = [s.role for s in cfg.sides if s.speculative is not None]
+    if spec_sides:  # one token per decode per iteration is built into the batcher's bookkeeping
+        raise SpecError(f"the serving simulator does not run speculative decoding (the {spec_sides[0]} side's "
+                        f"{cfg.side(spec_sides[0]).speculative.name}): its TTFT and TPOT are the analytic "
+                        "model's only")
     isl = _check.integer("isl", isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
     osl = _check.integer("osl", osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
     n_requests = _check.integer("requests", n_requests, lo=1, hi=MAX_SIM_REQUESTS)

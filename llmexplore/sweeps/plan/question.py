@@ -27,7 +27,10 @@ class Question:
     """One planning question. Lengths in tokens, targets in ms at ``stat`` (mean, p50, p90, p99), rate in
     requests/s (None: find the highest rate the budget sustains). ``weight_dtypes`` / ``kv_dtypes`` limit the
     dtypes searched (None: the model's released dtype and FP8, plus FP4 on GPUs with FP4 tensor cores);
-    ``link`` is the KV-transfer link (None: the GPU's scale-out link)."""
+    ``link`` is the KV-transfer link (None: the GPU's scale-out link). ``speculative`` names a speculative-decoding
+    preset (data/speculative.yaml) that the search turns on and off for every decoding side (colocated
+    instances and the decode pool; prefill does not decode), with ``speculative_accepted_length`` the user's
+    mean tokens per verify step in place of the preset's (its acceptance was measured on other traffic)."""
 
     model: str = "qwen3-32b"
     gpu: str = "h200"
@@ -44,6 +47,8 @@ class Question:
     modes: tuple = MODES
     link: str | None = None
     chunks: tuple = CHUNKS
+    speculative: str | None = None
+    speculative_accepted_length: float | None = None
 
     def __post_init__(self) -> None:
         def put(k, v):
@@ -83,6 +88,28 @@ class Question:
         put("chunks", tuple(_check.integer("chunk", c, lo=2, hi=1 << 20, unit="tokens") for c in self.chunks))
         if self.link is not None:
             presets.link(self.link)
+        if self.speculative is not None:
+            self.spec()  # the preset exists, fits the model, and the acceptance override is in range
+        elif self.speculative_accepted_length is not None:
+            raise SpecError("speculative_accepted_length must come with speculative (the preset whose draft it "
+                            f"describes), got {self.speculative_accepted_length!r} without one")
+
+    def spec(self):
+        """The speculative-decoding spec the search turns on (:class:`~llmexplore.specs.SpecDecode`), with the
+        user's accepted length in place of the preset's acceptance; None without ``speculative``."""
+        if self.speculative is None:
+            return None
+        from ...models.step.speculative import check_spec
+
+        s = presets.speculative(self.speculative)
+        check_spec(presets.model(self.model), s)
+        if self.speculative_accepted_length is not None:
+            tau = _check.number("speculative_accepted_length", self.speculative_accepted_length, lo=1.0,
+                                hi=s.draft_tokens + 1.0, unit="tokens")
+            s = s.replace(accepted_length=tau, acceptance=(),
+                          conditions=f"given by the user (preset {s.name}'s draft; its own acceptance was measured "
+                                     f"on: {s.conditions})")
+        return s
 
     @property
     def workload(self) -> dg.Workload:

@@ -36,6 +36,7 @@ class _Instance:
     step_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     prefill_s: float = np.inf
     reason: str = ""
+    spec: str = ""  # the speculative-decoding preset its decode steps run ("" none)
 
 
 def _rank_options(q: Question) -> list[tuple[int, str, int | None]]:
@@ -52,41 +53,64 @@ def _rank_options(q: Question) -> list[tuple[int, str, int | None]]:
     return out
 
 
+def _spec_keys(q: Question) -> list:
+    """The speculative-decoding settings searched: off, and the question's preset (with its user acceptance)."""
+    return [None] + ([(q.speculative, q.speculative_accepted_length)] if q.speculative is not None else [])
+
+
+def _spec_of(model: str, key):
+    """The SpecDecode of a hashable key (preset name, user accepted length or None), via the Question's rule."""
+    if key is None:
+        return None
+    return Question(model=model, speculative=key[0], speculative_accepted_length=key[1]).spec()
+
+
 def _instances(q: Question, wl: dg.Workload) -> list[_Instance]:
     out = []
     for wd, kd in q.dtype_options():
         for ranks, layout, ep in _rank_options(q):
-            inst = _instance(q.model, q.gpu, q.runtime, ranks, layout, wd, kd, wl.prompt_tokens,
-                             wl.output_tokens, ep)
-            out.append(_Instance(inst.dep, inst.layout, inst.batches, inst.step_s, inst.prefill_s, inst.reason))
+            for key in _spec_keys(q):
+                inst = _instance(q.model, q.gpu, q.runtime, ranks, layout, wd, kd, wl.prompt_tokens,
+                                 wl.output_tokens, ep, key)
+                out.append(replace(inst))
     return out
 
 
 @functools.lru_cache(maxsize=512)
-def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl, ep=None) -> _Instance:
-    """One instance's decode table (cached: sliders on rates and targets reuse it)."""
+def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl, ep=None, spec_key=None) -> _Instance:
+    """One instance's decode table (cached: sliders on rates and targets reuse it); ``spec_key`` (preset name,
+    user accepted length) prices its decode steps with speculative decoding (:func:`_spec_of`)."""
+    spec = _spec_of(model, spec_key)
+    tag = spec_key[0] if spec_key else ""
     try:
         dep = Deployment.build(model, gpu, ranks, runtime=runtime, weight_dtype=wd, kv_dtype=kd,
                                moe_dispatch="alltoall" if layout == "DPA" and ranks > 8 else "gather",
                                moe_ep=ep)
     except SpecError as exc:
-        return _Instance(None, layout, reason=f"{ranks} ranks, {wd}/{kd}: {exc}")
+        return _Instance(None, layout, reason=f"{ranks} ranks, {wd}/{kd}: {exc}", spec=tag)
     wl = dg.Workload(prompt_tokens=isl, output_tokens=osl)
-    dec = dg.decode_side(dep, wl, layout=layout, max_batch_limit=MAX_SEQS, points=BATCH_POINTS)
-    inst = _Instance(dep, layout, dec.batches, np.asarray(dec.step_s, float))
+    dec = dg.decode_side(dep, wl, layout=layout, max_batch_limit=MAX_SEQS, points=BATCH_POINTS, speculative=spec)
+    inst = _Instance(dep, layout, dec.batches, np.asarray(dec.step_s, float), spec=tag)
     if dec.batch_cap < 1:
-        inst.reason = (f"{ranks} x {gpu} ({layout}, {wd} weights, {kd} KV) cannot hold the weights and "
-                       f"one sequence of {wl.peak_context:.0f} tokens")
+        inst.reason = (f"{ranks} x {gpu} ({layout}, {wd} weights, {kd} KV{', ' + tag if tag else ''}) cannot "
+                       f"hold the weights and one sequence of {wl.peak_context:.0f} tokens")
     elif layout == "TP":
         inst.prefill_s = float(prefill_time(dep, isl)["prefill_s"])
     return inst
 
 
 @functools.lru_cache(maxsize=256)
-def _colocated_tables(model, gpu, runtime, ranks, wd, kd, isl: int, osl: int, chunks: tuple, ep=None) -> tuple:
-    dep = _instance(model, gpu, runtime, ranks, "TP", wd, kd, isl, osl, ep).dep
+def _colocated_tables(model, gpu, runtime, ranks, wd, kd, isl: int, osl: int, chunks: tuple, ep=None,
+                      spec_key=None) -> tuple:
+    dep = _instance(model, gpu, runtime, ranks, "TP", wd, kd, isl, osl, ep, spec_key).dep
     wl = dg.Workload(prompt_tokens=isl, output_tokens=osl)
-    return dg.colocated_tables(dep, wl, np.array(chunks, float), points=BATCH_POINTS)
+    return dg.colocated_tables(dep, wl, np.array(chunks, float), points=BATCH_POINTS,
+                               speculative=_spec_of(model, spec_key))
+
+
+def _key(q: Question, inst: _Instance):
+    """The speculative key an instance was priced with (None: plain decoding)."""
+    return (inst.spec, q.speculative_accepted_length) if inst.spec else None
 
 
 def _ep(inst: _Instance) -> int:
@@ -96,7 +120,8 @@ def _ep(inst: _Instance) -> int:
 
 def _shape(inst: _Instance) -> str:
     s = f"{inst.layout}{inst.dep.ranks}"
-    return s + f" EP{_ep(inst)}" if inst.dep.model.is_moe and inst.dep.ranks > 1 else s
+    s = s + f" EP{_ep(inst)}" if inst.dep.model.is_moe and inst.dep.ranks > 1 else s
+    return s + f" +{inst.spec}" if inst.spec else s
 
 
 def _label(mode: str, wd: str, kd: str, p: _Instance | None, d: _Instance, chunk=None) -> str:
@@ -151,7 +176,7 @@ def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tup
             continue
         dep = inst.dep
         dec, t_mix = _colocated_tables(q.model, q.gpu, q.runtime, dep.ranks, dep.weight_dtype, dep.kv_dtype,
-                                       q.isl, q.osl, q.chunks, dep.moe_ep)
+                                       q.isl, q.osl, q.chunks, dep.moe_ep, _key(q, inst))
         lam_cap = float(np.max(dec.batches / (q.osl * np.asarray(dec.step_s))))  # pure-decode capacity
         lam = np.geomspace(lam_cap * 1e-4, lam_cap, RATE_POINTS)
         for i, chunk in enumerate(q.chunks):
@@ -169,7 +194,7 @@ def _colocated_row(q: Question, inst: _Instance, point: _ColocatedPoint, lam: np
     n_max = q.gpus // dep.ranks
     base = dict(mode="colocated", weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
                 prefill_ranks=np.nan, prefill_layout="", prefill_ep=np.nan, decode_ranks=dep.ranks,
-                decode_layout="TP", decode_ep=_ep(inst),
+                decode_layout="TP", decode_ep=_ep(inst), speculative=inst.spec,
                 chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst, chunk))
     r, ttft, tpot = point.at(lam, n_max)
     ok = point.ok(ttft, tpot)
@@ -224,7 +249,7 @@ def _seqs_cap(mean_batch: float, cap: float) -> int:
 def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[list[dict], list[dict]]:
     link = presets.link(q.link_name())
     T_ttft, T_tpot = q.ttft_ms * 1e-3, q.tpot_ms * 1e-3
-    pre = [i for i in insts if i.dep is not None and i.layout == "TP" and not i.reason]
+    pre = [i for i in insts if i.dep is not None and i.layout == "TP" and not i.reason and not i.spec]
     dec = [i for i in insts if i.dep is not None and not i.reason]
     if not pre or not dec:
         return [], []
@@ -260,7 +285,7 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
     for j, (p, d) in enumerate(pairs):
         base = dict(mode="disaggregated", weight_dtype=d.dep.weight_dtype, kv_dtype=d.dep.kv_dtype,
                     prefill_ranks=p.dep.ranks, prefill_layout="TP", prefill_ep=_ep(p), decode_ranks=d.dep.ranks,
-                    decode_ep=_ep(d),
+                    decode_ep=_ep(d), speculative=d.spec,
                     decode_layout=d.layout, chunk_tokens=np.nan, link=link.name,
                     label=_label("disaggregated", d.dep.weight_dtype, d.dep.kv_dtype, p, d))
         dr = d_rate[id(d)]
@@ -312,7 +337,7 @@ def _disagg_reason(p, d, dr, rate_p, rate_link, T_ttft, exposed) -> str:
 
 
 TABLE_COLUMNS = ["mode", "label", "weight_dtype", "kv_dtype", "prefill_ranks", "prefill_layout", "prefill_ep",
-                 "decode_ranks", "decode_layout", "decode_ep", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
+                 "decode_ranks", "decode_layout", "decode_ep", "speculative", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
                  "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "tpot_mean_ms",
                  "decode_batch", "max_num_seqs", "capacity_per_s", "transfer_exposed_ms", "feasible", "reason"]
 
@@ -333,12 +358,13 @@ def configurations(q: Question) -> tuple[pd.DataFrame, pd.DataFrame]:
         r, f = _disagg_rows(q, wl, insts)
         rows += r
         pts += f
-    for i in insts:
-        if i.reason:
+    for i in insts:  # a speculative twin that failed as its plain instance did is not listed twice
+        if i.reason and (not i.spec or i.spec in i.reason):
             rows.append(dict(mode="any", label=i.reason.split(":")[0], feasible=False, reason=i.reason,
-                             decode_layout=i.layout))
+                             decode_layout=i.layout, speculative=i.spec))
     df = pd.DataFrame(rows).reindex(columns=TABLE_COLUMNS)
     df["feasible"] = df["feasible"].fillna(False).astype(bool)
+    df["speculative"] = df["speculative"].fillna("").astype(str)
     ok = df["feasible"]
     df.loc[ok, "tokens_per_s_per_gpu"] = df.loc[ok, "rate_per_s"] * q.osl / df.loc[ok, "gpus"]
     df.loc[ok, "tokens_per_s_per_user"] = 1e3 / df.loc[ok, "tpot_ms"]
@@ -426,29 +452,31 @@ def config_of(row: dict, q: Question) -> DeploymentConfig:
     """The :class:`~llmexplore.deployment.DeploymentConfig` of one table row (what :mod:`llmexplore.launch` and
     :func:`simulate_config` read; its ``to_json`` is the ``config`` of ``plan --json``): model, gpu, mode,
     dtypes, the KV link and one side per role (instances, ranks, layout, EP size, max_num_seqs, chunk budget,
-    MoE dispatch)."""
+    MoE dispatch, and the speculative decoding of a decoding side)."""
     m = presets.model(q.model)
+    spec = q.spec() if str(row.get("speculative") or "") else None
     if row["mode"] == "colocated":
         sides = (_side_of(row, m, "colocated", row["n_decode"], row["decode_ranks"], row["decode_layout"],
-                          row["chunk_tokens"], row.get("decode_ep")),)
+                          row["chunk_tokens"], row.get("decode_ep"), spec),)
     else:
         sides = (_side_of(row, m, "prefill", row["n_prefill"], row["prefill_ranks"], row["prefill_layout"], None,
                           row.get("prefill_ep")),
                  _side_of(row, m, "decode", row["n_decode"], row["decode_ranks"], row["decode_layout"], None,
-                          row.get("decode_ep")))
+                          row.get("decode_ep"), spec))
     return DeploymentConfig(model=q.model, gpu=q.gpu, mode=row["mode"], weight_dtype=row["weight_dtype"],
                             kv_dtype=row["kv_dtype"], sides=sides,
                             link=row.get("link") if row["mode"] != "colocated" else None)
 
 
-def _side_of(row: dict, m, role: str, n, ranks, layout: str, chunk, ep) -> SideConfig:
+def _side_of(row: dict, m, role: str, n, ranks, layout: str, chunk, ep, spec=None) -> SideConfig:
     """One side of a table row: a row's EP size, or (MoE without one) all of its ranks; dispatch all-to-all
     for an MoE DPA instance spanning nodes (the search prices it so)."""
     ep = int(ep) if m.is_moe and ep == ep and ep is not None else (int(ranks) if m.is_moe else 1)
     return SideConfig(role=role, instances=int(n), ranks=int(ranks), layout=layout, ep=ep,
                       max_num_seqs=int(row["max_num_seqs"]) if role != "prefill" else 1,
                       chunk_tokens=None if chunk is None or chunk != chunk else int(chunk),
-                      moe_dispatch="alltoall" if m.is_moe and layout == "DPA" and int(ranks) > 8 else "gather")
+                      moe_dispatch="alltoall" if m.is_moe and layout == "DPA" and int(ranks) > 8 else "gather",
+                      speculative=spec)
 
 
 def plan(q: Question | None = None, *, scheduler=None, workers: int | None = None, **kw) -> dict:
