@@ -17,7 +17,7 @@ from .models.step.engine import MAX_BATCH, MAX_CONTEXT, Deployment
 from .transfer.buffers import MAX_PAGE_TOKENS
 from .models.step.prefill import prefill_time
 from .errors import LlmexploreError, SpecError, UnknownPresetError
-from .sweeps import disagg, fidelity, layouts, moe, offload, plan, transfer
+from .sweeps import disagg, fidelity, layouts, moe, offload, plan, speculative, transfer
 from .units import dtype_bytes
 
 __all__ = ["check_index_parameters", "check_fidelity_parameters", "check_layouts_parameters",
@@ -149,6 +149,33 @@ def check_layouts_parameters(p) -> dict[str, str]:
     built("GQA_MODEL, GQA_GPU, GQA_RANKS", lambda: Deployment.build(p["GQA_MODEL"], p["GQA_GPU"], p["GQA_RANKS"],
                                                                     runtime=p["RUNTIME"]),
            {"ranks": "GQA_RANKS"})
+    return {}
+
+
+def check_speculative_parameters(p) -> dict[str, str]:
+    """Validate the parameters of ``notebooks/15_speculative_decoding.ipynb`` (``{NAME: value}``); SpecError
+    naming the parameter, the value and the rule (an MTP draft on a model without an MTP module is named by
+    SPECULATIVE, an accepted length outside [1, k + 1] by ACCEPTED_LENGTH)."""
+    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("RUNTIME", "runtime"),
+                       ("SPECULATIVE", "speculative")):
+        preset_param(name, kind, p[name])
+    int_param("RANKS", p["RANKS"], 1, MAX_RANKS)
+    int_param("CONTEXT", p["CONTEXT"], 1, 1 << 24)
+    int_param("BATCH", p["BATCH"], 1, 1 << 20)
+    range_param("BATCH_RANGE", p["BATCH_RANGE"], 1, 1 << 20, unit="sequences", integer=True)
+    int_param("N_BATCHES", p["N_BATCHES"], 2, 200)
+    int_param("N_ACCEPTED", p["N_ACCEPTED"], 2, 50)
+    if p["ACCEPTED_LENGTH"] is not None:
+        _check.number("ACCEPTED_LENGTH", p["ACCEPTED_LENGTH"], lo=1.0, hi=1e6)
+    if p["WEIGHT_DTYPE"] is not None:
+        dtype_bytes(p["WEIGHT_DTYPE"], "WEIGHT_DTYPE")
+    dtype_bytes(p["KV_DTYPE"], "KV_DTYPE")
+    rename = {"ranks": "RANKS", "accepted_length": "ACCEPTED_LENGTH", "context": "CONTEXT",
+              "weight_dtype": "WEIGHT_DTYPE", "kv_dtype": "KV_DTYPE", "speculative": "SPECULATIVE"}
+    built("MODEL, GPU, RANKS, SPECULATIVE", lambda: speculative.setup(
+        p["MODEL"], p["GPU"], p["RANKS"], speculative=p["SPECULATIVE"], accepted_length=p["ACCEPTED_LENGTH"],
+        context=p["CONTEXT"], runtime=p["RUNTIME"], weight_dtype=p["WEIGHT_DTYPE"], kv_dtype=p["KV_DTYPE"]),
+        rename)
     return {}
 
 

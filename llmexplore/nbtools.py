@@ -316,6 +316,7 @@ def _registry() -> dict[str, Callable[[Mapping[str, Any]], dict[str, str]]]:
         "00_index": nbparams.check_index_parameters,
         "05_fidelity": nbparams.check_fidelity_parameters,
         "10_attention_layouts": nbparams.check_layouts_parameters,
+        "15_speculative_decoding": nbparams.check_speculative_parameters,
         "20_pd_disaggregation": nbparams.check_disagg_parameters,
         "30_moe_expert_parallel": nbparams.check_moe_parameters,
         "40_kv_transfer": nbparams.check_transfer_parameters,

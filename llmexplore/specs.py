@@ -558,7 +558,7 @@ class SpecDecode(Spec):
     given drafts 1..i-1 were), or ``accepted_length``, the mean tokens a verify step emits per sequence
     (accepted drafts plus the target's own token, in [1, k + 1]; what SGLang reports as "accept length" and
     the EAGLE papers as tau). ``conditions`` says what the acceptance was measured on (dataset,
-    temperature): it does not carry over to other traffic. docs/models.md §1.6.
+    temperature): it does not carry over to other traffic. docs/models.md §1.4.
     """
 
     name: str

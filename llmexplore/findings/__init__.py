@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["num", "in_ms", "in_tokens", "join", "layouts", "disagg", "moe", "transfer", "offload", "fidelity", "plan"]
+__all__ = ["num", "in_ms", "in_tokens", "join", "layouts", "disagg", "moe", "transfer", "offload", "fidelity", "plan",
+           "speculative"]
 
 
 def num(x: float, digits: int = 3) -> str:
@@ -37,4 +38,4 @@ def join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-from . import disagg, fidelity, layouts, moe, offload, plan, transfer  # noqa: E402  (area modules use the helpers above)
+from . import disagg, fidelity, layouts, moe, offload, plan, speculative, transfer  # noqa: E402  (area modules use the helpers above)

@@ -409,4 +409,4 @@ def update_from(fig: go.Figure, new) -> None:
                 fig.layout[key] = empty
 
 
-from . import disagg, fidelity, layouts, moe, offload, plan, tables, transfer  # noqa: E402  (area modules use the style above)
+from . import disagg, fidelity, layouts, moe, offload, plan, speculative, tables, transfer  # noqa: E402  (area modules use the style above)

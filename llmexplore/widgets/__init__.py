@@ -44,7 +44,7 @@ from ..plots import TEMPLATE, TITLE_CHARS, fmt, update_from, wrap_title
 from ..units import DTYPE_BYTES
 
 __all__ = ["Explorer", "Draw", "FitWidth", "choice_slider", "typed", "typed_value", "log_options", "nice_options", "mark_stale", "preset_name",
-           "dtype_name", "layouts", "disagg", "moe", "transfer", "offload", "plan"]
+           "dtype_name", "layouts", "disagg", "moe", "transfer", "offload", "plan", "speculative"]
 
 #: what a figure looks like while it shows a configuration that could not be evaluated
 STALE_OPACITY = 0.25
@@ -387,4 +387,4 @@ def model_dtypes_runtime(model: str, weight_dtype: str | None, kv_dtype: str, ru
     return (dtype_name("weight_dtype", released if weight_dtype is None else weight_dtype),
             dtype_name("kv_dtype", kv_dtype), preset_name("runtime", "runtime", runtime))
 
-from . import disagg, layouts, moe, offload, plan, transfer  # noqa: E402  (area modules build on Explorer)
+from . import disagg, layouts, moe, offload, plan, speculative, transfer  # noqa: E402  (area modules build on Explorer)

@@ -167,6 +167,7 @@ BASE = {
     "00_index": {},
     "05_fidelity": {},
     "10_attention_layouts": dict(N_CONTEXT=12, N_BATCH=5, TRACE_BATCH=64, TRACE_SEGMENT=4096, FLUCT_SEGMENTS=12),
+    "15_speculative_decoding": dict(N_BATCHES=4, N_ACCEPTED=3),
     "20_pd_disaggregation": dict(N_RATES=4, N_BANDWIDTHS=6, PROMPTS=[1024, 4096], OUTPUTS=[128, 512], GRID_MAX=6,
                                  SIM_REQUESTS=5000, PROMPT_SIGMAS=[0.0]),
     "30_moe_expert_parallel": dict(BATCHES=[64, 256, 1024], N_SKEWS=3, MC_TRIALS=20, REDUNDANT=[32]),
@@ -220,6 +221,25 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
          {"HORIZON_STEPS": rec("policy_total_s"), "FLUCT_SEGMENT_STEPS": fig(STEADY, "x", "active sequences")}),
         # the runtime preset reprices every kernel: every time moves, so it runs alone
         (dict(RUNTIME="scalar"), {"RUNTIME": rec("step_ms")}),
+    ],
+    "15_speculative_decoding": [
+        # the deployment: the recorded label names model, GPU, ranks and dtypes
+        (dict(MODEL="deepseek-r1", GPU="b200", RANKS=4, WEIGHT_DTYPE="fp4", KV_DTYPE="fp8"),
+         {"MODEL": says("deployment", "DeepSeek-R1"), "GPU": says("deployment", "B200"),
+          "RANKS": says("deployment", "on 4x"), "WEIGHT_DTYPE": says("deployment", "weights fp4"),
+          "KV_DTYPE": says("deployment", "KV fp8")}),
+        # the draft (named in the label), the context (the draft's KV per sequence) and section 1's batch
+        (dict(SPECULATIVE="deepseek-mtp-3", CONTEXT=8000, BATCH=4),
+         {"SPECULATIVE": says("deployment", "3 draft tokens"), "CONTEXT": rec("memory", lambda m: m["draft_kv_MB_per_seq"]),
+          "BATCH": rec("speedup_at_batch")}),
+        # the user's acceptance replaces the preset's
+        (dict(ACCEPTED_LENGTH=1.5), {"ACCEPTED_LENGTH": rec("tpot_ms")}),
+        # the grids: the batch axis of the figure, and the accepted lengths whose break-even batches are recorded
+        (dict(BATCH_RANGE=[2, 256], N_BATCHES=5, N_ACCEPTED=4),
+         {"BATCH_RANGE": fig("speedup_figure(by_batch,", "x"), "N_BATCHES": fig("speedup_figure(by_batch,", "x"),
+          "N_ACCEPTED": rec("breakeven_batch", sorted)}),
+        # the runtime preset reprices every kernel: alone
+        (dict(RUNTIME="scalar"), {"RUNTIME": rec("plain_tpot_ms")}),
     ],
     "20_pd_disaggregation": [
         # grids and axes, the prompt (its KV bytes move with nothing else here) and the SLO lines
@@ -339,6 +359,10 @@ REJECTED = [
     ("10_attention_layouts", dict(CONTEXT_MAX=128), r"CONTEXT_MAX must be greater than CONTEXT_MIN"),
     ("10_attention_layouts", dict(RUNTIME="turbo"), r"RUNTIME must name a preset in data/runtime.yaml"),
     ("20_pd_disaggregation", dict(PREFILL_TP=3), r"PREFILL_TP \(3\) must divide"),
+    ("15_speculative_decoding", dict(SPECULATIVE="eagle"), r"SPECULATIVE must name a preset in data/speculative.yaml"),
+    ("15_speculative_decoding", dict(MODEL="llama-3-70b"),
+     r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
+    ("15_speculative_decoding", dict(ACCEPTED_LENGTH=5.0), r"ACCEPTED_LENGTH must be a finite number in \[1, 2\]"),
     ("30_moe_expert_parallel", dict(MODEL="llama-3-70b"), r"MODEL = 'llama-3-70b' does not apply to this notebook"),
     ("40_kv_transfer", dict(DECODE_DP=2), r"DECODE_DP must be <= PREFILL_DP \(1\) with DP_PAIRING = 'index'"),
     ("40_kv_transfer", dict(PREFILL_DP=1024, PREFILL_TP=128), r"PREFILL_TP x PREFILL_DP must be at most 65,536 ranks"),

@@ -1,4 +1,4 @@
-"""Speculative decoding on the step engine: draft, verify, and the tokens a step emits (docs/models.md §1.6).
+"""Speculative decoding on the step engine: draft, verify, and the tokens a step emits (docs/models.md §1.4).
 
 One speculative decode iteration of a batch of B sequences at context s (each sequence on its own):
 
@@ -32,12 +32,13 @@ import dataclasses
 
 import numpy as np
 
+from ... import _check
 from ...errors import SpecError
 from ...specs import ModelSpec, SpecDecode
 from .decode import memory_per_rank, step_time
 from .engine import EMB_BYTES, Deployment, check_batch_context, gemm_s, resolve_speculative
 
-__all__ = ["resolve_spec", "check_spec", "draft_model", "draft_deployment", "spec_step", "spec_memory",
+__all__ = ["resolve_spec", "check_spec", "with_accepted_length", "draft_model", "draft_deployment", "spec_step", "spec_memory",
            "spec_max_batch", "FUSE_WIDTH"]
 
 #: input width of the fuse projection, in hidden sizes: MTP's eh_proj concatenates the token's embedding and
@@ -49,6 +50,17 @@ FUSE_WIDTH = {"mtp": 2, "draft_head": 3, "ngram": 0}
 def resolve_spec(spec) -> SpecDecode | None:
     """A :class:`~llmexplore.specs.SpecDecode` from a preset name or a spec; None stays None (no speculation)."""
     return resolve_speculative(spec)
+
+
+def with_accepted_length(spec: SpecDecode, accepted_length) -> SpecDecode:
+    """``spec`` with the user's mean tokens per verify step in place of its acceptance (None: ``spec`` as is):
+    the draft stays the preset's, the conditions say the acceptance is the user's. SpecError naming
+    ``accepted_length`` outside [1, draft_tokens + 1]."""
+    if accepted_length is None:
+        return spec
+    tau = _check.number("accepted_length", accepted_length, lo=1.0, hi=spec.draft_tokens + 1.0, unit="tokens")
+    return spec.replace(accepted_length=tau, acceptance=(),
+                        conditions=f"given by the user for the draft of preset {spec.name}")
 
 
 def check_spec(model: ModelSpec, spec: SpecDecode) -> None:

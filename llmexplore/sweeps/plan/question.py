@@ -99,17 +99,14 @@ class Question:
         user's accepted length in place of the preset's acceptance; None without ``speculative``."""
         if self.speculative is None:
             return None
-        from ...models.step.speculative import check_spec
+        from ...models.step.speculative import check_spec, with_accepted_length
 
         s = presets.speculative(self.speculative)
         check_spec(presets.model(self.model), s)
-        if self.speculative_accepted_length is not None:
-            tau = _check.number("speculative_accepted_length", self.speculative_accepted_length, lo=1.0,
-                                hi=s.draft_tokens + 1.0, unit="tokens")
-            s = s.replace(accepted_length=tau, acceptance=(),
-                          conditions=f"given by the user (preset {s.name}'s draft; its own acceptance was measured "
-                                     f"on: {s.conditions})")
-        return s
+        try:
+            return with_accepted_length(s, self.speculative_accepted_length)
+        except SpecError as exc:  # named as the question's field
+            raise SpecError(str(exc).replace("accepted_length", "speculative_accepted_length", 1)) from None
 
     @property
     def workload(self) -> dg.Workload:

@@ -1,4 +1,4 @@
-"""Speculative decoding on the step engine (llmexplore.models.step.speculative, docs/models.md §1.6): the spec's
+"""Speculative decoding on the step engine (llmexplore.models.step.speculative, docs/models.md §1.4): the spec's
 rules, the closed forms, the verify attention against our own H200 measurement, and published speed-ups."""
 from __future__ import annotations
 
