@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/bench_plan.py`` (or ``make bench``). Medians 
 relative to a fixed numpy reference workload timed in the same process (the machines here are noisy).
 
 * **one question** (target < 1 s): issue 10 §2's Qwen3-32B FP8 on 32 H200, ISL 4,000 / OSL 500, p90 TTFT
-  <= 300 ms, TPOT <= 10 ms, every ranks x layout x KV dtype x chunk budget x pool pair, both modes. Timed
+  <= 300 ms, TPOT <= 10 ms, every ranks x pipeline size (1, 2, 4) x layout x KV dtype x chunk budget x pool
+  pair, both modes, against the same question without pipelines (``Q_NO_NEW_AXES``, the search before issue 21). Timed
   with the planner's per-instance caches cleared (presets already read: they are read once per process), and
   again warm (a slider on the rate or the targets reuses the step tables);
 * **the question with speculative decoding** searched on every decoding side (``Q_SPEC``, issue 21: still < 1 s),
@@ -40,8 +41,10 @@ from llmexplore.sweeps.plan import search as plan_search  # noqa: E402
 
 Q = sp.Question(model="qwen3-32b", gpu="h200", gpus=32, isl=4000, osl=500, ttft_ms=300, tpot_ms=10, stat="p90",
                 weight_dtypes=("fp8",))
-#: the same question with speculative decoding searched on every decoding side (issue 21: the new axes stay < 1 s)
+#: the same question with speculative decoding searched on every decoding side too (issue 21: the new axes, pipeline
+#: sizes 1, 2, 4 by default and speculation, stay < 1 s), and without either (the search before issue 21)
 Q_SPEC = sp.Question(**{**{f: getattr(Q, f) for f in Q.__dataclass_fields__}, "speculative": "eagle3-llama-3.1-8b"})
+Q_NO_NEW_AXES = sp.Question(**{**{f: getattr(Q, f) for f in Q.__dataclass_fields__}, "pipeline_sizes": (1,)})
 N_SIM = 10_000
 
 
@@ -68,6 +71,7 @@ def main() -> None:
     t_cold = median_s(cold, 5)
     t_warm = median_s(lambda: sp.plan(Q, rate_per_s=None), 5)
     t_spec = median_s(lambda: cold(Q_SPEC), 5)
+    t_old = median_s(lambda: cold(Q_NO_NEW_AXES), 5)
     b = res["best_by_mode"]["colocated"]
     dep = Deployment.build(Q.model, Q.gpu, int(b["decode_ranks"]), weight_dtype=b["weight_dtype"],
                            kv_dtype=b["kv_dtype"])
@@ -81,7 +85,9 @@ def main() -> None:
     speed = {name: s for name, _, s in runs}
     print(f"question: {Q.model} on {Q.gpus} {Q.gpu}, ISL {Q.isl} / OSL {Q.osl}; best "
           f"{res['best']['label']}; {len(res['table'])} configurations")
-    rows = [("one question, caches cleared", t_cold, f"{t_cold / ref:.1f}x ref", "< 1 s"),
+    rows = [("one question without PP and speculation", t_old, f"{t_old / ref:.1f}x ref", ""),
+            ("one question (PP 1, 2, 4), caches cleared", t_cold, f"{t_cold / ref:.1f}x ref, {t_cold / t_old:.2f}x "
+             "without PP", "< 1 s"),
             ("one question, warm (slider)", t_warm, f"{t_warm / ref:.1f}x ref", ""),
             ("one question + speculative axis, cold", t_spec, f"{t_spec / ref:.1f}x ref, {t_spec / t_cold:.2f}x "
              "the question", "< 1 s"),
@@ -90,7 +96,8 @@ def main() -> None:
     rows += [(f"capacity plan on {name}", t, f"{s:.2f}x faster", "") for name, t, s in runs]
     rows.append(("reference numpy workload", ref, "1x", ""))
     print_table(rows)
-    print(f"plan_spec_s={t_spec:.3f} plan_spec_over_plan={t_spec / t_cold:.2f}")
+    print(f"plan_spec_s={t_spec:.3f} plan_spec_over_plan={t_spec / t_cold:.2f} plan_over_no_new_axes="
+          f"{t_cold / t_old:.2f}")
     print(f"plan_warm_s={t_warm:.3f} dask_speedup_2={speed.get('dask2', float('nan')):.2f}")
     print(f"plan_s={t_cold:.3f} sim_requests_per_s={N_SIM / t_sim:.0f} "
           f"dask_speedup_4={speed.get('dask4', float('nan')):.2f}")

@@ -8,10 +8,10 @@ role (colocated, or prefill and decode). Its JSON (:meth:`DeploymentConfig.to_js
 
     {"model": "qwen3-32b", "gpu": "h200", "mode": "colocated", "weight_dtype": "fp8", "kv_dtype": "fp8",
      "link": null,
-     "sides": [{"role": "colocated", "instances": 4, "ranks": 8, "layout": "TP", "ep": 1,
-                "max_num_seqs": 64, "chunk_tokens": 2048, "moe_dispatch": "gather"}]}
+     "sides": [{"role": "colocated", "instances": 4, "ranks": 8, "pp": 1, "layout": "TP", "ep": 1,
+                "max_num_seqs": 64, "chunk_tokens": 2048, "moe_dispatch": "gather", "speculative": null}]}
 
-A side may leave out ``layout`` (TP), ``ep`` (all of its ranks for an MoE model, 1 for a dense one),
+A side may leave out ``layout`` (TP), ``pp`` (1: no pipeline), ``speculative`` (null), ``ep`` (all of its ranks for an MoE model, 1 for a dense one),
 ``chunk_tokens`` (None, or 0 as older configurations wrote it: whole prompts, or the simulator's default
 budget, 2,048) and ``moe_dispatch`` (the configuration's, else "gather"); with
 ``complete=True`` (the launch lines, which must not guess) every side field is required. Bad input is one
@@ -32,7 +32,7 @@ from .errors import SpecError, UnknownPresetError
 from .units import DTYPE_BYTES
 
 __all__ = ["MODES", "ROLES", "LAYOUTS", "MOE_DISPATCH", "MAX_INSTANCES", "MAX_RANKS", "MAX_GPUS", "MAX_SEQS",
-           "MAX_TOKENS", "SideConfig", "DeploymentConfig"]
+           "MAX_TOKENS", "MAX_STAGES", "SideConfig", "DeploymentConfig", "check_pp"]
 
 MODES = ("colocated", "disaggregated")
 ROLES = ("colocated", "prefill", "decode")
@@ -43,7 +43,8 @@ MAX_RANKS = 1024         # GPUs of one instance (the largest attention group the
 MAX_GPUS = 4096          # GPUs of one deployment (a plan's budget, an MoE model's expert-parallel group)
 MAX_SEQS = 1 << 24       # running requests of one instance
 MAX_TOKENS = 1 << 30     # chunked-prefill token budget
-_SIDE_FIELDS = ("role", "instances", "ranks", "layout", "ep", "max_num_seqs", "chunk_tokens", "moe_dispatch",
+MAX_STAGES = 128         # pipeline stages of one instance (engines run 2-16)
+_SIDE_FIELDS = ("role", "instances", "ranks", "pp", "layout", "ep", "max_num_seqs", "chunk_tokens", "moe_dispatch",
                 "speculative")
 _REQUIRED = ("model", "gpu", "mode", "weight_dtype", "kv_dtype", "sides")
 
@@ -54,12 +55,14 @@ class SideConfig:
     ``layout``, expert-parallel size ``ep``, at most ``max_num_seqs`` running requests and a chunked-prefill
     budget of ``chunk_tokens`` (None: whole prompts); ``moe_dispatch`` "gather" or "alltoall" (DeepEP);
     ``speculative`` the speculative decoding its decode steps run (a :class:`~llmexplore.specs.SpecDecode`,
-    written in JSON as its fields; None: plain decoding; a prefill side never has one)."""
+    written in JSON as its fields; None: plain decoding; a prefill side never has one). ``pp`` > 1: each instance
+    is a pipeline of ``pp`` stages of ``ranks`` GPUs (TP layout), ``ranks x pp`` GPUs in all."""
 
     role: str
     instances: int
     ranks: int
     layout: str = "TP"
+    pp: int = 1
     ep: int = 1
     max_num_seqs: int = 1
     chunk_tokens: int | None = None
@@ -122,7 +125,21 @@ class DeploymentConfig:
     @property
     def gpus(self) -> int:
         """GPUs of the whole deployment."""
-        return sum(s.instances * s.ranks for s in self.sides)
+        return sum(s.instances * s.ranks * s.pp for s in self.sides)
+
+
+def check_pp(model, pp, ranks: int = 1, *, field: str = "pp", ranks_field: str = "ranks") -> int:
+    """``pp`` (pipeline stages) as an int, or SpecError naming ``field``: an integer in [1, MAX_STAGES], at most the
+    layers of ``model`` (a ModelSpec: every stage holds at least one layer), and ``pp x ranks`` within the largest
+    instance the models price (MAX_RANKS GPUs)."""
+    p = _check.integer(field, pp, lo=1, hi=MAX_STAGES)
+    if p > model.layers:
+        raise SpecError(f"{field} ({p}) must be at most the layers of {model.name} ({model.layers}): every pipeline "
+                        "stage holds at least one layer")
+    if p * ranks > MAX_RANKS:
+        raise SpecError(f"{field} x {ranks_field} ({p} x {ranks} = {p * ranks}) must be at most {MAX_RANKS} GPUs per "
+                        "instance")
+    return p
 
 
 def _field(doc: dict, name: str, where: str):
@@ -146,6 +163,10 @@ def _side(doc: Any, i: int, *, model, dispatch: str, complete: bool) -> SideConf
     instances = _check.integer(f"{where}['instances']", _field(doc, "instances", where), lo=1, hi=MAX_INSTANCES)
     ranks = _check.integer(f"{where}['ranks']", _field(doc, "ranks", where), lo=1, hi=MAX_RANKS)
     layout = _check.choice(f"{where}['layout']", get("layout", "TP"), LAYOUTS)
+    # older configurations have no pipeline: 1
+    pp = check_pp(model, doc.get("pp", 1), ranks, field=f"{where}['pp']", ranks_field=f"{where}['ranks']")
+    if pp > 1 and layout != "TP":
+        raise SpecError(f"{where}['pp'] ({pp}) needs layout 'TP' (pipeline stages are tensor parallel), got {layout!r}")
     ep = get("ep", None)
     ep = (ranks if moe else 1) if ep is None else _check.integer(f"{where}['ep']", ep, lo=1, hi=MAX_RANKS)
     if not moe and ep != 1:
@@ -160,7 +181,10 @@ def _side(doc: Any, i: int, *, model, dispatch: str, complete: bool) -> SideConf
                                                       hi=MAX_TOKENS)
     side_dispatch = _check.choice(f"{where}['moe_dispatch']", doc.get("moe_dispatch", dispatch), MOE_DISPATCH)
     spec = _speculative(doc.get("speculative"), f"{where}['speculative']", role, model)
-    return SideConfig(role=role, instances=instances, ranks=ranks, layout=layout, ep=ep, max_num_seqs=seqs,
+    if spec is not None and pp > 1:
+        raise SpecError(f"{where}['speculative'] must be null with {where}['pp'] > 1 (speculative decoding in a "
+                        f"pipeline is not modelled), got {spec.name!r} with pp {pp}")
+    return SideConfig(role=role, instances=instances, ranks=ranks, layout=layout, pp=pp, ep=ep, max_num_seqs=seqs,
                       chunk_tokens=chunk, moe_dispatch=side_dispatch, speculative=spec)
 
 

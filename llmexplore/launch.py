@@ -18,7 +18,8 @@ The configuration (a :class:`llmexplore.deployment.DeploymentConfig` or its JSON
                 "layout": "TP" | "DPA" | "DOP", "ep": e, "max_num_seqs": s, "chunk_tokens": c | None,
                 "speculative": None | {SpecDecode fields}}]}
 
-``ranks`` is the GPUs of one instance, ``ep`` the expert-parallel size (1 for dense models),
+``ranks`` is the GPUs of one instance (of one pipeline stage when ``pp`` > 1: ``ranks x pp`` GPUs in all),
+``ep`` the expert-parallel size (1 for dense models),
 ``max_num_seqs`` the running requests of one instance, ``chunk_tokens`` the chunked-prefill budget (None:
 prefill whole prompts). Layouts (docs/models.md §3): TP shards everything over the ranks; DPA keeps the
 attention data parallel (one batch share per rank) with the FFN/experts sharded; DOP has no engine flag.
@@ -145,6 +146,12 @@ def _checkpoint(cfg: dict, engine: str, eng: dict) -> tuple[str | None, list[str
                       "nvfp4_online)")]
 
 
+def _pp_args(side: dict, eng: dict) -> list[str]:
+    """The pipeline-parallel size flag of a side with pp > 1 (none otherwise)."""
+    pp = int(side.get("pp") or 1)
+    return [eng["flags"]["pipeline_parallel"]["flag"], str(pp)] if pp > 1 else []
+
+
 def _vllm_parallel(cfg: dict, side: dict, eng: dict) -> tuple[list[str] | None, list[str]]:
     f = eng["flags"]
     ranks, ep, layout, moe = side["ranks"], side["ep"], side["layout"], cfg["moe"]
@@ -154,7 +161,7 @@ def _vllm_parallel(cfg: dict, side: dict, eng: dict) -> tuple[list[str] | None, 
                       f"{f['expert_parallel']['flag']} is given and has no EP-size flag, so ep={ep} cannot be "
                       "expressed")]
     if layout == "TP":
-        args = [f["tensor_parallel"]["flag"], str(ranks)]
+        args = [f["tensor_parallel"]["flag"], str(ranks)] + _pp_args(side, eng)
         seqs = side["max_num_seqs"]
     else:  # DPA
         if not moe:
@@ -185,7 +192,7 @@ def _sglang_parallel(cfg: dict, side: dict, eng: dict) -> tuple[list[str] | None
     f = eng["flags"]
     ranks, ep, moe = side["ranks"], side["ep"], cfg["moe"]
     notes = []
-    args = [f["tensor_parallel"]["flag"], str(ranks)]
+    args = [f["tensor_parallel"]["flag"], str(ranks)] + _pp_args(side, eng)
     if side["layout"] == "DPA":
         args += [f["attention_dp"]["flag"], str(ranks)]
         notes.append(f"{f['attention_dp']['flag']} appeared in SGLang 0.5.22; for 0.5.21 or older write "
@@ -210,7 +217,8 @@ def _trtllm_parallel(cfg: dict, side: dict, eng: dict) -> tuple[list[str] | None
     f = eng["flags"]
     ranks, ep, moe = side["ranks"], side["ep"], cfg["moe"]
     notes, extra = [], {}
-    args = [f["backend"]["flag"], eng["choices"]["backend"], f["tensor_parallel"]["flag"], str(ranks)]
+    args = [f["backend"]["flag"], eng["choices"]["backend"], f["tensor_parallel"]["flag"], str(ranks)] + \
+        _pp_args(side, eng)
     if moe and ep > 1:
         args += [f["expert_parallel"]["flag"], str(ep)]
         if ep < ranks:
@@ -352,7 +360,8 @@ def launch_commands(config: dict, engine: str) -> list[dict]:
     repo, weight_args, weight_notes = _checkpoint(cfg, engine, eng)
     out = []
     for side in cfg["sides"]:
-        entry = {"role": side["role"], "instances": side["instances"], "gpus_per_instance": side["ranks"],
+        gpus = side["ranks"] * int(side.get("pp") or 1)
+        entry = {"role": side["role"], "instances": side["instances"], "gpus_per_instance": gpus,
                  "command": None, "note": None, "flags": [], "files": {}}
         extra: dict = {}
         notes = list(weight_notes)
@@ -382,8 +391,8 @@ def launch_commands(config: dict, engine: str) -> list[dict]:
             entry["files"] = files
             entry["command"] = _join(argv)
             entry["flags"] = [a for a in argv if a.startswith("--")]
-            if side["ranks"] > GPUS_PER_HOST:
-                notes.append(f"an instance of {side['ranks']} GPUs spans hosts: run it on each host with the "
+            if gpus > GPUS_PER_HOST:
+                notes.append(f"an instance of {gpus} GPUs spans hosts: run it on each host with the "
                              "engine's multi-node flags (not generated here)")
         entry["note"] = "; ".join(notes) if notes else None
         out.append(entry)

@@ -154,11 +154,17 @@ def check_layouts_parameters(p) -> dict[str, str]:
 
 def check_speculative_parameters(p) -> dict[str, str]:
     """Validate the parameters of ``notebooks/15_speculative_decoding.ipynb`` (``{NAME: value}``); SpecError
-    naming the parameter, the value and the rule (an MTP draft on a model without an MTP module is named by
-    SPECULATIVE, an accepted length outside [1, k + 1] by ACCEPTED_LENGTH)."""
+    naming the parameter, the value and the rule (an accepted length outside [1, k + 1] is named by
+    ACCEPTED_LENGTH). Returns ``{"MODEL": why}`` for a model without an MTP module while SPECULATIVE drafts with
+    one: a valid preset this notebook cannot use (the report builder then keeps the default here)."""
     for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("RUNTIME", "runtime"),
                        ("SPECULATIVE", "speculative")):
         preset_param(name, kind, p[name])
+    m, spec = presets.model(p["MODEL"]), presets.speculative(p["SPECULATIVE"])
+    if spec.method == "mtp" and m.mtp_layers < 1:  # a valid model this draft cannot run on: the default stays
+        mtp = [n for n, x in presets.table("models").items() if x.mtp_layers > 0]
+        return {"MODEL": f"{m.name} has no MTP module, which SPECULATIVE = {spec.name!r} drafts with; this notebook "
+                         f"then needs a model that has one ({', '.join(mtp)}), or a draft-head or n-gram SPECULATIVE"}
     int_param("RANKS", p["RANKS"], 1, MAX_RANKS)
     int_param("CONTEXT", p["CONTEXT"], 1, 1 << 24)
     int_param("BATCH", p["BATCH"], 1, 1 << 20)

@@ -18,7 +18,7 @@ FLAGS = {"model": "--model", "gpu": "--gpu", "gpus": "--gpus", "isl": "--isl", "
          "runtime": "--runtime", "weight_dtype": "--weight-dtype", "kv_dtype": "--kv-dtype", "link": "--link",
          "workers": "--workers", "scheduler": "--scheduler", "target": "--targets", "modes": "--mode",
          "weight_dtypes": "--weight-dtype", "kv_dtypes": "--kv-dtype", "speculative": "--speculative",
-         "speculative_accepted_length": "--speculative-accepted-length"}
+         "speculative_accepted_length": "--speculative-accepted-length", "pipeline_sizes": "--pipeline-sizes"}
 
 TABLE_COLS = [
     Col("label", "configuration"), Col("gpus", "GPUs", ".0f"), Col("n_prefill", "P inst", ".0f"),
@@ -49,6 +49,14 @@ def _dtype_list(text: str) -> tuple:
     if not vals or any(v not in DTYPE_BYTES for v in vals) or len(set(vals)) != len(vals):
         raise ValueError(text)
     return vals
+
+
+def _int_list(text: str) -> tuple:
+    """'1,2,4' -> (1, 2, 4): whole numbers >= 1, comma-separated (the rule says which part is wrong)."""
+    parts = [t.strip() for t in str(text).split(",")]
+    if not parts or any(not t.isdigit() or not 1 <= int(t) <= 128 for t in parts):
+        raise ValueError(text)
+    return tuple(int(t) for t in parts)
 
 
 def add(sub) -> None:
@@ -91,6 +99,10 @@ def add(sub) -> None:
                    help="KV-transfer link of disaggregated serving (default: the GPU's scale-out link)")
     p.add_argument("--runtime", default="default", action=Checked, check=preset_name("runtime"), metavar="NAME",
                    help="runtime preset (default: default)")
+    sizes = Rule("one pipeline size or a comma-separated list of them, whole numbers from 1 to 128 (e.g. 1,2,4)",
+                 _int_list)
+    p.add_argument("--pipeline-sizes", default=None, action=Checked, check=sizes, metavar="P[,P]",
+                   help="pipeline-parallel sizes searched, comma-separated (1: no pipeline; default: 1,2,4)")
     p.add_argument("--speculative", default=None, action=Checked, check=preset_name("speculative"), metavar="NAME",
                    help="also search speculative decoding on every decoding side with this preset "
                         "(data/speculative.yaml: deepseek-mtp-1, deepseek-mtp-3, eagle3-llama-3.1-8b, ngram-5)")
@@ -143,7 +155,8 @@ def run(args) -> int:
                     stat=stat or "p90", rate_per_s=args.rate, runtime=args.runtime, weight_dtypes=args.weight_dtype,
                     kv_dtypes=args.kv_dtype, link=args.link,
                     modes=MODES if args.mode == "both" else (args.mode,), speculative=args.speculative,
-                    speculative_accepted_length=args.speculative_accepted_length)
+                    speculative_accepted_length=args.speculative_accepted_length,
+                    **({} if args.pipeline_sizes is None else {"pipeline_sizes": args.pipeline_sizes}))
     res = sp.plan(q, scheduler=args.scheduler, workers=args.workers)
     doc = fp.summary(res, top=args.top, simulate=args.simulate)
     doc["not_resolved"] = q.not_resolved()

@@ -33,14 +33,22 @@ def _spec_words(row: dict, q: sp.Question | None) -> str:
             f"{num(s.tokens_per_step)} tokens per step: {given})")
 
 
+def _pp(row: dict, side: str) -> str:
+    """' x PP2' for a side that is a pipeline of 2 stages ('' otherwise)."""
+    p = row.get(f"{side}_pp")
+    return f" x PP{p:.0f}" if p == p and p is not None and p > 1 else ""
+
+
 def _what(row: dict, q: sp.Question | None = None) -> str:
     spec = _spec_words(row, q)
     if row["mode"] == "colocated":
-        return (f"colocated, {row['n_decode']:.0f} instances of {row['decode_layout']}{row['decode_ranks']:.0f} "
-                f"({row['weight_dtype']} weights, {row['kv_dtype']} KV, chunk {row['chunk_tokens']:.0f} tokens{spec})")
-    return (f"disaggregated, {row['n_prefill']:.0f} prefill instances of TP{row['prefill_ranks']:.0f} and "
-            f"{row['n_decode']:.0f} decode instances of {row['decode_layout']}{row['decode_ranks']:.0f} "
-            f"({row['weight_dtype']} weights, {row['kv_dtype']} KV, KV over {row['link']}{spec})")
+        return (f"colocated, {row['n_decode']:.0f} instances of {row['decode_layout']}{row['decode_ranks']:.0f}"
+                f"{_pp(row, 'decode')} ({row['weight_dtype']} weights, {row['kv_dtype']} KV, chunk "
+                f"{row['chunk_tokens']:.0f} tokens{spec})")
+    return (f"disaggregated, {row['n_prefill']:.0f} prefill instances of TP{row['prefill_ranks']:.0f}"
+            f"{_pp(row, 'prefill')} and {row['n_decode']:.0f} decode instances of "
+            f"{row['decode_layout']}{row['decode_ranks']:.0f}{_pp(row, 'decode')} ({row['weight_dtype']} weights, "
+            f"{row['kv_dtype']} KV, KV over {row['link']}{spec})")
 
 
 def best_sentence(res: dict) -> str:
@@ -253,8 +261,9 @@ def launch_sentence(res: dict) -> str:
     if res["best"] is None:
         return "No configuration meets the targets, so there is nothing to launch."
     cfg = sp.config_of(res["best"], res["question"])
-    roles = join([f"{s.instances} {s.role} instance{'s' if s.instances != 1 else ''} of {s.ranks} "
-                  f"GPU{'s' if s.ranks != 1 else ''}" for s in cfg.sides])
+    roles = join([f"{s.instances} {s.role} instance{'s' if s.instances != 1 else ''} of {s.ranks * s.pp} "
+                  f"GPU{'s' if s.ranks * s.pp != 1 else ''}" + (f" ({s.pp} pipeline stages of {s.ranks})" if s.pp > 1
+                                                                   else "") for s in cfg.sides])
     table = launch.engine_table()["engines"]
     ok, no = [], []
     for eng in launch.ENGINES:

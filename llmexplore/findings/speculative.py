@@ -10,7 +10,7 @@ import pandas as pd
 from ..sweeps.speculative import SpecSetup, breakeven_batches, check_errors
 from . import join, num
 
-__all__ = ["point_sentence", "batch_sentence", "batch_title", "map_title", "memory_sentence", "checks_sentence",
+__all__ = ["point_sentence", "batch_sentence", "batch_title", "map_title", "map_sentence", "memory_sentence", "checks_sentence",
            "checks_title", "explorer_status"]
 
 
@@ -66,7 +66,12 @@ def batch_title(df: pd.DataFrame, s: SpecSetup) -> str:
     return batch_sentence(df, s, short=True)
 
 
-def map_title(df: pd.DataFrame) -> str:
+def map_sentence(df: pd.DataFrame) -> str:
+    """Section 3: the least accepted length that pays at each end of the batch grid and at the hardest batch."""
+    return map_title(df, long=True)
+
+
+def map_title(df: pd.DataFrame, *, long: bool = False) -> str:
     """Section 3's title: the least accepted length that pays at the smallest batch and at the hardest one."""
     pays = df[df["speedup"] > 1.0]
     if pays.empty:
@@ -75,11 +80,15 @@ def map_title(df: pd.DataFrame) -> str:
         lambda g: g.loc[g["pays"], "accepted_length"].min() if g["pays"].any() else float("inf"), include_groups=False)
     first = need.index.min()
     hardest = need.idxmax()
-    text = (f"Speculation pays above the dashed line: at batch {first:,} from {num(need[first])} tokens per step")
+    head = ("Speculation pays wherever the map is blue" if long else "Speculation pays above the dashed line")
+    text = f"{head}: at batch {first:,} from {num(need[first])} tokens per step"
     if hardest != first:
         text += (f", at batch {hardest:,} only from {num(need[hardest])}" if math.isfinite(need[hardest]) else
                  f", at batch {hardest:,} at no accepted length shown")
-    return text
+    last = need.index.max()
+    if long and last not in (first, hardest):
+        text += f", and at batch {last:,} from {num(need[last])}"
+    return text + ("." if long else "")
 
 
 def memory_sentence(mem: dict, s: SpecSetup) -> str:

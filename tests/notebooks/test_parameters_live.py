@@ -361,7 +361,7 @@ REJECTED = [
     ("20_pd_disaggregation", dict(PREFILL_TP=3), r"PREFILL_TP \(3\) must divide"),
     ("15_speculative_decoding", dict(SPECULATIVE="eagle"), r"SPECULATIVE must name a preset in data/speculative.yaml"),
     ("15_speculative_decoding", dict(MODEL="llama-3-70b"),
-     r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
+     r"MODEL = 'llama-3-70b' does not apply to this notebook: llama-3-70b has no MTP module"),
     ("15_speculative_decoding", dict(ACCEPTED_LENGTH=5.0), r"ACCEPTED_LENGTH must be a finite number in \[1, 2\]"),
     ("30_moe_expert_parallel", dict(MODEL="llama-3-70b"), r"MODEL = 'llama-3-70b' does not apply to this notebook"),
     ("40_kv_transfer", dict(DECODE_DP=2), r"DECODE_DP must be <= PREFILL_DP \(1\) with DP_PAIRING = 'index'"),

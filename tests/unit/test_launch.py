@@ -61,6 +61,7 @@ def _chain_head():
 def _spec_configs():
     """Speculative decoding on a colocated side and on a decode pool: MTP, a chain draft head, n-gram."""
     return [_config("deepseek-v3", weight_dtype="fp8", sides=[_side(ep=8, speculative="deepseek-mtp-3")]),
+            _config("llama-3-70b", sides=[_side(ranks=2, pp=4)]),
             _config("llama-3-70b", sides=[_side(speculative=_chain_head())]),
             _config("llama-3-70b", sides=[_side(speculative="ngram-5")]),
             _config("llama-3-8b", "disaggregated", [_side("prefill", chunk_tokens=None),
@@ -69,7 +70,7 @@ def _spec_configs():
 
 @pytest.mark.parametrize("engine", launch.ENGINES)
 def test_speculative_decoding_is_written_in_each_engines_own_terms(engine):
-    mtp, head, ngram, pd = (launch.launch_commands(c, engine) for c in _spec_configs())
+    mtp, _, head, ngram, pd = (launch.launch_commands(c, engine) for c in _spec_configs())
     cmd = {e: " ".join(x["command"] for x in entries if x["command"]) for e, entries in
            (("mtp", mtp), ("head", head), ("ngram", ngram), ("pd", pd))}
     files = {e: "".join(t for x in entries for t in x["files"].values()) for e, entries in
@@ -90,6 +91,25 @@ def test_speculative_decoding_is_written_in_each_engines_own_terms(engine):
     # only the decode pool of a disaggregated deployment speculates; every command says what the acceptance was
     assert "speculative" not in (pd[0]["command"] or "") and "speculative" in (pd[1]["note"] or "")
     assert "acceptance was measured on" in mtp[0]["note"]
+
+
+@pytest.mark.parametrize("engine, flags", [("vllm", "--tensor-parallel-size 2 --pipeline-parallel-size 4"),
+                                           ("sglang", "--tp-size 2 --pp-size 4"), ("trtllm", "--tp_size 2 --pp_size 4")])
+def test_pipeline_parallelism_is_written_with_each_engines_flag(engine, flags):
+    (e,) = launch.launch_commands(_config("llama-3-70b", sides=[_side(ranks=2, pp=4)]), engine)
+    assert flags in e["command"] and e["gpus_per_instance"] == 8
+
+
+@pytest.mark.parametrize("side, words", [
+    (_side(pp=0), "config['sides'][0]['pp'] must be an integer in [1, 128]"),
+    (_side(pp=81), "config['sides'][0]['pp'] (81) must be at most the layers of llama-3-70b (80)"),
+    (_side(ranks=512, pp=4), "config['sides'][0]['pp'] x config['sides'][0]['ranks'] (4 x 512 = 2048) must be at most"),
+    (_side(layout="DPA", pp=2), "config['sides'][0]['pp'] (2) needs layout 'TP'"),
+])
+def test_bad_pipeline_sides_are_named(side, words):
+    with pytest.raises(SpecError) as exc:
+        launch.launch_commands(_config("llama-3-70b", sides=[side]), "vllm")
+    assert words in str(exc.value)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "trtllm"])

@@ -39,6 +39,7 @@ from ..step.decode import max_batch, step_time
 from ..step.engine import Deployment
 from ..step.kv_transfer import pipelined_exposed_s, transfer_time
 from ..step.prefill import mixed_step_time, prefill_time
+from ..step.pipeline import check_pp, pp_decode, pp_max_batch
 from ..step.speculative import resolve_spec, spec_max_batch, spec_step
 
 __all__ = ["Workload", "PrefillSide", "DecodeSide", "prefill_side", "decode_side", "transfer_side",
@@ -178,7 +179,7 @@ def prefill_side(dep: Deployment, wl: Workload) -> PrefillSide:
 
 
 def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_limit: int = 4096,
-                points: int | None = None, speculative=None) -> DecodeSide:
+                points: int | None = None, speculative=None, pp: int = 1) -> DecodeSide:
     """Decode step time on a batch grid up to the memory cap at the workload's peak context: every integer
     (``points`` None) or ``points`` log-spaced integers (the planner's coarse grid: step time is smooth in
     the batch, and :meth:`DecodeSide.tpot_s` interpolates linearly between grid points).
@@ -186,20 +187,32 @@ def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_
     ``speculative`` (a speculative-decoding preset name or :class:`~llmexplore.specs.SpecDecode`): ``step_s`` is
     then the time per output token, (draft + verify) / tokens per step (:func:`..step.speculative.spec_step`),
     and the cap counts the draft's weights and KV and the verify slots: everything downstream (Little's law on
-    the batch, TPOT, rates) reads the side per output token, which is what a request's decode time divides by."""
+    the batch, TPOT, rates) reads the side per output token, which is what a request's decode time divides by.
+
+    ``pp`` > 1: an instance of ``pp`` pipeline stages of ``dep.ranks`` ranks (TP layout): the batch is the
+    instance's (dealt over pp micro-batches), ``step_s`` the time between a sequence's tokens and the cap the
+    worst stage's memory (:mod:`..step.pipeline`)."""
     spec = resolve_spec(speculative)
-    if spec is None:
-        cap = int(max_batch(dep, wl.peak_context, layout, limit=max_batch_limit))
-    else:
+    p = check_pp(dep.model, pp, dep.ranks)
+    if p > 1 and (spec is not None or layout != "TP"):
+        raise SpecError(f"pp > 1 runs the TP layout without speculative decoding here (a pipeline of {layout} "
+                        f"stages{' with ' + spec.name if spec is not None else ''} is not modelled), got pp={p}")
+    if spec is not None:
         cap = int(spec_max_batch(dep, spec, wl.peak_context, layout, limit=max_batch_limit))
+    elif p > 1:
+        cap = int(pp_max_batch(dep, p, wl.peak_context, limit=max_batch_limit))
+    else:
+        cap = int(max_batch(dep, wl.peak_context, layout, limit=max_batch_limit))
     if points is None:
         b = np.arange(1, max(cap, 1) + 1, dtype=float)
     else:
         b = np.unique(np.round(np.geomspace(1.0, max(cap, 1), int(points))))
-    if spec is None:
-        t = step_time(dep, b, wl.decode_context, layout)["step_s"]
-    else:
+    if spec is not None:
         t = spec_step(dep, spec, b, wl.decode_context, layout)["tpot_s"]
+    elif p > 1:
+        t = pp_decode(dep, p, b, wl.decode_context)["itl_s"]
+    else:
+        t = step_time(dep, b, wl.decode_context, layout)["step_s"]
     return DecodeSide(dep, cap, b, np.asarray(t, dtype=float))
 
 
@@ -328,7 +341,7 @@ def disagg_latency(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, 
 
 
 def colocated_tables(dep: Deployment, wl: Workload, chunk_tokens, *, layout: str = "TP",
-                     points: int | None = None, speculative=None) -> tuple[DecodeSide, np.ndarray]:
+                     points: int | None = None, speculative=None, pp: int = 1) -> tuple[DecodeSide, np.ndarray]:
     """(decode side, mixed-iteration time [s] at each of its batches) of colocated chunked-prefill serving.
 
     ``chunk_tokens`` is the per-iteration token budget C (one value, or an array: the mixed times then have
@@ -336,13 +349,22 @@ def colocated_tables(dep: Deployment, wl: Workload, chunk_tokens, *, layout: str
     through the prompt. ``points`` as in :func:`decode_side`. With ``speculative`` the decode side is per output
     token (:func:`decode_side`) and a mixed iteration costs that plus the chunk's extra time over a plain decode
     step at the same batch (the chunk adds the same work to a speculative step as to a plain one
-    [assumption: the decodes' k + 1 verify tokens do not change the chunk's marginal GEMM cost])."""
+    [assumption: the decodes' k + 1 verify tokens do not change the chunk's marginal GEMM cost]). With ``pp`` > 1
+    stages a chunk rides in one micro-batch of b / pp decodes (budget C - b / pp) and its extra time over that
+    micro-batch's step is added to the time between tokens [assumption, conservative: in the engine the other
+    micro-batches wait for it only at the stages it occupies]."""
     C = np.asarray(chunk_tokens, dtype=float)
     if np.any(C != np.round(C)) or np.any(C < 2):
         raise SpecError(f"chunk_tokens must be integers >= 2, got {chunk_tokens!r}")
-    dec = decode_side(dep, wl, layout=layout, points=points, speculative=speculative)
+    dec = decode_side(dep, wl, layout=layout, points=points, speculative=speculative, pp=pp)
     S, P = wl.prompt_tokens, wl.prefix_tokens
     b_grid = dec.batches
+    if pp > 1:
+        mb = np.maximum(np.ceil(b_grid / pp), 1.0)
+        chunk = np.maximum(C[..., None] - mb, 1.0)
+        t_mix = np.asarray(mixed_step_time(dep, mb, wl.decode_context, chunk, P + (S - P) / 2.0)["step_s"], float)
+        plain = np.asarray(step_time(dep, mb, wl.decode_context, "TP")["step_s"], dtype=float)
+        return dec, dec.step_s + np.maximum(t_mix - plain, 0.0)
     chunk = np.maximum(C[..., None] - b_grid, 1.0)
     t_mix = np.asarray(mixed_step_time(dep, b_grid, wl.decode_context, chunk, P + (S - P) / 2.0)["step_s"], float)
     if resolve_spec(speculative) is not None:

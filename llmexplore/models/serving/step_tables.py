@@ -34,7 +34,8 @@ from ...errors import SpecError
 from ..step.decode import core_s, step_time
 from ..step.engine import MAX_CONTEXT, Deployment
 
-__all__ = ["StepTables", "step_tables", "SIM_LAYOUTS", "TablesCache", "CTX_NODES", "CHUNK_NODES"]
+__all__ = ["StepTables", "step_tables", "SIM_LAYOUTS", "TablesCache", "CTX_NODES", "CHUNK_NODES", "pipeline_tables",
+           "PipelineTablesCache"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,3 +190,40 @@ def step_tables(dep: Deployment, *, max_tokens: int, max_batch: int, max_context
                            dtype=float)
     return StepTables(dep=dep, shared_s=[0.0] + shared.tolist(), head_s=[0.0] + head.tolist(), ctx_grid=ctx,
                       dec_core=np.vstack([np.zeros(ctx.size), dec]), chunk_grid=cg, chunk_core=chunk, layout=layout)
+
+
+def pipeline_tables(tables: StepTables, pp: int) -> StepTables:
+    """The step tables of one virtual engine of a pipeline of ``pp`` stages (:mod:`..step.pipeline`), from the
+    tables of ``tables.dep`` (one stage's T ranks holding the whole model): with pp micro-batches in flight, each
+    stage shared by all of them, one engine's iteration takes pp times the slowest stage, ceil(L / pp) / L of the
+    layers plus the LM head and the per-step overhead (the last stage's) [assumption: the engines are equally
+    loaded, as requests dealt round-robin over them make them; the stage-to-stage sends overlap the other
+    micro-batches' compute]. pp = 1: ``tables`` unchanged."""
+    p = _check.integer("pp", pp, lo=1, hi=1 << 10)
+    if p == 1:
+        return tables
+    dep = tables.dep
+    L = dep.model.layers
+    share = p * math.ceil(L / p) / L  # pp x the slowest stage's share of the layers
+    ov = float(step_time(dataclasses.replace(dep, q_tokens=1, logits_tokens=None), 1.0, 1.0, "TP")["overhead_s"])
+    shared = [0.0] + [share * (x - ov) + p * ov for x in tables.shared_s[1:]]
+    head = [p * x for x in tables.head_s]
+    return dataclasses.replace(tables, shared_s=shared, head_s=head, dec_core=share * tables.dec_core,
+                               chunk_core=share * tables.chunk_core, _ctx=[], _dec_rows=[], _chunk_log=[],
+                               _chunk_rows=[])
+
+
+class PipelineTablesCache(TablesCache):
+    """A :class:`TablesCache` that serves the deployments named in ``stages`` ({(repr(dep), decodes): pp}: a
+    pool's tables, decode tables or not) as one virtual
+    engine of a pipeline (:func:`pipeline_tables`): how the simulator runs a pipeline-parallel side without a code
+    path of its own (its instances become pp engines each, with 1/pp of the requests and of the KV blocks)."""
+
+    def __init__(self, stages: dict, inner: TablesCache | None = None) -> None:
+        super().__init__()
+        self.stages, self.inner = dict(stages), inner or TablesCache()
+
+    def get(self, dep: Deployment, **kw) -> StepTables:
+        tb = self.inner.get(dep, **kw)
+        pp = self.stages.get((repr(dep), kw.get("decodes", True)), 1)
+        return pipeline_tables(tb, pp) if pp > 1 else tb

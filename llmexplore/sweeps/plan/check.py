@@ -114,6 +114,8 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
     from ...models.serving import simulator as sv
     from ...models.serving.engines import Scheduler, runtime_policy
     from ...models.serving.workload import LengthDist, Traffic
+    from ...models.serving.step_tables import PipelineTablesCache
+    from ...models.step.pipeline import stage_deployment
 
     cfg = DeploymentConfig.from_json(cfg)
     spec_sides = [s.role for s in cfg.sides if s.speculative is not None]
@@ -181,15 +183,31 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                                 sampler=sampler,
                                 moe_dispatch=s.moe_dispatch if moe and s.layout == "DPA" else "gather")
 
+    # a pipeline-parallel side runs as pp virtual engines per instance (vLLM's virtual engines, TensorRT-LLM's and
+    # SGLang's micro-batches): each with 1/pp of the requests, of max_num_seqs and of the KV blocks, and an
+    # iteration of pp times the slowest stage (step_tables.pipeline_tables)
+    stages = {}
+
+    def side_scheduler(s, d, seqs, tokens):
+        if s.pp == 1:
+            return Scheduler(max_num_seqs=seqs, max_num_batched_tokens=tokens, block_tokens=d.runtime.page_tokens)
+        blocks = policy.kv_blocks(stage_deployment(d, s.pp), Scheduler(block_tokens=d.runtime.page_tokens)) // s.pp
+        return Scheduler(max_num_seqs=max(1, -(-seqs // s.pp)), max_num_batched_tokens=tokens,
+                         block_tokens=d.runtime.page_tokens, kv_blocks=max(int(blocks), 1))
+
+    if any(s.pp > 1 for s in cfg.sides):
+        for s in cfg.sides:
+            if s.pp > 1:
+                stages[(repr(dep(s)), s.role != "prefill")] = s.pp
+        tables_cache = PipelineTablesCache(stages, tables_cache)
     if cfg.mode == "colocated":
         s = cfg.side("colocated")
         seqs = s.max_num_seqs
         chunk = max(s.chunk_tokens or 2048, seqs)
         d = dep(s)
         # KV blocks of the runtime's page size (the one the memory model pages with)
-        res = sv.simulate_colocated(d, traffic, n_requests, instances=s.instances,
-                                    scheduler=Scheduler(max_num_seqs=seqs, max_num_batched_tokens=chunk,
-                                                        block_tokens=d.runtime.page_tokens),
+        res = sv.simulate_colocated(d, traffic, n_requests, instances=s.instances * s.pp,
+                                    scheduler=side_scheduler(s, d, seqs, chunk),
                                     seed=seed, policy=policy, layout=s.layout, tables_cache=tables_cache)
     else:
         p, d = cfg.side("prefill"), cfg.side("decode")
@@ -197,11 +215,9 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
         seqs = d.max_num_seqs
         dd = dep(d)
         res = sv.simulate_disaggregated(dep(p), dd, link, traffic, n_requests,
-                                        prefill_instances=p.instances, decode_instances=d.instances,
+                                        prefill_instances=p.instances * p.pp, decode_instances=d.instances * d.pp,
                                         prefill_tokens=max(isl, 1),
-                                        decode_scheduler=Scheduler(max_num_seqs=seqs,
-                                                                   max_num_batched_tokens=max(seqs, 2048),
-                                                                   block_tokens=dd.runtime.page_tokens),
+                                        decode_scheduler=side_scheduler(d, dd, seqs, max(seqs, 2048)),
                                         seed=seed, policy=policy, prefill_layout=p.layout,
                                         decode_layout=d.layout, tables_cache=tables_cache)
     req = res.requests

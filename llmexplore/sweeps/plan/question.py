@@ -12,7 +12,7 @@ from ...errors import SpecError
 from ...models.serving import disagg as dg
 from ...models.queueing import at_stat
 
-__all__ = ["Question", "CHUNKS", "WIDE_EP_RANKS", "BATCH_POINTS", "RATE_POINTS", "MAX_SEQS"]
+__all__ = ["Question", "CHUNKS", "WIDE_EP_RANKS", "BATCH_POINTS", "RATE_POINTS", "MAX_SEQS", "PIPELINE_SIZES"]
 
 
 CHUNKS = (512, 1024, 2048, 4096, 8192)  # max_num_batched_tokens options [tokens]
@@ -20,6 +20,9 @@ WIDE_EP_RANKS = (16, 32, 64)  # DP-attention + EP instance sizes searched for Mo
 BATCH_POINTS = 40  # log-spaced decode batches per instance (step time is smooth in the batch)
 RATE_POINTS = 160  # per-instance rates of the colocated grid
 MAX_SEQS = 2048  # largest decode batch considered per instance [sequences]
+#: pipeline-parallel sizes searched (stages of TP instances; 1 = no pipeline). Bounded so that the search stays
+#: < 1 s: each size adds one instance per TP size whose pp x TP fits the budget
+PIPELINE_SIZES = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Question:
     chunks: tuple = CHUNKS
     speculative: str | None = None
     speculative_accepted_length: float | None = None
+    pipeline_sizes: tuple = PIPELINE_SIZES
 
     def __post_init__(self) -> None:
         def put(k, v):
@@ -86,6 +90,16 @@ class Question:
                         dtype_bytes(v, "kv_dtype")
                 put(f, vals)
         put("chunks", tuple(_check.integer("chunk", c, lo=2, hi=1 << 20, unit="tokens") for c in self.chunks))
+        from ...deployment import MAX_STAGES
+
+        sizes = (self.pipeline_sizes,) if isinstance(self.pipeline_sizes, int) else tuple(self.pipeline_sizes)
+        if not sizes:
+            raise SpecError("pipeline_sizes must name at least one pipeline size (1: no pipeline), got none")
+        put("pipeline_sizes", tuple(sorted({_check.integer("pipeline_sizes", p, lo=1, hi=MAX_STAGES) for p in sizes})))
+        layers = presets.model(self.model).layers
+        if min(self.pipeline_sizes) > layers:
+            raise SpecError(f"pipeline_sizes must hold a size of at most the layers of {self.model} ({layers}): every "
+                            f"stage holds at least one layer, got {list(self.pipeline_sizes)}")
         if self.link is not None:
             presets.link(self.link)
         if self.speculative is not None:

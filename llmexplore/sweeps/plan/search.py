@@ -19,7 +19,7 @@ from ...models.serving import disagg as dg
 from ...models.serving import capacity as pm
 from ...models.queueing import at_stat
 from ...models.step.engine import Deployment
-from ...models.step.prefill import prefill_time
+from ...models.step.pipeline import hop_link, pp_prefill
 from .question import BATCH_POINTS, MAX_SEQS, RATE_POINTS, WIDE_EP_RANKS, Question
 
 __all__ = ["plan", "configurations", "frontiers", "best", "config_of", "question_tasks", "run_task",
@@ -37,19 +37,29 @@ class _Instance:
     prefill_s: float = np.inf
     reason: str = ""
     spec: str = ""  # the speculative-decoding preset its decode steps run ("" none)
+    pp: int = 1  # pipeline stages (each of dep.ranks GPUs)
+    prefill_delay_s: float = 0.0  # a pipeline's prefill latency beyond its service time (the other stages)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one instance: ranks per stage x stages."""
+        return self.dep.ranks * self.pp
 
 
-def _rank_options(q: Question) -> list[tuple[int, str, int | None]]:
-    """(ranks, layout, expert-parallel size) of every instance type searched (EP None: all ranks)."""
+def _rank_options(q: Question) -> list[tuple[int, str, int | None, int]]:
+    """(ranks per stage, layout, expert-parallel size, pipeline stages) of every instance type searched (EP None:
+    all ranks). Pipelines (pp > 1, the question's ``pipeline_sizes``) are TP stages of at most a node's GPUs, at
+    most the budget in all, and at most one stage per layer."""
     m, hw = presets.model(q.model), presets.hardware(q.gpu)
     node = hw.scale_up_size
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(node, q.gpus)]
-    out = [(t, "TP", None) for t in tps]
+    out = [(t, "TP", None, 1) for t in tps]
     if m.is_moe:  # MoE-TP: every expert sliced over the instance's ranks (vLLM's default for MoE models)
-        out += [(t, "TP", 1) for t in tps if t > 1]
-    out += [(t, lay, None) for t in tps if t > 1 for lay in ("DPA", "DOP")]
+        out += [(t, "TP", 1, 1) for t in tps if t > 1]
+    out += [(t, lay, None, 1) for t in tps if t > 1 for lay in ("DPA", "DOP")]
     if m.is_moe:
-        out += [(t, "DPA", None) for t in WIDE_EP_RANKS if node < t <= q.gpus]
+        out += [(t, "DPA", None, 1) for t in WIDE_EP_RANKS if node < t <= q.gpus]
+    out += [(t, "TP", None, p) for p in q.pipeline_sizes if p > 1 and p <= m.layers for t in tps if t * p <= q.gpus]
     return out
 
 
@@ -68,44 +78,52 @@ def _spec_of(model: str, key):
 def _instances(q: Question, wl: dg.Workload) -> list[_Instance]:
     out = []
     for wd, kd in q.dtype_options():
-        for ranks, layout, ep in _rank_options(q):
-            for key in _spec_keys(q):
+        for ranks, layout, ep, pp in _rank_options(q):
+            for key in _spec_keys(q) if pp == 1 else [None]:  # pipelines decode plainly here
                 inst = _instance(q.model, q.gpu, q.runtime, ranks, layout, wd, kd, wl.prompt_tokens,
-                                 wl.output_tokens, ep, key)
+                                 wl.output_tokens, ep, key, pp)
                 out.append(replace(inst))
     return out
 
 
 @functools.lru_cache(maxsize=512)
-def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl, ep=None, spec_key=None) -> _Instance:
+def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl, ep=None, spec_key=None, pp=1) -> _Instance:
     """One instance's decode table (cached: sliders on rates and targets reuse it); ``spec_key`` (preset name,
-    user accepted length) prices its decode steps with speculative decoding (:func:`_spec_of`)."""
+    user accepted length) prices its decode steps with speculative decoding (:func:`_spec_of`); ``pp`` > 1 is a
+    pipeline of pp TP stages of ``ranks`` GPUs (:mod:`llmexplore.models.step.pipeline`)."""
     spec = _spec_of(model, spec_key)
     tag = spec_key[0] if spec_key else ""
+    shape = f"{ranks} ranks" + (f" x {pp} stages" if pp > 1 else "")
     try:
         dep = Deployment.build(model, gpu, ranks, runtime=runtime, weight_dtype=wd, kv_dtype=kd,
                                moe_dispatch="alltoall" if layout == "DPA" and ranks > 8 else "gather",
                                moe_ep=ep)
+        if pp > 1:
+            hop_link(dep, pp)  # the stages' link exists
     except SpecError as exc:
-        return _Instance(None, layout, reason=f"{ranks} ranks, {wd}/{kd}: {exc}", spec=tag)
+        return _Instance(None, layout, reason=f"{shape}, {wd}/{kd}: {exc}", spec=tag, pp=pp)
     wl = dg.Workload(prompt_tokens=isl, output_tokens=osl)
-    dec = dg.decode_side(dep, wl, layout=layout, max_batch_limit=MAX_SEQS, points=BATCH_POINTS, speculative=spec)
-    inst = _Instance(dep, layout, dec.batches, np.asarray(dec.step_s, float), spec=tag)
+    dec = dg.decode_side(dep, wl, layout=layout, max_batch_limit=MAX_SEQS, points=BATCH_POINTS, speculative=spec,
+                         pp=pp)
+    inst = _Instance(dep, layout, dec.batches, np.asarray(dec.step_s, float), spec=tag, pp=pp)
     if dec.batch_cap < 1:
-        inst.reason = (f"{ranks} x {gpu} ({layout}, {wd} weights, {kd} KV{', ' + tag if tag else ''}) cannot "
+        where = f"{ranks} x {gpu}" + (f" x PP{pp}" if pp > 1 else "")
+        inst.reason = (f"{where} ({layout}, {wd} weights, {kd} KV{', ' + tag if tag else ''}) cannot "
                        f"hold the weights and one sequence of {wl.peak_context:.0f} tokens")
     elif layout == "TP":
-        inst.prefill_s = float(prefill_time(dep, isl)["prefill_s"])
+        pf = pp_prefill(dep, pp, isl)
+        inst.prefill_s = float(pf["service_s"])
+        inst.prefill_delay_s = float(pf["latency_s"]) - inst.prefill_s
     return inst
 
 
 @functools.lru_cache(maxsize=256)
 def _colocated_tables(model, gpu, runtime, ranks, wd, kd, isl: int, osl: int, chunks: tuple, ep=None,
-                      spec_key=None) -> tuple:
-    dep = _instance(model, gpu, runtime, ranks, "TP", wd, kd, isl, osl, ep, spec_key).dep
+                      spec_key=None, pp=1) -> tuple:
+    dep = _instance(model, gpu, runtime, ranks, "TP", wd, kd, isl, osl, ep, spec_key, pp).dep
     wl = dg.Workload(prompt_tokens=isl, output_tokens=osl)
     return dg.colocated_tables(dep, wl, np.array(chunks, float), points=BATCH_POINTS,
-                               speculative=_spec_of(model, spec_key))
+                               speculative=_spec_of(model, spec_key), pp=pp)
 
 
 def _key(q: Question, inst: _Instance):
@@ -119,7 +137,7 @@ def _ep(inst: _Instance) -> int:
 
 
 def _shape(inst: _Instance) -> str:
-    s = f"{inst.layout}{inst.dep.ranks}"
+    s = f"{inst.layout}{inst.dep.ranks}" + (f" PP{inst.pp}" if inst.pp > 1 else "")
     s = s + f" EP{_ep(inst)}" if inst.dep.model.is_moe and inst.dep.ranks > 1 else s
     return s + f" +{inst.spec}" if inst.spec else s
 
@@ -176,7 +194,7 @@ def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tup
             continue
         dep = inst.dep
         dec, t_mix = _colocated_tables(q.model, q.gpu, q.runtime, dep.ranks, dep.weight_dtype, dep.kv_dtype,
-                                       q.isl, q.osl, q.chunks, dep.moe_ep, _key(q, inst))
+                                       q.isl, q.osl, q.chunks, dep.moe_ep, _key(q, inst), inst.pp)
         lam_cap = float(np.max(dec.batches / (q.osl * np.asarray(dec.step_s))))  # pure-decode capacity
         lam = np.geomspace(lam_cap * 1e-4, lam_cap, RATE_POINTS)
         for i, chunk in enumerate(q.chunks):
@@ -191,15 +209,17 @@ def _colocated_row(q: Question, inst: _Instance, point: _ColocatedPoint, lam: np
     """The planner's row of one colocated configuration (the most instances within the budget, or the fewest
     that serve the question's rate) and its frontier points over the rate grid ``lam``."""
     dep, chunk = inst.dep, point.chunk
-    n_max = q.gpus // dep.ranks
+    g = inst.gpus
+    n_max = q.gpus // g
     base = dict(mode="colocated", weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
-                prefill_ranks=np.nan, prefill_layout="", prefill_ep=np.nan, decode_ranks=dep.ranks,
+                prefill_ranks=np.nan, prefill_layout="", prefill_ep=np.nan, prefill_pp=np.nan, decode_pp=inst.pp,
+                decode_ranks=dep.ranks,
                 decode_layout="TP", decode_ep=_ep(inst), speculative=inst.spec,
                 chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst, chunk))
     r, ttft, tpot = point.at(lam, n_max)
     ok = point.ok(ttft, tpot)
     good = np.isfinite(ttft) & (ttft <= point.T_ttft) & np.isfinite(tpot)
-    front = [dict(base, tokens_per_s_per_user=1.0 / tpot[j], tokens_per_s_per_gpu=lam[j] * q.osl / dep.ranks)
+    front = [dict(base, tokens_per_s_per_user=1.0 / tpot[j], tokens_per_s_per_gpu=lam[j] * q.osl / g)
              for j in np.nonzero(good)[0]]
     if not ok.any():
         why = _colocated_reason(point.dec, point.t_mix, r, ttft, tpot, point.T_ttft, point.T_tpot)
@@ -218,11 +238,11 @@ def _colocated_row(q: Question, inst: _Instance, point: _ColocatedPoint, lam: np
             n_c += 1
         rate = q.rate_per_s
     if n_c < 1 or n_c > n_max:
-        return dict(base, feasible=False, instances=n_c, gpus=n_c * dep.ranks,
-                    reason=f"needs {n_c} instances of {dep.ranks} GPUs, over the budget of {q.gpus}"
-                    if n_c > n_max else f"one instance needs {dep.ranks} GPUs > {q.gpus}"), front
+        return dict(base, feasible=False, instances=n_c, gpus=n_c * g,
+                    reason=f"needs {n_c} instances of {g} GPUs, over the budget of {q.gpus}"
+                    if n_c > n_max else f"one instance needs {g} GPUs > {q.gpus}"), front
     r, ttft, tpot = point.at(np.array([rate / n_c]), n_c)
-    return dict(base, feasible=True, reason="", n_prefill=0, n_decode=n_c, gpus=n_c * dep.ranks,
+    return dict(base, feasible=True, reason="", n_prefill=0, n_decode=n_c, gpus=n_c * g,
                 rate_per_s=rate, ttft_ms=float(ttft[0]) * 1e3, tpot_ms=float(tpot[0]) * 1e3,
                 tpot_mean_ms=float(r["tpot_mean_s"][0]) * 1e3, decode_batch=float(r["decode_batch"][0]),
                 max_num_seqs=_seqs_cap(float(r["decode_batch"][0]), point.dec.batches[-1]),
@@ -255,20 +275,22 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
         return [], []
     pairs = [(p, d) for p in pre for d in dec
              if (p.dep.weight_dtype, p.dep.kv_dtype) == (d.dep.weight_dtype, d.dep.kv_dtype)
-             and p.dep.ranks + d.dep.ranks <= q.gpus]
+             and p.gpus + d.gpus <= q.gpus]
     if not pairs:
         return [], []
     k = len(pairs)
     busy_p, busy_d, exposed = np.zeros(k), np.zeros(k), np.zeros(k)
     for j, (p, d) in enumerate(pairs):
-        ps = dg.PrefillSide(p.dep, p.prefill_s, np.array([p.prefill_s]), np.array([1.0]))
+        lat = p.prefill_s + p.prefill_delay_s  # the KV streams out while the whole prompt's prefill runs
+        ps = dg.PrefillSide(p.dep, lat, np.array([lat]), np.array([1.0]))
         ds = dg.DecodeSide(d.dep, int(d.batches[-1]), d.batches, d.step_s)
         x = dg.transfer_side(ps, ds, link, wl)
-        busy_p[j], exposed[j] = x["link_busy_s"], x["exposed_s"]
-        busy_d[j] = x["link_busy_s"] * p.dep.ranks / d.dep.ranks
+        # a pipeline's stages each send their own layers' KV: its pp x ranks NICs share the bytes
+        busy_p[j], exposed[j] = x["link_busy_s"] / p.pp, x["exposed_s"] + p.prefill_delay_s
+        busy_d[j] = x["link_busy_s"] * p.dep.ranks / (d.dep.ranks * d.pp)
     S = np.array([p.prefill_s for p, _ in pairs])
-    rp = np.array([p.dep.ranks for p, _ in pairs], float)
-    rd = np.array([d.dep.ranks for _, d in pairs], float)
+    rp = np.array([p.gpus for p, _ in pairs], float)
+    rd = np.array([d.gpus for _, d in pairs], float)
     n_max = max(1, q.gpus // int(min(rp.min(), rd.min())))
     # pairs sharing a prefill instance and link costs share the prefill pool's rates: solve each once
     key = np.stack([S, busy_p, exposed], axis=1)
@@ -284,7 +306,8 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
     rows, front = [], []
     for j, (p, d) in enumerate(pairs):
         base = dict(mode="disaggregated", weight_dtype=d.dep.weight_dtype, kv_dtype=d.dep.kv_dtype,
-                    prefill_ranks=p.dep.ranks, prefill_layout="TP", prefill_ep=_ep(p), decode_ranks=d.dep.ranks,
+                    prefill_ranks=p.dep.ranks, prefill_layout="TP", prefill_ep=_ep(p), prefill_pp=p.pp,
+                    decode_pp=d.pp, decode_ranks=d.dep.ranks,
                     decode_ep=_ep(d), speculative=d.spec,
                     decode_layout=d.layout, chunk_tokens=np.nan, link=link.name,
                     label=_label("disaggregated", d.dep.weight_dtype, d.dep.kv_dtype, p, d))
@@ -298,7 +321,7 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
             t_m = np.interp(m, d.batches, np.maximum.accumulate(d.step_s))
             t_stat = np.interp(bstat, d.batches, np.maximum.accumulate(d.step_s))
             lam_d = m / (q.osl * t_m)
-            y = q.osl / (p.dep.ranks / per_inst_p + d.dep.ranks / lam_d)
+            y = q.osl / (p.gpus / per_inst_p + d.gpus / lam_d)
             front += [dict(base, tokens_per_s_per_user=1.0 / t_stat[i], tokens_per_s_per_gpu=y[i])
                       for i in np.nonzero(fits)[0]]
         # highest rate then fewest GPUs (no rate given), or fewest GPUs at the rate: pm.best_pool_pair
@@ -327,8 +350,8 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
 
 def _disagg_reason(p, d, dr, rate_p, rate_link, T_ttft, exposed) -> str:
     if p.prefill_s + exposed > T_ttft:
-        return (f"prefill ({p.prefill_s * 1e3:.4g} ms) + exposed transfer ({exposed * 1e3:.3g} ms) exceed the "
-                "TTFT target")
+        lat, xfer = p.prefill_s + p.prefill_delay_s, exposed - p.prefill_delay_s
+        return (f"prefill ({lat * 1e3:.4g} ms) + exposed transfer ({xfer * 1e3:.3g} ms) exceed the TTFT target")
     if dr["rate_per_s"] <= 0:
         return f"a decode step at batch 1 takes {float(d.step_s[0]) * 1e3:.3g} ms > the TPOT target"
     if np.max(rate_link) <= 0:
@@ -337,7 +360,7 @@ def _disagg_reason(p, d, dr, rate_p, rate_link, T_ttft, exposed) -> str:
 
 
 TABLE_COLUMNS = ["mode", "label", "weight_dtype", "kv_dtype", "prefill_ranks", "prefill_layout", "prefill_ep",
-                 "decode_ranks", "decode_layout", "decode_ep", "speculative", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
+                 "decode_ranks", "decode_layout", "decode_ep", "prefill_pp", "decode_pp", "speculative", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
                  "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "tpot_mean_ms",
                  "decode_batch", "max_num_seqs", "capacity_per_s", "transfer_exposed_ms", "feasible", "reason"]
 
@@ -457,18 +480,18 @@ def config_of(row: dict, q: Question) -> DeploymentConfig:
     spec = q.spec() if str(row.get("speculative") or "") else None
     if row["mode"] == "colocated":
         sides = (_side_of(row, m, "colocated", row["n_decode"], row["decode_ranks"], row["decode_layout"],
-                          row["chunk_tokens"], row.get("decode_ep"), spec),)
+                          row["chunk_tokens"], row.get("decode_ep"), spec, row.get("decode_pp")),)
     else:
         sides = (_side_of(row, m, "prefill", row["n_prefill"], row["prefill_ranks"], row["prefill_layout"], None,
-                          row.get("prefill_ep")),
+                          row.get("prefill_ep"), None, row.get("prefill_pp")),
                  _side_of(row, m, "decode", row["n_decode"], row["decode_ranks"], row["decode_layout"], None,
-                          row.get("decode_ep"), spec))
+                          row.get("decode_ep"), spec, row.get("decode_pp")))
     return DeploymentConfig(model=q.model, gpu=q.gpu, mode=row["mode"], weight_dtype=row["weight_dtype"],
                             kv_dtype=row["kv_dtype"], sides=sides,
                             link=row.get("link") if row["mode"] != "colocated" else None)
 
 
-def _side_of(row: dict, m, role: str, n, ranks, layout: str, chunk, ep, spec=None) -> SideConfig:
+def _side_of(row: dict, m, role: str, n, ranks, layout: str, chunk, ep, spec=None, pp=None) -> SideConfig:
     """One side of a table row: a row's EP size, or (MoE without one) all of its ranks; dispatch all-to-all
     for an MoE DPA instance spanning nodes (the search prices it so)."""
     ep = int(ep) if m.is_moe and ep == ep and ep is not None else (int(ranks) if m.is_moe else 1)
@@ -476,7 +499,7 @@ def _side_of(row: dict, m, role: str, n, ranks, layout: str, chunk, ep, spec=Non
                       max_num_seqs=int(row["max_num_seqs"]) if role != "prefill" else 1,
                       chunk_tokens=None if chunk is None or chunk != chunk else int(chunk),
                       moe_dispatch="alltoall" if m.is_moe and layout == "DPA" and int(ranks) > 8 else "gather",
-                      speculative=spec)
+                      speculative=spec, pp=1 if pp is None or pp != pp else int(pp))
 
 
 def plan(q: Question | None = None, *, scheduler=None, workers: int | None = None, **kw) -> dict:

@@ -88,8 +88,9 @@ def test_top_table_lists_the_flags_every_row_shares_once(res):
     people = pp.top_people_table(top, "p90")
     assert "TensorRT-LLM flags" not in people.frame.columns
     assert people.caption.count("ModelOpt") == 1 and "TensorRT-LLM cannot express any of these" in people.caption
-    assert top.loc[0, "vllm"].startswith("prefill x7: --tensor-parallel-size 2")
-    assert "decode x4: --tp-size 4 --max-running-requests 64" in top.loc[0, "sglang"]
+    # the best is a pipeline of two TP4 stages per decode instance (issue 21: PP is searched)
+    assert top.loc[0, "vllm"].startswith("prefill x11: --tensor-parallel-size 1")
+    assert "decode x2: --tp-size 4 --pp-size 2 --max-running-requests 112" in top.loc[0, "sglang"]
     one = sp.top_table(res, 1)  # a single row shares nothing with anyone: all its flags stay in it
     assert one.attrs["shared_flags"] == {"vllm": "", "sglang": "", "trtllm": ""}
     assert "--kv-transfer-config" in one.loc[0, "vllm"]
@@ -138,9 +139,9 @@ def test_notebook_parameters_name_the_parameter():
 
 
 def test_sentences_state_the_headline_numbers(res, sweep):
-    assert res["best"]["label"] in fp.frontier_title(res) and "1.88x" in fp.frontier_title(res)
-    assert fp.launch_sentence(res).startswith("The best configuration runs as 7 prefill instances of 2 GPUs and 4 "
-                                              "decode instances of 4 GPUs")
+    assert res["best"]["label"] in fp.frontier_title(res) and "1.96x" in fp.frontier_title(res)
+    assert fp.launch_sentence(res).startswith("The best configuration runs as 11 prefill instances of 1 GPU and 2 "
+                                              "decode instances of 8 GPUs (2 pipeline stages of 4)")
     text = fp.rate_sentence(sweep, REF)
     assert text.startswith("From 2.00 to 24.0 req/s the best configuration grows from 4 to 20 GPUs")
     assert "at 1 of the 2 rates both can serve; colocated serving stops above 7.00 req/s within 32 GPUs" in text
@@ -238,7 +239,8 @@ def test_rate_figure_has_both_modes_the_budget_and_the_planned_rate(sweep):
 def test_tables_for_people_carry_units_and_the_shared_flags(res):
     top = pp.top_people_table(sp.top_table(res, 3), "p90")
     assert {"TTFT p90 [ms]", "output tokens/s per GPU", "vLLM flags", "SGLang flags"} <= set(top.frame.columns)
-    assert top.caption.startswith("Every configuration below also takes in vLLM: --no-enable-chunked-prefill")
+    assert top.caption.startswith("Every configuration below also takes in vLLM: --kv-cache-dtype fp8 "
+                                  "--no-enable-chunked-prefill")
     checks = pp.check_people_table(sp.check_table([dict(label="A", status="simulated", ttft_model_ms=297.2,
                                                          ttft_sim_ms=317.0, ttft_gap_pct=6.66, disagrees=False)]))
     assert checks.frame.loc[0, "TTFT gap [%]"] == "6.7" and checks.frame.loc[0, "more than 10% apart"] == "no"

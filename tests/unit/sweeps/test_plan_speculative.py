@@ -55,7 +55,8 @@ def test_an_acceptance_of_nothing_never_wins():
 
 
 def test_the_configuration_carries_the_spec_and_loads_again(res):
-    best = res["best"]
+    t = res["table"]
+    best = t[t["feasible"] & (t["speculative"] != "")].iloc[0].to_dict()
     assert best["speculative"] == "deepseek-mtp-1"
     cfg = sp.config_of(best, res["question"])
     doc = cfg.to_json()
@@ -68,7 +69,9 @@ def test_the_configuration_carries_the_spec_and_loads_again(res):
 
 
 def test_the_simulator_says_it_does_not_run_speculative_decoding(res):
-    check = sp.simulate_row(res["best"], res["question"], n_requests=50)
+    t = res["table"]
+    row = t[t["feasible"] & (t["speculative"] != "")].iloc[0].to_dict()
+    check = sp.simulate_row(row, res["question"], n_requests=50)
     assert check["status"].startswith("not simulated: the serving simulator does not run speculative decoding")
 
 
