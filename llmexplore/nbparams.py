@@ -355,15 +355,24 @@ def check_plan_parameters(p) -> dict[str, str]:
         if v is not None and not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
             raise SpecError(f"{name} must be None (the default search) or a non-empty list of dtype names, "
                             f"got {v!r}")
+    sizes = p["PIPELINE_SIZES"]
+    if not isinstance(sizes, (list, tuple)) or not 1 <= len(sizes) <= 8:
+        raise SpecError(f"PIPELINE_SIZES must be a list of 1 to 8 pipeline sizes, e.g. [1, 2, 4] ([1]: no pipelines), "
+                        f"got {sizes!r}")
+    if p["SPECULATIVE"] is not None:
+        preset_param("SPECULATIVE", "speculative", p["SPECULATIVE"])
     int_param("TOP", p["TOP"], 1, 1000)
     int_param("N_RATES", p["N_RATES"], 2, 64)
     int_param("SIMULATED_REQUESTS", p["SIMULATED_REQUESTS"], 10, 100_000)
     rename = {"gpus": "GPUS", "isl": "ISL", "osl": "OSL", "ttft_ms": "TTFT_MS", "tpot_ms": "TPOT_MS",
               "stat": "STAT", "rate_per_s": "RATE", "weight_dtype": "WEIGHT_DTYPES", "kv_dtype": "KV_DTYPES",
-              "weight_dtypes": "WEIGHT_DTYPES", "kv_dtypes": "KV_DTYPES"}
+              "weight_dtypes": "WEIGHT_DTYPES", "kv_dtypes": "KV_DTYPES", "pipeline_sizes": "PIPELINE_SIZES",
+              "speculative_accepted_length": "SPECULATIVE_ACCEPTED_LENGTH", "speculative": "SPECULATIVE"}
     built("MODEL, GPU", lambda: plan.Question(
         model=p["MODEL"], gpu=p["GPU"], gpus=p["GPUS"], isl=p["ISL"], osl=p["OSL"], ttft_ms=p["TTFT_MS"],
         tpot_ms=p["TPOT_MS"], stat=p["STAT"], rate_per_s=p["RATE"], runtime=p["RUNTIME"],
         weight_dtypes=None if p["WEIGHT_DTYPES"] is None else tuple(p["WEIGHT_DTYPES"]),
-        kv_dtypes=None if p["KV_DTYPES"] is None else tuple(p["KV_DTYPES"]), link=p["LINK"]), rename=rename)
+        kv_dtypes=None if p["KV_DTYPES"] is None else tuple(p["KV_DTYPES"]), link=p["LINK"],
+        pipeline_sizes=tuple(p["PIPELINE_SIZES"]), speculative=p["SPECULATIVE"],
+        speculative_accepted_length=p["SPECULATIVE_ACCEPTED_LENGTH"]), rename=rename)
     return {}

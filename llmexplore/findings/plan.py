@@ -202,7 +202,7 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
 
 # ---- notebooks/60_deployment_planner.ipynb: titles, the simulator, the rate sweep ------------------------------
 
-__all__ += ["headline", "searched", "frontier_title", "launch_texts", "launch_sentence", "simulated_record", "simulated_sentence",
+__all__ += ["axis_sentence", "headline", "searched", "frontier_title", "launch_texts", "launch_sentence", "simulated_record", "simulated_sentence",
             "checks_record", "best_in_simulation", "checks_sentence", "rate_record", "rate_sentence"]
 
 HEADLINE_FIELDS = ("label", "mode", "gpus", "n_prefill", "n_decode", "rate_per_s", "tokens_per_s_per_gpu",
@@ -252,6 +252,30 @@ def launch_texts(res: dict) -> dict:
         return {}
     cfg = sp.config_of(res["best"], res["question"])
     return {eng: launch.launch_text(cfg, eng) for eng in launch.ENGINES}
+
+
+def axis_sentence(axes, res: dict) -> str:
+    """What pipelines and speculation buy on this question (:func:`llmexplore.sweeps.plan.axis_table`)."""
+    rows = axes.to_dict("records")
+    base = rows[0]
+    q = res["question"]
+    if base["label"] == "none meets the targets":
+        return "No configuration without a pipeline or speculation meets the targets, so there is nothing to compare."
+    unit = "tokens/s per GPU" if q.rate_per_s is None else "fewer GPUs"
+    parts = []
+    for r in rows[1:]:
+        if r["label"] == "none meets the targets":
+            parts.append(f"with a {r['axis']} no configuration meets the targets")
+        else:
+            more = "more" if r["gain_pct"] >= 0 else "less"
+            what = (f"{num(abs(r['gain_pct']))}% {more} {unit}" if q.rate_per_s is None
+                    else f"{num(r['gain_pct'])}% {unit}" if r["gain_pct"] >= 0 else f"{num(-r['gain_pct'])}% more GPUs")
+            parts.append(f"the best {r['axis']} ({r['label']}) gives {what}")
+    if not parts:
+        return (f"Without a pipeline or speculation the best is {base['label']}; no other axis was searched "
+                "(pipeline_sizes 1, no speculative preset).")
+    return (f"Without a pipeline or speculation the best is {base['label']} at {num(base['tokens_per_s_per_gpu'])} "
+            f"tokens/s per GPU; " + join(parts) + ".")
 
 
 def launch_sentence(res: dict) -> str:

@@ -15,7 +15,7 @@ from . import RANK_KEY, RANK_MARKER, RANK_SERIES, base_layout, fmt, grid_layout,
 from .disagg import MODE_COLORS as _PD_COLORS
 from .tables import PeopleTable, people_table
 
-__all__ = ["MODE_COLORS", "MODE_STYLE", "frontier_figure", "latency_cdf_figure", "rate_figure", "top_people_table",
+__all__ = ["MODE_COLORS", "MODE_STYLE", "frontier_figure", "latency_cdf_figure", "rate_figure", "top_people_table", "axis_people_table",
            "check_people_table", "LaunchBlock", "launch_block"]
 
 #: one colour per serving mode, the prefill/decode notebook's (colocated grey, disaggregated pipelined blue)
@@ -211,6 +211,15 @@ def check_people_table(checks: pd.DataFrame, stat: str = "p90") -> PeopleTable:
         "tpot_model_ms": f"TPOT {stat}, planner [ms]", "tpot_sim_ms": f"TPOT {stat}, simulated [ms]",
         "tpot_gap_pct": "TPOT gap [%]", "disagrees": "more than 10% apart",
         "meets_targets_sim": "meets the targets, simulated"}, digits={"ttft_gap_pct": 1, "tpot_gap_pct": 1})
+
+
+def axis_people_table(axes: pd.DataFrame, stat: str = "p90") -> PeopleTable:
+    """What pipelines and speculation buy (:func:`llmexplore.sweeps.plan.axis_table`) for people."""
+    return people_table(axes, {
+        "axis": "searched", "label": "best configuration", "gpus": "GPUs",
+        "tokens_per_s_per_gpu": "output tokens/s per GPU", "tokens_per_s_per_user": "tokens/s per user",
+        "ttft_ms": f"TTFT {stat} [ms]", "tpot_ms": f"TPOT {stat} [ms]", "gain_pct": "gain [%]"},
+        digits={"gain_pct": 1})
 
 
 def shell_lines(text: str, width: int = 100) -> str:

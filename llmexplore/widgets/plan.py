@@ -79,7 +79,9 @@ class PlanExplorer(Explorer):
                                     osl=int(p["osl"]), ttft_ms=float(p["ttft_ms"]), tpot_ms=float(p["tpot_ms"]),
                                     stat=f["stat"], rate_per_s=None if p["rate"] == HIGHEST else float(p["rate"]),
                                     runtime=p["runtime"], weight_dtypes=f["weight_dtypes"],
-                                    kv_dtypes=f["kv_dtypes"], link=f["link"])
+                                    kv_dtypes=f["kv_dtypes"], link=f["link"], pipeline_sizes=p["pipeline"],
+                                    speculative=f["speculative"],
+                                    speculative_accepted_length=f["speculative_accepted_length"])
 
     def evaluate(self):
         q = self.question()
@@ -135,15 +137,27 @@ class PlanExplorer(Explorer):
         return sim
 
 
+#: the pipeline sizes the explorer's dropdown offers (each a set of sizes searched)
+PIPELINE_OPTIONS = [(1,), (1, 2), (1, 2, 4), (1, 2, 4, 8)]
+PIPELINE_SIZES = (1, 2, 4)
+
+
+def _pipes_label(sizes: tuple) -> str:
+    return "no pipelines" if sizes == (1,) else "up to " + str(max(sizes)) + " stages"
+
+
 def plan_explorer(model: str = "qwen3-32b", gpu: str = "h200", *, gpus: int = 32, isl: int = 4000, osl: int = 500,
                   ttft_ms: float = 300.0, tpot_ms: float = 10.0, stat: str = "p90", rate: float | None = None,
                   weight_dtypes=None, kv_dtypes=None, link: str | None = None, runtime: str = "default",
-                  sim_requests: int = plan_sweeps.SIM_REQUESTS) -> PlanExplorer:
+                  sim_requests: int = plan_sweeps.SIM_REQUESTS, pipeline_sizes=PIPELINE_SIZES,
+                  speculative: str | None = None, speculative_accepted_length: float | None = None) -> PlanExplorer:
     """Sliders for the request rate (or the highest the budget sustains), prompt and output lengths, the TTFT
     and TPOT targets (at ``stat``) and the GPU budget; dropdowns for the model, the GPU and the runtime preset
     (``data/runtime.yaml``: how kernels are priced); a Simulate button that runs the serving simulator with
-    ``sim_requests`` requests on the best configuration. ``weight_dtypes``, ``kv_dtypes`` and ``link`` limit
-    the search as in :class:`llmexplore.sweeps.plan.Question` and stay fixed.
+    ``sim_requests`` requests on the best configuration; a dropdown for the pipeline sizes searched (starting at
+    ``pipeline_sizes``). ``weight_dtypes``, ``kv_dtypes``, ``link``, ``speculative`` and
+    ``speculative_accepted_length`` limit or widen the search as in :class:`llmexplore.sweeps.plan.Question` and stay
+    fixed.
 
     Unknown names raise :class:`~llmexplore.errors.SpecError`; values outside the sliders' usual range are
     added to them; a question the planner rejects (a dtype the GPU lacks) is reported in the status line.
@@ -168,6 +182,13 @@ def plan_explorer(model: str = "qwen3-32b", gpu: str = "h200", *, gpus: int = 32
             value = tuple(dtype_name(name[:-1], v) for v in value)
         dtypes[name] = value
     sim_requests = _check.integer("sim_requests", sim_requests, lo=1, hi=1_000_000)
+    pipes = tuple(plan_sweeps.Question(model=model, gpu=gpu, pipeline_sizes=pipeline_sizes).pipeline_sizes)
+    if speculative is not None:
+        plan_sweeps.Question(model=model, gpu=gpu, speculative=speculative,
+                             speculative_accepted_length=speculative_accepted_length)
+    options = [(_pipes_label(o), o) for o in PIPELINE_OPTIONS]
+    if pipes not in PIPELINE_OPTIONS:
+        options.append((_pipes_label(pipes), pipes))
     controls = {
         "rate": choice_slider(RATES, rate, "request rate", label=_rate_label),
         "isl": choice_slider(log_options(256, 131072), isl, "prompt (ISL)", "tokens"),
@@ -178,9 +199,11 @@ def plan_explorer(model: str = "qwen3-32b", gpu: str = "h200", *, gpus: int = 32
         "model": dropdown(presets.names("models"), model, "model"),
         "gpu": dropdown(presets.names("hardware"), gpu, "GPU"),
         "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
+        "pipeline": dropdown(options, pipes, "pipelines"),
     }
-    rows = [["rate", "isl", "osl"], ["ttft_ms", "tpot_ms", "gpus"], ["model", "gpu", "runtime"]]
-    fixed = {"stat": stat, "link": link, "sim_requests": sim_requests, **dtypes}
+    rows = [["rate", "isl", "osl"], ["ttft_ms", "tpot_ms", "gpus"], ["model", "gpu", "runtime", "pipeline"]]
+    fixed = {"stat": stat, "link": link, "sim_requests": sim_requests, "speculative": speculative,
+             "speculative_accepted_length": speculative_accepted_length, **dtypes}
     app = PlanExplorer.build(controls, rows, fixed=fixed)
     empty = {"status": "not simulated yet", "row": None, "cdf": None, "requests": sim_requests}
     app.figures["cdf"] = go.FigureWidget(plan_plots.latency_cdf_figure(

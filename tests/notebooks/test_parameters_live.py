@@ -173,7 +173,7 @@ BASE = {
     "30_moe_expert_parallel": dict(BATCHES=[64, 256, 1024], N_SKEWS=3, MC_TRIALS=20, REDUNDANT=[32]),
     "40_kv_transfer": {},
     "50_ssd_offload": {},
-    "60_deployment_planner": dict(N_RATES=3, SIMULATED_REQUESTS=200, TOP=3),
+    "60_deployment_planner": dict(N_RATES=3, SIMULATED_REQUESTS=200, TOP=3, SPECULATIVE="eagle3-llama-3.1-8b"),
 }
 
 STEP = "step_time_figure("
@@ -346,6 +346,12 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
          {"RUNTIME": rec("headline", lambda h: h["best"]["tokens_per_s_per_gpu"]),
           "N_RATES": rec("rate_sweep", lambda r: len(r["rate_per_s"])),
           "SIMULATED_REQUESTS": rec("simulated", lambda s: s["requests"]), "TOP": rec("top_labels", len)}),
+        # the issue-21 axes: the pipeline sizes searched and the speculative preset name rows of section 6, the
+        # user's acceptance moves the speculative row's gain
+        (dict(PIPELINE_SIZES=[1, 2]), {"PIPELINE_SIZES": rec("axes_gain_pct", sorted)}),
+        (dict(SPECULATIVE="ngram-5"), {"SPECULATIVE": rec("axes_gain_pct", sorted)}),
+        (dict(SPECULATIVE_ACCEPTED_LENGTH=2.0),
+         {"SPECULATIVE_ACCEPTED_LENGTH": rec("axes_gain_pct", lambda a: a["speculative decoding eagle3-llama-3.1-8b"])}),
     ],
 }
 
@@ -376,6 +382,9 @@ REJECTED = [
      r"TRANSFER_GBPS must be a grid extent \[first, last\] \[GB/s\], got 400"),
     ("50_ssd_offload", dict(TTFT_SLO_MS=500.0), r"TTFT_SLO_MS must exceed the prefill of one PROMPT_TOKENS"),
     ("60_deployment_planner", dict(STAT="p95"), r"STAT must be one of mean, p50, p90, p99"),
+    ("60_deployment_planner", dict(PIPELINE_SIZES=[200]), r"PIPELINE_SIZES must be an integer in \[1, 128\]"),
+    ("60_deployment_planner", dict(SPECULATIVE="deepseek-mtp-1"),
+     r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and qwen3-32b has none"),
     ("60_deployment_planner", dict(WEIGHT_DTYPES=["fp4"]), r"WEIGHT_DTYPES must be a dtype h200 supports"),
 ]
 

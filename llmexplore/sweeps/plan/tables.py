@@ -17,7 +17,7 @@ from .search import config_of, plan
 
 # ---- tables of notebooks/60_deployment_planner.ipynb ----------------------------------------------------------
 
-__all__ = ["highest_rate", "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "shared_flags", "top_table",
+__all__ = ["axis_table", "AXIS_COLUMNS", "highest_rate", "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "shared_flags", "top_table",
             "simulate_best", "check_table", "SWEEP_COLUMNS", "CHECK_COLUMNS", "CHECK_TOP", "TOP", "N_RATES"]
 
 RATE_SHARE_MIN = 1 / 16  # the rate sweep starts at this share of the highest rate any configuration sustains
@@ -200,3 +200,34 @@ CHECK_COLUMNS = ["sim_rank", "planner_rank", "label", "status", "ttft_model_ms",
 def check_table(checks: list[dict]) -> pd.DataFrame:
     """:func:`simulate_top`'s checks as a table (:data:`CHECK_COLUMNS`; NaN where a row was not simulated)."""
     return pd.DataFrame(list(checks)).reindex(columns=CHECK_COLUMNS)
+
+
+AXIS_COLUMNS = ["axis", "label", "gpus", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms",
+                "gain_pct"]
+
+
+def axis_table(res: dict) -> pd.DataFrame:
+    """What the issue-21 axes buy on this question: the best feasible configuration without a pipeline or
+    speculation, with each pipeline size searched (the pipeline on the decode or colocated side) and with
+    speculative decoding, each with ``gain_pct`` [%] over the first in tokens/s per GPU (no rate given) or in
+    GPUs saved (a rate given). Rows that no configuration reaches say so (``label`` "none meets the targets")."""
+    t, q = res["table"], res["question"]
+    ok = t[t["feasible"]]
+    pp = ok["decode_pp"].fillna(1).astype(int)
+    spec = ok["speculative"].fillna("").astype(str)
+    groups = [("no pipeline, no speculation", ok[(pp == 1) & (spec == "")])]
+    groups += [(f"pipeline of {p} stages", ok[pp == p]) for p in q.pipeline_sizes if p > 1]
+    if q.speculative is not None:
+        groups.append((f"speculative decoding {q.speculative}", ok[spec != ""]))
+    rows, base = [], None
+    for axis, g in groups:
+        if not len(g):
+            rows.append({"axis": axis, "label": "none meets the targets"})
+            continue
+        b = g.iloc[0]  # the table is ordered best first
+        if base is None:
+            base = b
+        gain = (100.0 * (b["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"] - 1.0) if q.rate_per_s is None
+                else 100.0 * (base["gpus"] / b["gpus"] - 1.0))
+        rows.append({"axis": axis, **{c: b[c] for c in AXIS_COLUMNS[1:-1]}, "gain_pct": gain})
+    return pd.DataFrame(rows).reindex(columns=AXIS_COLUMNS)
