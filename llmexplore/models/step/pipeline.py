@@ -34,7 +34,6 @@ import math
 
 import numpy as np
 
-from ... import _check
 from ...deployment import MAX_STAGES, check_pp
 from ...errors import SpecError
 from ...specs import ModelSpec
