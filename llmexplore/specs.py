@@ -283,7 +283,9 @@ class Hardware(Spec):
                                           min=MIN_POSITIVE, max=MAX_GIB))
     hbm_bw_TBps: float = field(metadata=meta("TB/s", "HBM bandwidth (datasheet)", min=MIN_POSITIVE, max=MAX_RATE))
     bf16_TFLOPS: float = field(metadata=meta("TFLOP/s", "dense BF16 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
-    fp8_TFLOPS: float = field(metadata=meta("TFLOP/s", "dense FP8 tensor peak", min=MIN_POSITIVE, max=MAX_RATE))
+    fp8_TFLOPS: float = field(metadata=meta("TFLOP/s", "dense FP8 tensor peak; 0: no FP8 tensor cores (Ampere: FP8 "
+                                                       "weights run as W8A16, dequantized to BF16)", min=0,
+                                             max=MAX_RATE))
     fp4_TFLOPS: float = field(default=0.0, metadata=meta("TFLOP/s", "dense FP4 (NVFP4) tensor peak; 0: no FP4 "
                                                           "tensor cores", min=0, max=MAX_RATE, optional=True))
     scale_up_link: str = ""
@@ -299,9 +301,11 @@ class Hardware(Spec):
     def __post_init__(self) -> None:
         freeze_sources(self)
         check_numbers(self)
-        if 0 < self.fp4_TFLOPS < MIN_POSITIVE:  # a subnormal peak would turn every FP4 time into an overflow
-            raise SpecError(f"Hardware {self.name!r}: fp4_TFLOPS must be 0 (no FP4 tensor cores) or in "
-                            f"[{MIN_POSITIVE:g}, {MAX_RATE:g}] [TFLOP/s], got {self.fp4_TFLOPS!r}")
+        for f, what in (("fp4_TFLOPS", "FP4"), ("fp8_TFLOPS", "FP8")):
+            v = getattr(self, f)
+            if 0 < v < MIN_POSITIVE:  # a subnormal peak would turn every such GEMM's time into an overflow
+                raise SpecError(f"Hardware {self.name!r}: {f} must be 0 (no {what} tensor cores) or in "
+                                f"[{MIN_POSITIVE:g}, {MAX_RATE:g}] [TFLOP/s], got {v!r}")
         if not self.scale_up_link:
             raise SpecError(f"Hardware {self.name!r}: scale_up_link must name a link preset")
 
@@ -314,6 +318,13 @@ class Hardware(Spec):
         """Whether the accelerator has FP4 tensor cores (``fp4_TFLOPS > 0``: Blackwell, not Hopper or MI300X)."""
         return self.fp4_TFLOPS > 0
 
+    @property
+    def has_fp8(self) -> bool:
+        """Whether the accelerator has FP8 tensor cores (``fp8_TFLOPS > 0``: Hopper, Ada, Blackwell, CDNA 3; not
+        Ampere). Without them FP8 weights still run, as weight-only W8A16 GEMMs (vLLM's Marlin FP8 kernels on
+        Ampere): FP8 bytes read, BF16 arithmetic (:meth:`peak_TFLOPS`)."""
+        return self.fp8_TFLOPS > 0
+
     def check_dtype(self, dtype: str, field: str = "dtype") -> str:
         """``dtype`` if it is a known dtype this accelerator can run GEMMs in; SpecError naming ``field``, the
         value and the GPU otherwise (fp4 needs FP4 tensor cores: ``fp4_TFLOPS > 0``)."""
@@ -324,12 +335,15 @@ class Hardware(Spec):
         return dtype
 
     def peak_TFLOPS(self, dtype: str, field: str = "weight_dtype") -> float:
-        """Dense peak for a GEMM input dtype [TFLOP/s]: FP4 for fp4, FP8 for fp8, BF16 otherwise. SpecError
-        (naming ``field``) for fp4 on an accelerator without FP4 tensor cores (:meth:`check_dtype`)."""
+        """Dense peak for a GEMM input dtype [TFLOP/s]: FP4 for fp4, FP8 for fp8 (BF16 on an accelerator without FP8
+        tensor cores: weight-only W8A16), BF16 otherwise. SpecError (naming ``field``) for fp4 on an accelerator
+        without FP4 tensor cores (:meth:`check_dtype`)."""
         self.check_dtype(dtype, field)
         if dtype == "fp4":
             return self.fp4_TFLOPS
-        return self.fp8_TFLOPS if dtype == "fp8" else self.bf16_TFLOPS
+        if dtype == "fp8":  # no FP8 tensor cores: W8A16, the GEMM computes in BF16
+            return self.fp8_TFLOPS if self.has_fp8 else self.bf16_TFLOPS
+        return self.bf16_TFLOPS
 
     def ridge_flops_per_byte(self, dtype: str = "bf16") -> float:
         """Roofline ridge point (datasheet) [FLOP/B]. H100 BF16: 989.4e12 / 3.35e12 = 295."""

@@ -535,7 +535,8 @@ def not_resolved_reason(dep: Deployment) -> str:
     known = (", which real-engine measurements of DeepSeek (MLA + MoE) decode under SGLang on MI300X put 2-5x "
              "optimistic" if dep.model.is_mla and dep.hardware.name.startswith("mi") else
              ", with no kernel-level check there")
-    return (f"not resolved: {dep.hardware.name} has no {dep.runtime.kernel_set} kernel data for the {words} of "
+    engine = "" if dep.runtime.kernel_set == "any" else f"{dep.runtime.kernel_set} "
+    return (f"not resolved: {dep.hardware.name} has no {engine}kernel data for the {words} of "
             f"{dep.model.name}; they are priced with the scalar efficiencies fitted on H100{known}")
 
 
