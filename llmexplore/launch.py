@@ -44,7 +44,7 @@ from .errors import SpecError
 __all__ = ["ENGINES", "emitted_flags", "engine_table", "launch_commands", "launch_text", "router_command"]
 
 ENGINES = ("vllm", "sglang", "trtllm")
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")  # the dtypes the launch lines know checkpoints and flags for
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "mxfp4")  # the dtypes the launch lines know checkpoints and flags for
 KV_DTYPES = ("bf16", "fp8")
 GPUS_PER_HOST = 8  # assumption: the common 8-GPU host; a larger instance needs the engine's multi-node flags
 

@@ -87,6 +87,14 @@ class ModelSpec(Spec):
     expert_groups: int = field(default=1, metadata=meta("", "expert groups (group-limited routing)", min=1,
                                                          max=MAX_EXPERTS, integer=True, optional=True))
     router_bias: bool = False
+    attention_bias: bool = False
+    expert_bias: bool = False
+    attention_sinks: bool = False
+    sliding_window: int = field(default=0, metadata=meta("tokens", "window of the sliding-window attention layers; 0: "
+                                                         "none", min=0, max=1 << 30, integer=True, optional=True))
+    sliding_layers: int = field(default=0, metadata=meta("", "layers with sliding-window attention (gpt-oss: every "
+                                                          "other one)", min=0, max=MAX_LAYERS, integer=True,
+                                                          optional=True))
     mtp_layers: int = field(default=0, metadata=meta("", "multi-token-prediction modules released with the model "
                                                       "(DeepSeek-V3 num_nextn_predict_layers); 0: none",
                                                       min=0, max=MAX_LAYERS, integer=True, optional=True))
@@ -112,6 +120,10 @@ class ModelSpec(Spec):
             for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, f) < 1:
                     raise SpecError(f"{where}: {f} must be >= 1 for MLA attention, got {getattr(self, f)}")
+        if bool(self.sliding_window) != bool(self.sliding_layers) or self.sliding_layers > self.layers:
+            raise SpecError(f"{where}: sliding_window and sliding_layers go together (both 0, or a window with 1 to "
+                            f"layers = {self.layers} sliding layers), got {self.sliding_window} and "
+                            f"{self.sliding_layers}")
         if self.moe_layers:
             if self.moe_layers > self.layers:
                 raise SpecError(f"{where}: moe_layers ({self.moe_layers}) must be <= layers ({self.layers})")
@@ -165,7 +177,13 @@ class ModelSpec(Spec):
         H, hq = self.hidden, self.heads
         if not self.is_mla:
             d = self.head_dim
-            return {"q": H * hq * d, "k": H * self.kv_heads * d, "v": H * self.kv_heads * d, "o": hq * d * H}
+            p = {"q": H * hq * d, "k": H * self.kv_heads * d, "v": H * self.kv_heads * d, "o": hq * d * H}
+            if self.attention_bias:  # q/k/v/o biases (gpt-oss attention_bias: true)
+                p.update(q=p["q"] + hq * d, k=p["k"] + self.kv_heads * d, v=p["v"] + self.kv_heads * d,
+                         o=p["o"] + H)
+            if self.attention_sinks:  # one learned sink logit per query head (gpt-oss)
+                p["sinks"] = hq
+            return p
         q_out = hq * (self.qk_nope_head_dim + self.qk_rope_head_dim)
         p = {}
         if self.q_lora_rank:
@@ -203,8 +221,10 @@ class ModelSpec(Spec):
 
     @property
     def expert_params(self) -> int:
-        """One routed or shared expert (SwiGLU with I_e) [params]."""
-        return 3 * self.hidden * self.moe_intermediate
+        """One routed or shared expert (SwiGLU with I_e) [params], with its gate/up and down biases when
+        ``expert_bias`` (gpt-oss: 2 I_e + H)."""
+        bias = 2 * self.moe_intermediate + self.hidden if self.expert_bias else 0
+        return 3 * self.hidden * self.moe_intermediate + bias
 
     @property
     def router_params(self) -> int:
@@ -254,8 +274,25 @@ class ModelSpec(Spec):
         return self.kv_elements_per_token_per_layer() * dtype_bytes(kv_dtype, "kv_dtype")
 
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
-        """KV bytes per token over all layers [B]. Llama-3-70B BF16: 327,680; DeepSeek-V3 BF16: 70,272."""
+        """KV bytes per token over all layers [B]. Llama-3-70B BF16: 327,680; DeepSeek-V3 BF16: 70,272. With
+        sliding-window layers this is the cost of a token within the window; a sequence's KV is
+        :meth:`kv_bytes_per_sequence`."""
         return self.layers * self.kv_bytes_per_token_per_layer(kv_dtype)
+
+    def kv_layer_tokens(self, context):
+        """KV entries (layer x token) one sequence of ``context`` tokens holds [layer-tokens]: every full-attention
+        layer all of them, a sliding-window layer at most ``sliding_window`` (gpt-oss: 128). Broadcasts."""
+        import numpy as np
+
+        s = np.asarray(context, dtype=float)
+        if not self.sliding_layers:
+            return self.layers * s
+        return (self.layers - self.sliding_layers) * s + self.sliding_layers * np.minimum(s, self.sliding_window)
+
+    def kv_bytes_per_sequence(self, context, kv_dtype: str = "bf16"):
+        """KV bytes of one sequence of ``context`` tokens [B] (:meth:`kv_layer_tokens` x bytes per layer-token):
+        ``kv_bytes_per_token`` x context without sliding-window layers, less with them."""
+        return self.kv_layer_tokens(context) * self.kv_bytes_per_token_per_layer(kv_dtype)
 
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads held per rank under TP (vLLM/SGLang get_num_kv_heads: max(1, h_kv // T)); MLA: 1 latent."""
@@ -327,7 +364,8 @@ class Hardware(Spec):
 
     def check_dtype(self, dtype: str, field: str = "dtype") -> str:
         """``dtype`` if it is a known dtype this accelerator can run GEMMs in; SpecError naming ``field``, the
-        value and the GPU otherwise (fp4 needs FP4 tensor cores: ``fp4_TFLOPS > 0``)."""
+        value and the GPU otherwise (fp4, NVFP4, needs FP4 tensor cores: ``fp4_TFLOPS > 0``; mxfp4 runs anywhere,
+        as weight-only W4A16 kernels without them: vLLM's Marlin and Triton MXFP4 paths for gpt-oss on Hopper)."""
         dtype_bytes(dtype, field)
         if dtype == "fp4" and not self.has_fp4:
             raise SpecError(f"{field} must be a dtype {self.name} supports, got 'fp4': {self.name} has no FP4 "
@@ -341,6 +379,8 @@ class Hardware(Spec):
         self.check_dtype(dtype, field)
         if dtype == "fp4":
             return self.fp4_TFLOPS
+        if dtype == "mxfp4":  # FP4 tensor cores where there are some, else W4A16 (dequantized to BF16)
+            return self.fp4_TFLOPS if self.has_fp4 else self.bf16_TFLOPS
         if dtype == "fp8":  # no FP8 tensor cores: W8A16, the GEMM computes in BF16
             return self.fp8_TFLOPS if self.has_fp8 else self.bf16_TFLOPS
         return self.bf16_TFLOPS

@@ -24,7 +24,10 @@ MS = 1e-3
 #: for Efficient and Accurate Low-Precision Inference", NVIDIA Technical Blog, 24 June 2025; 16 values take
 #: 8 B of packed FP4 plus a 1 B scale = 9 B, as in the cuTile NVFP4 tutorial and ModelOpt's NVFP4 checkpoint
 #: format, group_size 16). FP8's per-tensor scales are neglected (1 B per element).
-DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+#: bytes per element, block scales counted: fp4 is NVFP4 (an FP8 scale per 16 elements), mxfp4 the OCP MX format
+#: (an 8-bit power-of-two scale per 32: gpt-oss's experts)
+DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16,
+                                 "mxfp4": 0.5 + 1.0 / 32}
 
 
 def dtype_bytes(dtype: str, field: str = "dtype") -> float:

@@ -5,6 +5,7 @@ the published figure, whose source is cited next to it. Parameter totals "incl. 
 totals (``model.safetensors.index.json`` ``metadata.total_size`` / 2 bytes for the BF16 checkpoints).
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -257,3 +258,56 @@ def test_nvlink4_constants():
     lk = presets.link("nvlink4")
     assert (lk.line_rate_GBps, lk.achievable_GBps) == (450, 370)
     assert math.isclose(lk.efficiency, 370 / 450)
+
+
+# ---- gpt-oss (issue 21 §3): openai/gpt-oss-120b and -20b config.json; model card 116.83B / 5.13B and
+# 20.91B / 3.61B parameters ------------------------------------------------------------------------------------
+def gpt_oss_params(L, E, H=2880, hq=64, hkv=8, d=64, Ie=2880, V=201088) -> tuple[int, int]:
+    """(total, active) of a gpt-oss config by hand: attention with q/k/v/o biases and one sink per head, every
+    layer MoE with E experts (SwiGLU with biases: gate_up H x 2 I_e + 2 I_e, down I_e x H + H), a router with bias,
+    two RMSNorms per layer, untied embedding and LM head, a final norm; active = 4 experts, no input embedding."""
+    attn = H * hq * d + hq * d + 2 * (H * hkv * d + hkv * d) + hq * d * H + H + hq
+    expert = H * 2 * Ie + 2 * Ie + Ie * H + H
+    layer = attn + E * expert + (H * E + E) + 2 * H
+    total = L * layer + 2 * V * H + H
+    return total, total - L * (E - 4) * expert - V * H
+
+
+@pytest.mark.parametrize("name, L, E, card_total, card_active", [
+    ("gpt-oss-120b", 36, 128, 116.83e9, 5.13e9), ("gpt-oss-20b", 24, 32, 20.91e9, 3.61e9)])
+def test_gpt_oss_params_match_the_config_and_the_model_card(name, L, E, card_total, card_active):
+    m = presets.model(name)
+    total, active = gpt_oss_params(L, E)
+    assert (m.params_total, m.params_active) == (total, active)
+    assert m.params_total == pytest.approx(card_total, abs=0.005e9)
+    assert m.params_active == pytest.approx(card_active, abs=0.005e9)
+
+
+def test_gpt_oss_120b_pinned():
+    m = presets.model("gpt-oss-120b")
+    assert (m.params_total, m.params_active) == (116_829_156_672, 5_132_849_472)
+    assert m.kv_bytes_per_token("bf16") == 36 * 2 * 8 * 64 * 2 == 73_728
+
+
+def test_gpt_oss_sliding_window_kv_is_bounded_by_the_window():
+    """Half the layers attend over 128 tokens: at 8,192 tokens a sequence holds 18 x 8,192 + 18 x 128 layer-tokens,
+    50.8% of what full attention in every layer would (a planner that charged every layer the whole context
+    over-charged gpt-oss's KV by about 2x, issue 21)."""
+    m = presets.model("gpt-oss-120b")
+    assert m.kv_layer_tokens(8192) == 18 * 8192 + 18 * 128
+    assert m.kv_bytes_per_sequence(8192, "bf16") / (m.kv_bytes_per_token("bf16") * 8192) == pytest.approx(
+        (8192 + 128) / (2 * 8192))
+    assert m.kv_bytes_per_sequence(100, "bf16") == m.kv_bytes_per_token("bf16") * 100  # within the window
+
+
+def test_gpt_oss_120b_fits_one_80gb_gpu_as_its_model_card_says():
+    """OpenAI's model card: gpt-oss-120b 'fits into a single 80GB GPU' (MXFP4 experts). On one H100 (79.65 GiB as
+    nvidia-smi reports it) the model holds its 63.8 GB of weights and 30 sequences of 8,192 tokens; with every
+    layer at full attention it would hold 15."""
+    from llmexplore.models.step.decode import max_batch
+
+    d = Deployment.build("gpt-oss-120b", "h100-sxm", 1)
+    assert d.weight_dtype == "mxfp4" and sum(d.weight_bytes("TP").values()) == pytest.approx(63.79e9, rel=0.01)
+    n = int(max_batch(d, 8192, "TP"))
+    full = dataclasses.replace(d, model=d.model.replace(sliding_layers=0, sliding_window=0))
+    assert n == 30 and int(max_batch(full, 8192, "TP")) == 15

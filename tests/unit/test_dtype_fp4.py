@@ -28,7 +28,7 @@ def test_fp4_bytes_per_element_keep_the_block_scale():
     # NVFP4: 16 E2M1 values (8 B packed) + one E4M3 scale (1 B) = 9 B per 16 elements
     assert units.DTYPE_BYTES["fp4"] == units.dtype_bytes("fp4") == 0.5 + 1 / 16 == 9 / 16 == 0.5625
     assert units.dtype_bytes("fp4") < units.dtype_bytes("fp8") < units.dtype_bytes("bf16")
-    with pytest.raises(SpecError, match=r"kv_dtype must be one of \['bf16', 'fp16', 'fp32', 'fp4', 'fp8'\], "
+    with pytest.raises(SpecError, match=r"kv_dtype must be one of \['bf16', 'fp16', 'fp32', 'fp4', 'fp8', 'mxfp4'\], "
                                         r"got 'int4'"):
         units.dtype_bytes("int4", "kv_dtype")
 

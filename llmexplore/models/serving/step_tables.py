@@ -31,7 +31,7 @@ import numpy as np
 
 from ... import _check
 from ...errors import SpecError
-from ..step.decode import core_s, step_time
+from ..step.decode import layers_core_s, step_time
 from ..step.engine import MAX_CONTEXT, Deployment
 
 __all__ = ["StepTables", "step_tables", "SIM_LAYOUTS", "TablesCache", "CTX_NODES", "CHUNK_NODES", "pipeline_tables",
@@ -172,7 +172,6 @@ def step_tables(dep: Deployment, *, max_tokens: int, max_batch: int, max_context
     S = _check.integer("max_context", max_context, lo=1, hi=MAX_CONTEXT, unit="tokens")
     B = min(B, M)
     d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
-    L = dep.model.layers
     # the engine's batch for a count of the table's: the instance's own (TP), or every rank's (DPA)
     g = float(dep.ranks) if layout == "DPA" else 1.0
     m = np.arange(1, M + 1, dtype=float)
@@ -186,8 +185,8 @@ def step_tables(dep: Deployment, *, max_tokens: int, max_batch: int, max_context
            if decodes else np.zeros((1, ctx.size)))
     cg = _upto(CHUNK_NODES, max(M, 2))
     # one sequence's chunk: under DPA it sits on one rank, which attends with whole heads
-    chunk = L * np.asarray(core_s(d1, 1, np.maximum(ctx[None, :] + cg[:, None] / 2.0, 1.0), layout, cg[:, None]),
-                           dtype=float)
+    chunk = np.asarray(layers_core_s(d1, 1, np.maximum(ctx[None, :] + cg[:, None] / 2.0, 1.0), layout, cg[:, None]),
+                       dtype=float)
     return StepTables(dep=dep, shared_s=[0.0] + shared.tolist(), head_s=[0.0] + head.tolist(), ctx_grid=ctx,
                       dec_core=np.vstack([np.zeros(ctx.size), dec]), chunk_grid=cg, chunk_core=chunk, layout=layout)
 

@@ -50,7 +50,8 @@ from .engine import (EMB_BYTES, LAYOUTS, LOGIT_BYTES, MAX_BATCH, MAX_CONTEXT, PR
 from .stats import distinct_ranks_uniform
 
 __all__ = ["memory_per_rank", "step_time", "evaluate", "evaluate_all",
-           "max_batch", "max_context", "core_coefficients", "core_s", "deepep_layer_s", "two_batch_overlap_s"]
+           "max_batch", "max_context", "core_coefficients", "core_s", "layers_core_s", "deepep_layer_s",
+           "two_batch_overlap_s"]
 
 # ---- per-layout token and KV accounting ----------------------------------------------------------------------
 def _seqs_worst(dep: Deployment, b: np.ndarray) -> np.ndarray:
@@ -88,14 +89,18 @@ def memory_per_rank(dep: Deployment, batch, context, layout: str) -> dict[str, n
     b, s = check_batch_context(batch, context)
     m, T, rt = dep.model, dep.ranks, dep.runtime
     P = rt.page_tokens
-    pages = np.ceil(s / P)
-    kv_tok = m.layers * _kv_layer_bytes_per_token(dep, layout)
-    if layout == "TP":
-        kv = b * pages * P * kv_tok
-    elif layout == "CP":
-        kv = b * np.ceil(pages / T) * P * kv_tok
+    kv_layer = _kv_layer_bytes_per_token(dep, layout)
+    # pages x layers per sequence: every full-attention layer pages the whole context, a sliding-window layer at
+    # most its window (gpt-oss: 128 tokens); CP deals each layer's pages over the ranks
+    def layer_pages(tokens):
+        pg = np.ceil(tokens / P)
+        return np.ceil(pg / T) if layout == "CP" else pg
+    Ls = m.sliding_layers
+    lp = (m.layers - Ls) * layer_pages(s) + (Ls * layer_pages(np.minimum(s, m.sliding_window)) if Ls else 0.0)
+    if layout in ("TP", "CP"):
+        kv = b * lp * P * kv_layer
     else:
-        kv = _ctx_share_worst(dep, _seqs_worst(dep, b)) * pages * P * kv_tok
+        kv = _ctx_share_worst(dep, _seqs_worst(dep, b)) * lp * P * kv_layer
     w = sum(dep.weight_bytes(layout).values())
     act = _activation_bytes(dep, b, layout)
     total = w + kv + act + dep.reserve_B
@@ -242,6 +247,17 @@ def core_s(dep: Deployment, b, s, layout: str, q) -> np.ndarray:
         fpt_p, bpt_p = fpt, bpt
     pre = kernel_s(dep, "attention_prefill", ctx * fpt_p, ctx * bpt_p + qo)
     return np.where(qa >= PREFILL_QUERY_TOKENS, pre, dec)
+
+
+def layers_core_s(dep: Deployment, b, s, layout: str, q) -> np.ndarray:
+    """The attention cores of all layers on the worst rank [s]: :func:`core_s` for every full-attention layer at
+    context ``s``, and for every sliding-window layer at min(s, window) (gpt-oss: every other layer, 128 tokens)."""
+    m = dep.model
+    full = core_s(dep, b, s, layout, q)
+    if not m.sliding_layers:
+        return m.layers * full
+    win = core_s(dep, b, np.minimum(np.asarray(s, dtype=float), m.sliding_window), layout, q)
+    return (m.layers - m.sliding_layers) * full + m.sliding_layers * win
 
 
 def _ffn_layer_s(dep: Deployment, n_ffn: np.ndarray, n_local=None) -> tuple[np.ndarray, np.ndarray]:
@@ -395,7 +411,8 @@ def step_time(dep: Deployment, batch, context, layout: str, *, q_tokens=None, lo
     n_attn, n_ffn = _tokens(dep, b, layout, q)
     norm = elementwise_s(dep, 2 * n_attn * H * ba)
     proj = _projection_s(dep, n_attn, layout)
-    core = core_s(dep, b, s, layout, q)
+    cores = layers_core_s(dep, b, s, layout, q)  # all layers' (sliding-window layers at their window)
+    core = cores / L
     dpa = layout == "DPA"
     dense, moe = _ffn_layer_s(dep, n_ffn, n_attn if dpa else None)
     comm_attn, comm_ffn = _comm_layer_s(dep, b, layout, q)

@@ -53,8 +53,10 @@ def kv_request_bytes(model: ModelSpec, prompt_tokens, *, kv_dtype: str = "bf16",
     tp_d = _check_tp("decode_tp", decode_tp, model)
     if int(page_tokens) < 1:
         raise SpecError(f"page_tokens must be >= 1, got {page_tokens!r}")
-    kv_tok = model.kv_bytes_per_token(kv_dtype)
-    logical = np.ceil(S / page_tokens) * page_tokens * kv_tok
+    kv_layer = model.kv_bytes_per_token_per_layer(kv_dtype)
+    Ls = model.sliding_layers  # a sliding-window layer holds (and sends) at most its window
+    logical = ((model.layers - Ls) * np.ceil(S / page_tokens)
+               + (Ls * np.ceil(np.minimum(S, model.sliding_window) / page_tokens) if Ls else 0.0)) * page_tokens * kv_layer
     if model.is_mla:
         rep = 1.0 if forward_replicas else float(tp_d)
         senders = tp_p

@@ -60,7 +60,10 @@ def stage_model(model: ModelSpec, pp: int) -> ModelSpec:
     if p == 1:
         return model
     ls = math.ceil(model.layers / p)
+    # sliding-window layers spread evenly over the stages (gpt-oss alternates them): the stage's share, rounded up
+    sl = min(ls, math.ceil(model.sliding_layers * ls / model.layers)) if model.sliding_layers else 0
     return dataclasses.replace(model, name=f"{model.name}/pp{p}", layers=ls, moe_layers=min(model.moe_layers, ls),
+                               sliding_layers=sl, sliding_window=model.sliding_window if sl else 0,
                                tie_embeddings=True, mtp_layers=0, display_name=f"{model.label} (one of {p} stages)")
 
 

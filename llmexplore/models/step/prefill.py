@@ -26,7 +26,7 @@ import numpy as np
 from ... import _check
 from ...errors import SpecError
 from ...specs import ModelSpec
-from .decode import core_s, step_time
+from .decode import layers_core_s, step_time
 from .engine import MAX_BATCH, MAX_CONTEXT, Deployment
 
 __all__ = ["prefill_flops", "body_params_active", "prefill_time", "mixed_step_time", "prefill_mfu"]
@@ -50,8 +50,19 @@ def prefill_flops(model: ModelSpec, prompt_tokens, prefix_tokens=0) -> np.ndarra
     un-absorbed: d_qk = d_n + d_r = 192, d_v = 128.
     """
     S, P = _check_prompt(prompt_tokens, prefix_tokens)
-    attn = model.layers * model.heads * (model.qk_head_dim + model.o_head_dim) * (S * S - P * P)
+    per_pair = model.heads * (model.qk_head_dim + model.o_head_dim)
+    attn = (model.layers - model.sliding_layers) * per_pair * (S * S - P * P)
+    if model.sliding_layers:  # each new token attends to at most the window before it
+        W = float(model.sliding_window)
+        attn = attn + model.sliding_layers * per_pair * 2.0 * (_window_pairs(S, W) - _window_pairs(P, W))
     return 2.0 * body_params_active(model) * (S - P) + attn + 2.0 * model.vocab * model.hidden
+
+
+def _window_pairs(n, W: float) -> np.ndarray:
+    """Query-key pairs of a causal sliding-window prefix of n tokens with window W (each token attends to at most W
+    keys): n^2 / 2 within the window, then W per token (the same convention as the full layers' S^2 / 2)."""
+    n = np.asarray(n, dtype=float)
+    return np.where(n <= W, n * n / 2.0, W * W / 2.0 + W * (n - W))
 
 
 def _check_prompt(prompt_tokens, prefix_tokens) -> tuple[np.ndarray, np.ndarray]:
@@ -115,7 +126,6 @@ def mixed_step_time(dep: Deployment, decode_batch, decode_context, chunk_tokens,
         raise SpecError("decode_batch and chunk_tokens must be >= 0 with at least one token, got "
                         f"{float(np.min(B)):g}, {float(np.min(C)):g}")
     d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
-    L = dep.model.layers
     m = np.maximum(B + C, 1.0)
     shared = step_time(d1, m, 1.0, "TP")
     lm = step_time(d1, B + (C > 0), 1.0, "TP")
@@ -123,5 +133,5 @@ def mixed_step_time(dep: Deployment, decode_batch, decode_context, chunk_tokens,
             + lm["head_s"] + lm["comm_head_s"])
     dec = np.where(B > 0, step_time(d1, np.maximum(B, 1.0), decode_context, "TP")["core_s"], 0.0)
     ctx = _check.real_array("chunk_context", chunk_context, lo=0, hi=MAX_CONTEXT) + C / 2.0
-    chunk = np.where(C > 0, L * core_s(d1, 1, np.maximum(ctx, 1.0), "TP", np.maximum(C, 1.0)), 0.0)
+    chunk = np.where(C > 0, layers_core_s(d1, 1, np.maximum(ctx, 1.0), "TP", np.maximum(C, 1.0)), 0.0)
     return {"step_s": base + dec + chunk, "decode_core_s": dec, "chunk_core_s": chunk}

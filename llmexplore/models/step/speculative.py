@@ -80,7 +80,8 @@ def draft_model(model: ModelSpec, spec: SpecDecode) -> ModelSpec:
         raise SpecError(f"speculative {spec.name!r} drafts by n-gram lookup: it has no draft model")
     moe = spec.method == "mtp" and model.is_moe
     return dataclasses.replace(model, name=f"{model.name}+{spec.method}", layers=1, moe_layers=1 if moe else 0,
-                               vocab=spec.draft_vocab or model.vocab, mtp_layers=0,
+                               vocab=spec.draft_vocab or model.vocab, mtp_layers=0, sliding_layers=0,
+                               sliding_window=0,  # one draft layer, attending over the whole context
                                display_name=f"{model.label} {spec.method} draft")
 
 
