@@ -218,13 +218,17 @@ def check_disagg_parameters(p) -> dict[str, str]:
         raise SpecError(f"PROMPT_SIGMAS must be a list of 1 to 20 log-sds, e.g. [0.0, 0.5], got {sig!r}")
     for i, v in enumerate(sig):
         _check.number(f"PROMPT_SIGMAS[{i}]", v, lo=0.0, hi=3.0)
+    if p["SPECULATIVE"] is not None:
+        preset_param("SPECULATIVE", "speculative", p["SPECULATIVE"])
     names = {"prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "prompt_tokens": "PROMPT",
              "output_tokens": "OUTPUT", "rate_per_s": "RATE", "ttft_slo_ms": "TTFT_SLO_MS",
-             "tpot_slo_ms": "TPOT_SLO_MS", "model": "MODEL", "gpu": "GPU"}
+             "tpot_slo_ms": "TPOT_SLO_MS", "model": "MODEL", "gpu": "GPU", "speculative": "SPECULATIVE",
+             "accepted_length": "ACCEPTED_LENGTH"}
     built("MODEL, GPU, PREFILL_TP, DECODE_TP", lambda: disagg.setup(
         p["MODEL"], p["GPU"], prefill_tp=p["PREFILL_TP"], decode_tp=p["DECODE_TP"], prompt_tokens=p["PROMPT"],
         output_tokens=p["OUTPUT"], rate_per_s=p["RATE"], ttft_slo_ms=p["TTFT_SLO_MS"],
-        tpot_slo_ms=p["TPOT_SLO_MS"], runtime=p["RUNTIME"]), names)
+        tpot_slo_ms=p["TPOT_SLO_MS"], runtime=p["RUNTIME"], speculative=p["SPECULATIVE"],
+        accepted_length=p["ACCEPTED_LENGTH"]), names)
     return {}
 
 

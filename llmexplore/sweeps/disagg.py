@@ -22,7 +22,8 @@ from ..models.step.decode import step_time
 from ..deployment import MAX_RANKS
 from ..models.step.engine import Deployment, resolve_deployment
 from ..models.step.kv_transfer import pipelined_exposed_s, transfer_time
-from ..specs import Link
+from ..models.step.speculative import check_spec, resolve_spec, spec_step, with_accepted_length
+from ..specs import Link, SpecDecode
 from ..units import dtype_bytes, from_si
 from . import tidy
 
@@ -43,20 +44,26 @@ class PDSetup:
     workload: dg.Workload
     nics: int | None = None  # NICs per instance (None: one per GPU)
     batched_ops: bool = True
+    #: speculative decoding of every decoding instance (the decode pool and colocated ones; None: plain)
+    speculative: SpecDecode | None = None
 
     def sides(self):
-        return dg.prefill_side(self.prefill, self.workload), dg.decode_side(self.decode, self.workload)
+        return (dg.prefill_side(self.prefill, self.workload),
+                dg.decode_side(self.decode, self.workload, speculative=self.speculative))
 
 
 def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp: int = 8, prompt_tokens=4096,
           output_tokens=256, rate_per_s=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0, percentile=0.99,
           prefix_tokens=0, weight_dtype=None, kv_dtype="bf16", runtime="default", nics=None,
-          batched_ops=True, prompt_sigma=0.0, sampler: str = "fused") -> PDSetup:
+          batched_ops=True, prompt_sigma=0.0, sampler: str = "fused", speculative=None,
+          accepted_length=None) -> PDSetup:
     """Build a :class:`PDSetup` from preset names (validated). ``prompt_sigma`` > 0 makes prompt lengths
     lognormal with median ``prompt_tokens``; ``weight_dtype`` defaults to the model's released dtype.
 
     Every error is a SpecError naming the argument: presets and dtypes first, then the workload, then each
-    side's ranks (``prefill_tp (3) must divide the query heads of ...``)."""
+    side's ranks (``prefill_tp (3) must divide the query heads of ...``). ``speculative`` (a preset name or
+    SpecDecode) decodes every decoding instance speculatively, at ``accepted_length`` (mean tokens per verify step)
+    when given in place of the preset's acceptance."""
     m, hw, rt, _ = resolve_deployment(model, gpu, runtime)
     weight_dtype = m.weight_dtype if weight_dtype is None else weight_dtype
     hw.check_dtype(weight_dtype, "weight_dtype")  # fp4 needs FP4 tensor cores
@@ -77,7 +84,14 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp
             text = str(exc)
             raise SpecError(name + text[len("ranks"):] if text.startswith("ranks ") else f"{name}: {text}") from None
 
-    return PDSetup(side("prefill_tp", prefill_tp), side("decode_tp", decode_tp), wl, nics, batched_ops)
+    spec = resolve_spec(speculative)
+    if spec is not None:
+        check_spec(m, spec)
+        spec = with_accepted_length(spec, accepted_length)
+    elif accepted_length is not None:
+        raise SpecError(f"accepted_length must come with speculative (the preset whose draft it describes), got "
+                        f"{accepted_length!r} without one")
+    return PDSetup(side("prefill_tp", prefill_tp), side("decode_tp", decode_tp), wl, nics, batched_ops, spec)
 
 
 def custom_link(achievable_GBps: float, *, like="roce-400g") -> Link:
@@ -110,7 +124,7 @@ def _disagg_row(s: PDSetup, pre, dec, link: Link, pipelined: bool, nics) -> dict
 
 
 def _colocated_row(s: PDSetup) -> dict:
-    co = dg.size_colocated(s.prefill, s.workload)
+    co = dg.size_colocated(s.prefill, s.workload, speculative=s.speculative)
     return {"mode": "colocated", "link": "-", "gpus": co["gpus"], "goodput_per_gpu": co["goodput_per_gpu"],
             "n_prefill": np.nan, "n_decode": co["n_c"], "pd_gpu_ratio": np.nan,
             **tidy({"ttft_s": co["ttft_s"], "tpot_s": co["tpot_s"]}), "transfer_ms": 0.0, "exposed_ms": 0.0,
@@ -176,7 +190,7 @@ def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_de
     for lam in rates:
         wl = dataclasses.replace(s.workload, rate_per_s=float(lam))
         d = dg.disagg_latency(pre, dec, x, wl, n_p, n_d)
-        c = dg.colocated_latency(s.prefill, wl, n_c, chunk_tokens=512)
+        c = dg.colocated_latency(s.prefill, wl, n_c, chunk_tokens=512, speculative=s.speculative)
         rows.append({"rate_per_s": lam, "mode": f"disaggregated {n_p}P+{n_d}D", "gpus": gpus,
                      **tidy(d, keep=["ttft_s", "tpot_s"], scalar=True)})
         rows.append({"rate_per_s": lam, "mode": f"colocated {n_c} instances", "gpus": n_c * s.prefill.ranks,
@@ -272,7 +286,7 @@ def pool_sizes_vs(s: PDSetup, field: str, values, *, links=(("roce-400g", None),
             label = link.name + (f", {nics} NIC/instance" if nics else "")
             rows.append({field: v, "mode": f"disaggregated over {label}", **{
                 k: r[k] for k in ("gpus", "goodput_per_gpu", "n_prefill", "n_decode", "pd_gpu_ratio")}})
-        co = dg.size_colocated(s2.prefill, wl)
+        co = dg.size_colocated(s2.prefill, wl, speculative=s2.speculative)
         rows.append({field: v, "mode": "colocated", "gpus": co["gpus"], "goodput_per_gpu": co["goodput_per_gpu"],
                      "n_prefill": np.nan, "n_decode": co["n_c"], "pd_gpu_ratio": np.nan})
     return pd.DataFrame(rows)
@@ -299,8 +313,11 @@ def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipel
     lk = resolve_link(link)
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=pipelined, nics=s.nics, batched_ops=s.batched_ops)
     z = dg.size_pools(pre, dec, x, s.workload)
-    co = dg.size_colocated(s.prefill, s.workload)
-    step = float(step_time(s.decode, decode_batch, s.workload.decode_context, "TP")["step_s"])
+    co = dg.size_colocated(s.prefill, s.workload, speculative=s.speculative)
+    if s.speculative is None:
+        step = float(step_time(s.decode, decode_batch, s.workload.decode_context, "TP")["step_s"])
+    else:  # the time per output token: (draft + verify) / tokens per step
+        step = float(spec_step(s.decode, s.speculative, decode_batch, s.workload.decode_context)["tpot_s"])
     pct = f"p{100 * s.workload.percentile:g}".replace(".", "_")
     return {
         **tidy({"prefill_s": pre.prefill_s, "decode_step_s": step}), "decode_batch": decode_batch,

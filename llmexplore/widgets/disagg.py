@@ -40,7 +40,8 @@ class PDExplorer(Explorer):
                                    rate_per_s=float(p["rate"]), ttft_slo_ms=float(p["ttft_slo"]),
                                    tpot_slo_ms=float(p["tpot_slo"]), weight_dtype=f["weight_dtype"],
                                    kv_dtype=f["kv_dtype"], nics=None if p["nics"] == NICS[0] else 1,
-                                   runtime=p["runtime"])
+                                   runtime=p["runtime"], speculative=f["speculative"],
+                                   accepted_length=f["accepted_length"])
 
     def evaluate(self):
         p = self.params()
@@ -90,9 +91,12 @@ def _status(rows: list[dict], best: dict | None, percentile: float, rate: float,
 def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp: int = 8, decode_tp: int = 8,
                 link: str = "roce-400g", prompt: int = 4096, output: int = 256, rate: float = 36.0,
                 ttft_slo_ms: float = 1000.0, tpot_slo_ms: float = 40.0, weight_dtype: str | None = None,
-                kv_dtype: str = "bf16", runtime: str = "default") -> PDExplorer:
+                kv_dtype: str = "bf16", runtime: str = "default", speculative: str | None = None,
+                accepted_length: float | None = None) -> PDExplorer:
     """Sliders for prompt and output length, arrival rate and SLOs; dropdowns for the link, NICs and the
-    runtime preset (``data/runtime.yaml``: how kernels are priced).
+    runtime preset (``data/runtime.yaml``: how kernels are priced). ``speculative`` and ``accepted_length``
+    decode every decoding instance speculatively (as :func:`llmexplore.sweeps.disagg.setup` takes them) and stay
+    fixed.
 
     ``weight_dtype`` defaults to the dtype the model's weights are released in. Unknown names raise
     :class:`~llmexplore.errors.SpecError`; values outside the sliders' usual range are added to them.
@@ -108,6 +112,8 @@ def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp
     ttft_slo_ms = _check.number("ttft_slo_ms", ttft_slo_ms, lo=0.0, lo_open=True, unit="ms")
     tpot_slo_ms = _check.number("tpot_slo_ms", tpot_slo_ms, lo=0.0, lo_open=True, unit="ms")
     weight_dtype, kv_dtype, runtime = model_dtypes_runtime(model, weight_dtype, kv_dtype, runtime)
+    disagg_sweeps.setup(model, gpu, prefill_tp=prefill_tp, decode_tp=decode_tp, speculative=speculative,
+                        accepted_length=accepted_length)  # the draft fits the model, the acceptance its rule
     controls = {
         "prompt": choice_slider(log_options(256, 65536), prompt, "prompt", "tokens"),
         "output": choice_slider(log_options(16, 8192), output, "output", "tokens"),
@@ -120,5 +126,6 @@ def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp
     }
     rows = [["prompt", "output", "rate"], ["ttft_slo", "tpot_slo"], ["link", "nics", "runtime"]]
     fixed = {"model": model, "gpu": gpu, "prefill_tp": prefill_tp, "decode_tp": decode_tp,
-             "weight_dtype": weight_dtype, "kv_dtype": kv_dtype}
+             "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "speculative": speculative,
+             "accepted_length": accepted_length}
     return PDExplorer.build(controls, rows, fixed=fixed)

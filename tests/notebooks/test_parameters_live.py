@@ -262,6 +262,10 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
           "OUTPUT": rec("decode_step_ms")}),
         # the runtime preset reprices every kernel (every time moves): alone
         (dict(RUNTIME="scalar"), {"RUNTIME": rec("prefill_ms")}),
+        # speculative decoding of the decoding instances (an EAGLE-3 head at 2.5 tokens per step): the decode time
+        # per output token moves, and with it the colocated pool
+        (dict(SPECULATIVE="eagle3-llama-3.1-8b", ACCEPTED_LENGTH=2.5),
+         {"SPECULATIVE": rec("decode_step_ms"), "ACCEPTED_LENGTH": rec("gpus_by_mode")}),
         # the grid extents: each moves the axis of its own figure (or the break-even its grid brackets)
         (dict(RATE_SPAN=[0.5, 1.2], TRANSFER_GBPS=[1, 400], ONE_NIC_GBPS=[2, 200], NIC_PER_GPU_GBPS=[0.5, 200]),
          {"RATE_SPAN": fig("latency_figure(", "x"), "TRANSFER_GBPS": fig("exposed_transfer_figure(", "x"),
@@ -365,6 +369,9 @@ REJECTED = [
     ("10_attention_layouts", dict(CONTEXT_MAX=128), r"CONTEXT_MAX must be greater than CONTEXT_MIN"),
     ("10_attention_layouts", dict(RUNTIME="turbo"), r"RUNTIME must name a preset in data/runtime.yaml"),
     ("20_pd_disaggregation", dict(PREFILL_TP=3), r"PREFILL_TP \(3\) must divide"),
+    ("20_pd_disaggregation", dict(SPECULATIVE="deepseek-mtp-1"),
+     r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
+    ("20_pd_disaggregation", dict(ACCEPTED_LENGTH=2.0), r"ACCEPTED_LENGTH must come with speculative"),
     ("15_speculative_decoding", dict(SPECULATIVE="eagle"), r"SPECULATIVE must name a preset in data/speculative.yaml"),
     ("15_speculative_decoding", dict(MODEL="llama-3-70b"),
      r"MODEL = 'llama-3-70b' does not apply to this notebook: llama-3-70b has no MTP module"),

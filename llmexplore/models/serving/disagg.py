@@ -435,14 +435,15 @@ def colocated_from_tables(dec: DecodeSide, t_mix: np.ndarray, wl: Workload, lam_
 
 
 def colocated_latency(dep: Deployment, wl: Workload, n_c, *, chunk_tokens: int = 2048,
-                      layout: str = "TP") -> dict:
+                      layout: str = "TP", speculative=None) -> dict:
     """Colocated chunked-prefill serving on ``n_c`` instances (vectorised over n_c): TTFT and TPOT at the
     workload's percentile, mean TPOT, mean decode batch. ``chunk_tokens`` is the per-iteration token budget C
-    (vLLM max_num_batched_tokens; 2048 is its chunked-prefill default for online serving [assumption])."""
+    (vLLM max_num_batched_tokens; 2048 is its chunked-prefill default for online serving [assumption]);
+    ``speculative``: the instances decode with speculative decoding (:func:`colocated_tables`)."""
     if int(chunk_tokens) != chunk_tokens or chunk_tokens < 2:
         raise SpecError(f"chunk_tokens must be an integer >= 2, got {chunk_tokens!r}")
     n_c = np.asarray(n_c, dtype=float)
-    dec, t_mix = colocated_tables(dep, wl, int(chunk_tokens), layout=layout)
+    dec, t_mix = colocated_tables(dep, wl, int(chunk_tokens), layout=layout, speculative=speculative)
     return colocated_from_tables(dec, t_mix, wl, wl.rate_per_s / n_c, int(chunk_tokens))
 
 
@@ -530,14 +531,15 @@ def size_pools(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *, n
 CHUNK_OPTIONS = (256, 512, 1024, 2048, 4096, 8192)
 
 
-def size_colocated(dep: Deployment, wl: Workload, *, n_max: int = 64, chunk_tokens=CHUNK_OPTIONS) -> dict:
+def size_colocated(dep: Deployment, wl: Workload, *, n_max: int = 64, chunk_tokens=CHUNK_OPTIONS,
+                   speculative=None) -> dict:
     """Smallest number of colocated instances meeting both SLOs at the workload's rate, with the chunk budget
     (one value or several to choose from) that needs the fewest GPUs; its TTFT, per-request TPOT (the SLO's
     quantity) and inter-token latency ``itl_s`` at the workload's percentile [s]."""
     n = np.arange(1, int(n_max) + 1, dtype=float)
     best = None
     for c in np.atleast_1d(chunk_tokens):
-        lat = colocated_latency(dep, wl, n, chunk_tokens=int(c))
+        lat = colocated_latency(dep, wl, n, chunk_tokens=int(c), speculative=speculative)
         ok = (lat["ttft_s"] <= wl.ttft_slo_ms * 1e-3) & (lat["tpot_s"] <= wl.tpot_slo_ms * 1e-3)
         if ok.any():
             i = int(np.nonzero(ok)[0][0])

@@ -117,3 +117,20 @@ def test_speculative_decode_side_is_priced_per_output_token():
     want = spec_step(dep, "deepseek-mtp-1", dec.batches, wl.decode_context)["tpot_s"]
     np.testing.assert_allclose(dec.step_s, want)
     assert dec.batch_cap < dg.decode_side(dep, wl, points=12).batch_cap  # draft weights, KV and verify slots
+
+
+def test_the_pd_area_decodes_speculatively_where_asked():
+    """Area 20 (sweeps.disagg): speculation on every decoding instance lowers the decode time per output token and
+    the colocated pool the SLOs need; the prefill pool is untouched; bad combinations name the argument."""
+    from llmexplore.sweeps import disagg as sd
+
+    kw = dict(rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
+    plain = sd.point_summary(sd.setup("llama-3-70b", "h100-sxm", **kw))
+    spec = sd.point_summary(sd.setup("llama-3-70b", "h100-sxm", speculative="eagle3-llama-3.1-8b",
+                                     accepted_length=2.5, **kw))
+    assert spec["decode_step_ms"] < plain["decode_step_ms"] and spec["prefill_ms"] == plain["prefill_ms"]
+    assert spec["colocated"]["gpus"] < plain["colocated"]["gpus"]
+    with pytest.raises(SpecError, match="accepted_length must come with speculative"):
+        sd.setup("llama-3-70b", "h100-sxm", accepted_length=2.0)
+    with pytest.raises(SpecError, match="llama-3-70b has none"):
+        sd.setup("llama-3-70b", "h100-sxm", speculative="deepseek-mtp-1")
