@@ -16,7 +16,7 @@ FLAGS = {**COMMON_FLAGS, "prompt_tokens": "--prompt", "output_tokens": "--output
          "ttft_slo_ms": "--ttft-ms", "tpot_slo_ms": "--tpot-ms", "prompt_sigma": "--prompt-sigma",
          "prefill_tp": "--prefill-tp", "decode_tp": "--decode-tp", "nics": "--nics", "link": "--link",
          "batch": "--batch", "decode_batch": "--batch", "sampler": "--sampler", "speculative": "--speculative",
-         "accepted_length": "--accepted-length"}
+         "accepted_length": "--accepted-length", "decode_pp": "--decode-pp"}
 
 
 def add(sub) -> None:
@@ -50,6 +50,8 @@ def add(sub) -> None:
     p.add_argument("--prompt-sigma", default=0.0, action=Checked, check=number_in(0.0, 3.0), metavar="SIG",
                    help="log-sd of lognormal prompt lengths around the median --prompt (default: 0, all equal)")
     p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
+    p.add_argument("--decode-pp", default=1, action=Checked, check=int_in(1, 128), metavar="P",
+                   help="pipeline stages per decode instance, each of --decode-tp GPUs (default: 1)")
     p.add_argument("--speculative", default=None, action=Checked, check=preset_name("speculative"), metavar="NAME",
                    help="decode every decoding instance with this speculative-decoding preset (data/speculative.yaml)")
     p.add_argument("--accepted-length", default=None, action=Checked, check=number_in(0.0, 1e6, lo_open=True),
@@ -79,14 +81,14 @@ def run(args) -> int:
                             ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms, weight_dtype=args.weight_dtype,
                             kv_dtype=args.kv_dtype, runtime=args.runtime, nics=args.nics,
                             prompt_sigma=args.prompt_sigma, sampler=args.sampler, speculative=args.speculative,
-                            accepted_length=args.accepted_length)
+                            accepted_length=args.accepted_length, decode_pp=args.decode_pp)
     def build(rt):
         si = s if rt is s.prefill.runtime else disagg_sweeps.setup(
             args.model, args.gpu, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp, prompt_tokens=args.prompt,
             output_tokens=args.output, rate_per_s=args.rate, ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms,
             weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, runtime=rt, nics=args.nics,
             prompt_sigma=args.prompt_sigma, sampler=args.sampler, speculative=args.speculative,
-            accepted_length=args.accepted_length)
+            accepted_length=args.accepted_length, decode_pp=args.decode_pp)
         return disagg_sweeps.point_summary(si, link=args.link, decode_batch=args.batch, pipelined=not args.serial)
 
     pt = with_band(build, s.prefill.runtime, BAND_KEYS, n=DRAWS if args.band else 0)
@@ -96,18 +98,20 @@ def run(args) -> int:
                       "prompt_sigma": args.prompt_sigma, "link": args.link, "nics": args.nics,
                       "prefill_tp": args.prefill_tp, "decode_tp": args.decode_tp, "pipelined": not args.serial,
                       "weight_dtype": s.prefill.weight_dtype, "kv_dtype": args.kv_dtype, "sampler": args.sampler,
-                      "runtime": s.prefill.runtime.name, "speculative": args.speculative,
+                      "runtime": s.prefill.runtime.name, "speculative": args.speculative, "decode_pp": args.decode_pp,
                       "accepted_length": s.speculative.tokens_per_step if s.speculative else None}}
     if args.json:
         print_json(doc)
         return EXIT_OK
     print(f"{s.prefill.model.label} on {s.prefill.hardware.label}: prompt {args.prompt}, output {args.output}, "
           f"{args.rate:g} req/s, p99 TTFT <= {args.ttft_ms:g} ms, TPOT <= {args.tpot_ms:g} ms")
-    step_words = ("decode step" if s.speculative is None else
+    step_words = ("decode step" if s.speculative is None and args.decode_pp == 1 else
+                  "time between a sequence's tokens" if s.speculative is None else
                   f"decode time per output token with {s.speculative.name} ({s.speculative.tokens_per_step:g} tokens "
                   "per step)")
     print(f"prefill of one prompt (TP{args.prefill_tp}): {doc['prefill_ms']:.2f} ms; {step_words} at batch "
-          f"{args.batch} (TP{args.decode_tp}): {doc['decode_step_ms']:.2f} ms; decode batch fits up to "
+          f"{args.batch} (TP{args.decode_tp}{f' x PP{args.decode_pp}' if args.decode_pp > 1 else ''}): "
+          f"{doc['decode_step_ms']:.2f} ms; decode batch fits up to "
           f"{pt['decode_batch_cap']}")
     print(f"KV per request {doc['kv_transfer_GB']:.3f} GB over {args.link}: {doc['transfer_serial_ms']:.2f} ms "
           f"serial, {doc['transfer_exposed_ms']:.2f} ms exposed ({'serial' if args.serial else 'pipelined'})")

@@ -19,9 +19,10 @@ from ..errors import SpecError
 from ..models.serving import disagg as dg
 from ..models.queueing import fcfs_sim as simulate
 from ..models.step.decode import step_time
-from ..deployment import MAX_RANKS
+from ..deployment import MAX_RANKS, check_pp
 from ..models.step.engine import Deployment, resolve_deployment
 from ..models.step.kv_transfer import pipelined_exposed_s, transfer_time
+from ..models.step.pipeline import pp_decode
 from ..models.step.speculative import check_spec, resolve_spec, spec_step, with_accepted_length
 from ..specs import Link, SpecDecode
 from ..units import dtype_bytes, from_si
@@ -46,24 +47,26 @@ class PDSetup:
     batched_ops: bool = True
     #: speculative decoding of every decoding instance (the decode pool and colocated ones; None: plain)
     speculative: SpecDecode | None = None
+    decode_pp: int = 1  #: pipeline stages of each decode instance (each of decode.ranks GPUs)
 
     def sides(self):
         return (dg.prefill_side(self.prefill, self.workload),
-                dg.decode_side(self.decode, self.workload, speculative=self.speculative))
+                dg.decode_side(self.decode, self.workload, speculative=self.speculative, pp=self.decode_pp))
 
 
 def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp: int = 8, prompt_tokens=4096,
           output_tokens=256, rate_per_s=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0, percentile=0.99,
           prefix_tokens=0, weight_dtype=None, kv_dtype="bf16", runtime="default", nics=None,
           batched_ops=True, prompt_sigma=0.0, sampler: str = "fused", speculative=None,
-          accepted_length=None) -> PDSetup:
+          accepted_length=None, decode_pp: int = 1) -> PDSetup:
     """Build a :class:`PDSetup` from preset names (validated). ``prompt_sigma`` > 0 makes prompt lengths
     lognormal with median ``prompt_tokens``; ``weight_dtype`` defaults to the model's released dtype.
 
     Every error is a SpecError naming the argument: presets and dtypes first, then the workload, then each
     side's ranks (``prefill_tp (3) must divide the query heads of ...``). ``speculative`` (a preset name or
     SpecDecode) decodes every decoding instance speculatively, at ``accepted_length`` (mean tokens per verify step)
-    when given in place of the preset's acceptance."""
+    when given in place of the preset's acceptance. ``decode_pp`` > 1: each decode instance is a pipeline of that
+    many stages of ``decode_tp`` GPUs (:mod:`llmexplore.models.step.pipeline`)."""
     m, hw, rt, _ = resolve_deployment(model, gpu, runtime)
     weight_dtype = m.weight_dtype if weight_dtype is None else weight_dtype
     hw.check_dtype(weight_dtype, "weight_dtype")  # fp4 needs FP4 tensor cores
@@ -91,7 +94,12 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp
     elif accepted_length is not None:
         raise SpecError(f"accepted_length must come with speculative (the preset whose draft it describes), got "
                         f"{accepted_length!r} without one")
-    return PDSetup(side("prefill_tp", prefill_tp), side("decode_tp", decode_tp), wl, nics, batched_ops, spec)
+    dec = side("decode_tp", decode_tp)
+    pp = check_pp(m, decode_pp, dec.ranks, field="decode_pp", ranks_field="decode_tp")
+    if pp > 1 and spec is not None:
+        raise SpecError(f"decode_pp ({pp}) must be 1 with speculative decoding (speculation in a pipeline is not "
+                        f"modelled), got speculative {spec.name!r}")
+    return PDSetup(side("prefill_tp", prefill_tp), dec, wl, nics, batched_ops, spec, pp)
 
 
 def custom_link(achievable_GBps: float, *, like="roce-400g") -> Link:
@@ -183,7 +191,7 @@ def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_de
     z = dg.size_pools(pre, dec, x, s.workload)
     n_p = n_prefill or (z["n_p"] if z["feasible"] else 1)
     n_d = n_decode or (z["n_d"] if z["feasible"] else 1)
-    gpus = n_p * s.prefill.ranks + n_d * s.decode.ranks
+    gpus = n_p * s.prefill.ranks + n_d * s.decode.ranks * s.decode_pp
     n_c = n_colocated or max(1, gpus // s.prefill.ranks)
     rates = _check.real_array("rates", np.atleast_1d(rates), lo=0.0, lo_open=True, hi=1e7, unit="req/s")
     rows = []
@@ -314,7 +322,9 @@ def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipel
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=pipelined, nics=s.nics, batched_ops=s.batched_ops)
     z = dg.size_pools(pre, dec, x, s.workload)
     co = dg.size_colocated(s.prefill, s.workload, speculative=s.speculative)
-    if s.speculative is None:
+    if s.decode_pp > 1:  # the time between a sequence's tokens in the pipeline
+        step = float(pp_decode(s.decode, s.decode_pp, decode_batch, s.workload.decode_context)["itl_s"])
+    elif s.speculative is None:
         step = float(step_time(s.decode, decode_batch, s.workload.decode_context, "TP")["step_s"])
     else:  # the time per output token: (draft + verify) / tokens per step
         step = float(spec_step(s.decode, s.speculative, decode_batch, s.workload.decode_context)["tpot_s"])

@@ -266,6 +266,8 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         # per output token moves, and with it the colocated pool
         (dict(SPECULATIVE="eagle3-llama-3.1-8b", ACCEPTED_LENGTH=2.5),
          {"SPECULATIVE": rec("decode_step_ms"), "ACCEPTED_LENGTH": rec("gpus_by_mode")}),
+        # a pipeline of 2 decode stages (TP8 each): the time between tokens moves
+        (dict(DECODE_PP=2), {"DECODE_PP": rec("decode_step_ms")}),
         # the grid extents: each moves the axis of its own figure (or the break-even its grid brackets)
         (dict(RATE_SPAN=[0.5, 1.2], TRANSFER_GBPS=[1, 400], ONE_NIC_GBPS=[2, 200], NIC_PER_GPU_GBPS=[0.5, 200]),
          {"RATE_SPAN": fig("latency_figure(", "x"), "TRANSFER_GBPS": fig("exposed_transfer_figure(", "x"),
@@ -372,6 +374,7 @@ REJECTED = [
     ("20_pd_disaggregation", dict(SPECULATIVE="deepseek-mtp-1"),
      r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
     ("20_pd_disaggregation", dict(ACCEPTED_LENGTH=2.0), r"ACCEPTED_LENGTH must come with speculative"),
+    ("20_pd_disaggregation", dict(DECODE_PP=81), r"DECODE_PP \(81\) must be at most the layers of llama-3-70b \(80\)"),
     ("15_speculative_decoding", dict(SPECULATIVE="eagle"), r"SPECULATIVE must name a preset in data/speculative.yaml"),
     ("15_speculative_decoding", dict(MODEL="llama-3-70b"),
      r"MODEL = 'llama-3-70b' does not apply to this notebook: llama-3-70b has no MTP module"),

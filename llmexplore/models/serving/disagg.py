@@ -158,6 +158,12 @@ class DecodeSide:
     batch_cap: int  # largest batch that fits at the peak context
     batches: np.ndarray  # grid of batch sizes 1..batch_cap
     step_s: np.ndarray  # decode step time at each batch (mean context)
+    pp: int = 1  # pipeline stages per instance (each of dep.ranks GPUs)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one decode instance: ranks x pipeline stages."""
+        return self.dep.ranks * self.pp
 
     def tpot_s(self, batch) -> np.ndarray:
         """Decode step time at a (fractional) batch, interpolated on the exact integer grid [s]."""
@@ -213,7 +219,7 @@ def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_
         t = pp_decode(dep, p, b, wl.decode_context)["itl_s"]
     else:
         t = step_time(dep, b, wl.decode_context, layout)["step_s"]
-    return DecodeSide(dep, cap, b, np.asarray(t, dtype=float))
+    return DecodeSide(dep, cap, b, np.asarray(t, dtype=float), p)
 
 
 def transfer_side(pre: PrefillSide, dec: DecodeSide, link: Link, wl: Workload, *, pipelined: bool = True,
@@ -329,7 +335,7 @@ def disagg_latency(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, 
     p = wl.percentile
     q_pre = prefill_ttft_quantile(pre, p, lam, n_p)  # prefill wait + service
     w_link = md1_quantile_fast(p, lam / n_p, xfer["link_busy_s"]) if xfer["link_busy_s"] > 0 else 0.0
-    w_link_d = md1_quantile_fast(p, lam / n_d, xfer["link_busy_s"] * pre.dep.ranks / dec.dep.ranks) \
+    w_link_d = md1_quantile_fast(p, lam / n_d, xfer["link_busy_s"] * pre.dep.ranks / dec.gpus) \
         if xfer["link_busy_s"] > 0 else 0.0  # the decode instance's NICs receive every request's bytes
     ttft = q_pre + np.maximum(w_link, w_link_d) + xfer["exposed_s"]
     w_pre = q_pre - pre.prefill_s
@@ -461,7 +467,7 @@ def max_rate_grid(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *
     n = np.arange(1, int(n_max) + 1, dtype=float)
     p, slo_ttft = wl.percentile, wl.ttft_slo_ms * 1e-3
     busy_p = xfer["link_busy_s"]
-    busy_d = xfer["link_busy_s"] * pre.dep.ranks / dec.dep.ranks  # a decode instance's NICs take every byte
+    busy_d = xfer["link_busy_s"] * pre.dep.ranks / dec.gpus  # a decode instance's NICs (every stage's) take every byte
     base = pre.prefill_s + xfer["exposed_s"]
 
     def bisect(ok_fn, hi):
@@ -491,7 +497,7 @@ def max_rate_grid(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *
             else np.zeros_like(n)
         rate_d = np.minimum(rate_d, rate_link)
     rate = np.minimum(rate_p[:, None], rate_d[None, :])
-    gpus = n[:, None] * pre.dep.ranks + n[None, :] * dec.dep.ranks
+    gpus = n[:, None] * pre.dep.ranks + n[None, :] * dec.gpus
     return {"n": n, "rate_prefill": rate_p, "rate_decode": rate_d, "rate": rate, "gpus": gpus,
             "rate_per_gpu": rate / gpus, "decode_batch_slo": b_star}
 
@@ -514,7 +520,7 @@ def size_pools(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *, n
                 "pd_ratio": np.nan, "ttft_s": np.inf, "tpot_s": np.inf}
     n_p = g["n"][cand[:, 0]]
     n_d = g["n"][cand[:, 1]]
-    gpus = n_p * pre.dep.ranks + n_d * dec.dep.ranks
+    gpus = n_p * pre.dep.ranks + n_d * dec.gpus
     lat = disagg_latency(pre, dec, xfer, wl, n_p, n_d)
     ok = (lat["ttft_s"] <= wl.ttft_slo_ms * 1e-3) & (lat["tpot_s"] <= wl.tpot_slo_ms * 1e-3)
     if not ok.any():
@@ -524,7 +530,7 @@ def size_pools(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *, n
     order = np.lexsort((n_p, np.where(ok, gpus, np.inf)))  # fewest GPUs, then fewer prefill instances
     i = order[0]
     return {"feasible": True, "reason": "", "n_p": int(n_p[i]), "n_d": int(n_d[i]), "gpus": int(gpus[i]),
-            "goodput_per_gpu": lam / gpus[i], "pd_ratio": n_p[i] * pre.dep.ranks / (n_d[i] * dec.dep.ranks),
+            "goodput_per_gpu": lam / gpus[i], "pd_ratio": n_p[i] * pre.dep.ranks / (n_d[i] * dec.gpus),
             "ttft_s": float(lat["ttft_s"][i]), "tpot_s": float(lat["tpot_s"][i])}
 
 

@@ -75,3 +75,21 @@ def test_speculation_and_pipelines_are_not_combined(res):
     d = Deployment.build("deepseek-v3", "h200", 8)
     with pytest.raises(SpecError, match="pp > 1 runs the TP layout without speculative decoding"):
         dg.decode_side(d, dg.Workload(prompt_tokens=100, output_tokens=10), pp=2, speculative="deepseek-mtp-1")
+
+
+def test_the_pd_area_sizes_pipelined_decode_pools_in_all_their_gpus():
+    """Area 20 (sweeps.disagg) with decode_pp: a decode instance of TP4 x PP2 counts 8 GPUs, holds about TP8's
+    batch (the same weights per GPU), and takes longer between tokens (the whole model on 4 GPUs)."""
+    from llmexplore.sweeps import disagg as sd
+
+    kw = dict(rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
+    tp8 = sd.point_summary(sd.setup("llama-3-70b", "h100-sxm", decode_tp=8, **kw))
+    pipe = sd.point_summary(sd.setup("llama-3-70b", "h100-sxm", decode_tp=4, decode_pp=2, **kw))
+    assert pipe["decode_batch_cap"] == pytest.approx(tp8["decode_batch_cap"], rel=0.05)
+    assert pipe["decode_step_ms"] > tp8["decode_step_ms"]
+    d = pipe["disaggregated"]
+    assert d["gpus"] == d["prefill_instances"] * 8 + d["decode_instances"] * 8
+    with pytest.raises(SpecError, match="decode_pp must be an integer"):
+        sd.setup("llama-3-70b", "h100-sxm", decode_pp=0)
+    with pytest.raises(SpecError, match="decode_pp \\(2\\) must be 1 with speculative decoding"):
+        sd.setup("llama-3-70b", "h100-sxm", decode_pp=2, speculative="ngram-5")
