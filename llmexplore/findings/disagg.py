@@ -15,9 +15,17 @@ __all__ = ["request_sentence", "transfer_sentence", "comparison_sentence", "late
 def request_sentence(point: dict, s: PDSetup) -> str:
     """Section 1: one prefill, one decode step and the KV bytes of one request."""
     wl = s.workload
+    shape = f"TP{s.decode.ranks}" + (f" x PP{s.decode_pp}" if s.decode_pp > 1 else "")
+    if s.speculative is not None:
+        step = (f"decoding with {s.speculative.label} ({num(s.speculative.tokens_per_step)} tokens per step) takes "
+                f"{num(point['decode_step_ms'])} ms per output token at batch {point['decode_batch']:,} on {shape}")
+    elif s.decode_pp > 1:
+        step = (f"a sequence's tokens come {num(point['decode_step_ms'])} ms apart at batch "
+                f"{point['decode_batch']:,} on {shape} (the pipeline's micro-batches in flight)")
+    else:
+        step = f"a decode step at batch {point['decode_batch']:,} takes {num(point['decode_step_ms'])} ms on {shape}"
     return (f"One {wl.prompt_tokens:,}-token prompt takes {num(point['prefill_ms'])} ms to prefill on "
-            f"TP{s.prefill.ranks} {s.prefill.hardware.label}; a decode step at batch {point['decode_batch']:,} "
-            f"takes {num(point['decode_step_ms'])} ms on TP{s.decode.ranks}, and each request's KV cache is "
+            f"TP{s.prefill.ranks} {s.prefill.hardware.label}; {step}, and each request's KV cache is "
             f"{point['kv_transfer_GB']:.2f} GB.")
 
 

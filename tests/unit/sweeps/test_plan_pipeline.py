@@ -89,6 +89,10 @@ def test_the_pd_area_sizes_pipelined_decode_pools_in_all_their_gpus():
     assert pipe["decode_step_ms"] > tp8["decode_step_ms"]
     d = pipe["disaggregated"]
     assert d["gpus"] == d["prefill_instances"] * 8 + d["decode_instances"] * 8
+    from llmexplore.findings import disagg as fd
+
+    s = sd.setup("llama-3-70b", "h100-sxm", decode_tp=4, decode_pp=2, **kw)
+    assert "a sequence's tokens come 21.4 ms apart at batch 64 on TP4 x PP2" in fd.request_sentence(pipe, s)
     with pytest.raises(SpecError, match="decode_pp must be an integer"):
         sd.setup("llama-3-70b", "h100-sxm", decode_pp=0)
     with pytest.raises(SpecError, match="decode_pp \\(2\\) must be 1 with speculative decoding"):
