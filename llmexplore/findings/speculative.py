@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from ..sweeps.speculative import SpecSetup, breakeven_batches, check_errors
+from ..sweeps.speculative import SpecSetup, breakeven_batches, check_errors, own_length_rows
 from . import join, num
 
 __all__ = ["point_sentence", "batch_sentence", "batch_title", "map_title", "map_sentence", "memory_sentence", "checks_sentence",
@@ -43,7 +43,7 @@ def _breakeven_words(be: dict[str, float]) -> list[str]:
 def batch_sentence(df: pd.DataFrame, s: SpecSetup, *, short: bool = False) -> str:
     """Section 2: the speed-up at the smallest and largest batch for the preset's acceptance, and where it stops
     paying for each accepted length."""
-    own = df[(df["accepted_length"] - s.spec.tokens_per_step).abs() < 5e-3].sort_values("batch")
+    own = own_length_rows(df, s)
     if own.empty:
         own = df[df["accepted_length"] == df["accepted_length"].max()].sort_values("batch")
     first, last = own.iloc[0], own.iloc[-1]

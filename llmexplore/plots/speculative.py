@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..sweeps.speculative import SAME_LENGTH_TOKENS
 from . import RANK_KEY, RANK_SERIES, base, base_layout, chosen_marker, fmt, ref_trace, spec_builder
 
 __all__ = ["speedup_figure", "speedup_map_figure", "checks_figure"]
@@ -15,7 +16,7 @@ __all__ = ["speedup_figure", "speedup_map_figure", "checks_figure"]
 
 def _series_name(tau: float, own: float | None) -> str:
     name = f"{fmt(tau, trim=True)} tokens per step"
-    return name + " (the preset's)" if own is not None and abs(tau - own) < 5e-3 else name
+    return name + " (the preset's)" if own is not None and abs(tau - own) < SAME_LENGTH_TOKENS else name
 
 
 @spec_builder
@@ -33,7 +34,7 @@ def speedup_figure(df: pd.DataFrame, *, own_length: float | None = None, batch_m
         g = df[df["accepted_length"] == tau].sort_values("batch")
         y = g["speedup"].to_numpy(float)
         spans.append(y)
-        own = len(taus) == 1 or (own_length is not None and abs(tau - own_length) < 5e-3)
+        own = len(taus) == 1 or (own_length is not None and abs(tau - own_length) < SAME_LENGTH_TOKENS)
         name = series_name if series_name and len(taus) == 1 else _series_name(tau, own_length)
         data.append(dict(type="scatter", x=g["batch"].to_numpy(float), y=y, name=name,
                          mode="lines+markers", legendrank=rank,

@@ -22,7 +22,8 @@ from ..models.step.speculative import (check_spec, resolve_spec, spec_max_batch,
 from ..specs import SpecDecode
 
 __all__ = ["SpecSetup", "setup", "point", "point_frame", "speedup_vs_batch", "breakeven_batches", "memory_summary",
-           "published_checks", "check_errors", "accepted_length_options", "CHECKS_CSV"]
+           "published_checks", "check_errors", "accepted_length_options", "own_length_rows", "SAME_LENGTH_TOKENS",
+           "CHECKS_CSV"]
 
 CHECKS_CSV = "validation/speculative.csv"  # under data/
 MAX_BATCH_LIMIT = 1 << 16  # largest batch the memory caps search
@@ -59,10 +60,11 @@ def setup(model="deepseek-v3", gpu="h200", ranks: int = 8, *, speculative="deeps
 
 
 def accepted_length_options(spec: SpecDecode, n: int = 9) -> list[float]:
-    """``n`` accepted lengths from 1 (every draft rejected) to k + 1 (every draft accepted), with the spec's own
-    (rounded to 0.01)."""
-    grid = np.linspace(1.0, spec.draft_tokens + 1.0, int(n))
-    return sorted({round(float(x), 2) for x in grid} | {round(spec.tokens_per_step, 2)})
+    """``n`` accepted lengths from 1 (every draft rejected) to k + 1 (every draft accepted), rounded to 0.01, with
+    the spec's own exactly (a grid point within 0.01 of it gives way, so the preset's curve is the preset's)."""
+    own = float(spec.tokens_per_step)
+    grid = {round(float(x), 2) for x in np.linspace(1.0, spec.draft_tokens + 1.0, int(n))}
+    return sorted({x for x in grid if abs(x - own) >= 0.01} | {own})
 
 
 def _with(s: SpecSetup, tau) -> SpecDecode:
@@ -109,6 +111,14 @@ def speedup_vs_batch(s: SpecSetup, batches, accepted_lengths=None) -> pd.DataFra
                          "reason": "" if fits else f"does not fit with the draft: at most {cap:,} sequences of "
                                                    f"{s.context:,} tokens"})
     return pd.DataFrame(rows)
+
+
+SAME_LENGTH_TOKENS = 5e-3  # accepted lengths closer than this are one (grid points keep 0.01 from the spec's own)
+
+
+def own_length_rows(df: pd.DataFrame, s: SpecSetup) -> pd.DataFrame:
+    """The rows of :func:`speedup_vs_batch`'s table at the setup's own accepted length, by batch."""
+    return df[(df["accepted_length"] - s.spec.tokens_per_step).abs() < SAME_LENGTH_TOKENS].sort_values("batch")
 
 
 def breakeven_batches(df: pd.DataFrame) -> dict[str, float]:
