@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from ..sweeps.speculative import SpecSetup, breakeven_batches, check_errors, own_length_rows
+from ..sweeps.speculative import SpecSetup, breakeven_batches, breakeven_lengths, check_errors, own_length_rows
 from . import join, num
 
 __all__ = ["point_sentence", "batch_sentence", "batch_title", "map_title", "map_sentence", "memory_sentence", "checks_sentence",
@@ -72,12 +72,12 @@ def map_sentence(df: pd.DataFrame) -> str:
 
 
 def map_title(df: pd.DataFrame, *, long: bool = False) -> str:
-    """Section 3's title: the least accepted length that pays at the smallest batch and at the hardest one."""
+    """Section 3's title: the accepted length from which speculation pays at the smallest batch and at the hardest
+    one (:func:`~llmexplore.sweeps.speculative.breakeven_lengths`)."""
     pays = df[df["speedup"] > 1.0]
     if pays.empty:
         return "Speculation pays nowhere on this grid"
-    need = df.assign(pays=df["speedup"] > 1.0).groupby("batch").apply(
-        lambda g: g.loc[g["pays"], "accepted_length"].min() if g["pays"].any() else float("inf"), include_groups=False)
+    need = breakeven_lengths(df)
     first = need.index.min()
     hardest = need.idxmax()
     head = ("Speculation pays wherever the map is blue" if long else "Speculation pays above the dashed line")

@@ -21,7 +21,7 @@ from ..models.step.speculative import (check_spec, resolve_spec, spec_max_batch,
                                        with_accepted_length)
 from ..specs import SpecDecode
 
-__all__ = ["SpecSetup", "setup", "point", "point_frame", "speedup_vs_batch", "breakeven_batches", "memory_summary",
+__all__ = ["SpecSetup", "setup", "point", "point_frame", "speedup_vs_batch", "breakeven_batches", "breakeven_lengths", "memory_summary",
            "published_checks", "check_errors", "accepted_length_options", "own_length_rows", "SAME_LENGTH_TOKENS",
            "CHECKS_CSV"]
 
@@ -139,6 +139,25 @@ def breakeven_batches(df: pd.DataFrame) -> dict[str, float]:
             x0, x1, y0, y1 = np.log(x[j - 1]), np.log(x[j]), y[j - 1], y[j]
             out[f"{tau:.2f}"] = float(np.exp(x0 + (1.0 - y0) * (x1 - x0) / (y1 - y0)))
     return out
+
+
+def breakeven_lengths(df: pd.DataFrame) -> pd.Series:
+    """For each batch of :func:`speedup_vs_batch`'s table, the accepted length at which speculation starts paying
+    (speed-up 1), interpolated linearly between grid lengths (exact: at a fixed batch the draft and verify cost
+    does not depend on acceptance, so the speed-up is linear in it); inf if no length shown pays, and the
+    smallest length shown if every one does. Index: batch."""
+    out = {}
+    for b, g in df.groupby("batch", sort=True):
+        g = g.sort_values("accepted_length")
+        tau, y = g["accepted_length"].to_numpy(float), g["speedup"].to_numpy(float)
+        if y[-1] <= 1.0:
+            out[b] = float("inf")
+        elif y[0] > 1.0 or tau.size == 1:
+            out[b] = float(tau[0])
+        else:
+            j = int(np.nonzero(y > 1.0)[0][0])
+            out[b] = float(tau[j - 1] + (1.0 - y[j - 1]) * (tau[j] - tau[j - 1]) / (y[j] - y[j - 1]))
+    return pd.Series(out, name="breakeven_accepted_length", dtype=float).rename_axis("batch")
 
 
 def memory_summary(s: SpecSetup) -> dict:

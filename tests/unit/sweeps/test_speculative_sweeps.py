@@ -56,3 +56,21 @@ def test_batches_past_the_drafts_memory_are_marked_not_dropped(setup):
 def test_bad_batch_grids_name_the_field(setup, bad):
     with pytest.raises(SpecError, match="batches"):
         sp.speedup_vs_batch(setup, bad)
+
+
+def test_breakeven_length_is_the_closed_form_tau_over_speedup(setup):
+    # at a fixed batch the cycle does not depend on acceptance, so speed-up = tau * plain / cycle and the
+    # break-even length is tau / speedup from any row; the interpolation between grid lengths must find it
+    df = sp.speedup_vs_batch(setup, [1, 16, 512], sp.accepted_length_options(setup.spec, 9))
+    need = sp.breakeven_lengths(df)
+    closed = (df["accepted_length"] / df["speedup"]).groupby(df["batch"]).agg(["min", "max"])
+    assert np.allclose(closed["min"], closed["max"], rtol=1e-9)  # the same from every row: linear in tau
+    assert np.allclose(need.to_numpy(), closed["min"].to_numpy(), rtol=1e-9)
+    assert 1.0 < need.loc[1] < need.loc[16]  # the verify pass's extra rows cost more once the step computes
+
+
+def test_breakeven_length_marks_never_and_always():
+    df = pd.DataFrame({"batch": [1, 1, 2, 2], "accepted_length": [1.0, 2.0, 1.0, 2.0],
+                       "speedup": [0.5, 0.9, 1.1, 1.4]})
+    need = sp.breakeven_lengths(df)
+    assert math.isinf(need.loc[1]) and need.loc[2] == 1.0
