@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..sweeps.speculative import SAME_LENGTH_TOKENS
+from ..models.step.speculative import SAME_LENGTH_TOKENS
 from . import RANK_KEY, RANK_SERIES, base, base_layout, chosen_marker, fmt, ref_trace, spec_builder
 
 __all__ = ["speedup_figure", "speedup_map_figure", "checks_figure"]

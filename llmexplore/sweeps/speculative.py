@@ -17,7 +17,7 @@ from .. import _check, presets
 from ..errors import SpecError
 from ..models.step.decode import max_batch
 from ..models.step.engine import Deployment
-from ..models.step.speculative import (check_spec, resolve_spec, spec_max_batch, spec_memory, spec_step,
+from ..models.step.speculative import (SAME_LENGTH_TOKENS, check_spec, resolve_spec, spec_max_batch, spec_memory, spec_step,
                                        with_accepted_length)
 from ..specs import SpecDecode
 
@@ -111,9 +111,6 @@ def speedup_vs_batch(s: SpecSetup, batches, accepted_lengths=None) -> pd.DataFra
                          "reason": "" if fits else f"does not fit with the draft: at most {cap:,} sequences of "
                                                    f"{s.context:,} tokens"})
     return pd.DataFrame(rows)
-
-
-SAME_LENGTH_TOKENS = 5e-3  # accepted lengths closer than this are one (grid points keep 0.01 from the spec's own)
 
 
 def own_length_rows(df: pd.DataFrame, s: SpecSetup) -> pd.DataFrame:

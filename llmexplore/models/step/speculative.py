@@ -39,12 +39,15 @@ from .decode import memory_per_rank, step_time
 from .engine import EMB_BYTES, Deployment, check_batch_context, gemm_s, resolve_speculative
 
 __all__ = ["resolve_spec", "check_spec", "with_accepted_length", "draft_model", "draft_deployment", "spec_step", "spec_memory",
-           "spec_max_batch", "FUSE_WIDTH"]
+           "spec_max_batch", "FUSE_WIDTH", "SAME_LENGTH_TOKENS"]
 
 #: input width of the fuse projection, in hidden sizes: MTP's eh_proj concatenates the token's embedding and
 #: the target's last hidden state (2H -> H, DeepSeek-V3 modeling code); EAGLE-3's fc fuses three of the target's
 #: layers (3H -> H, arXiv 2503.01840 §3); n-gram has none
 FUSE_WIDTH = {"mtp": 2, "draft_head": 3, "ngram": 0}
+
+#: accepted lengths [tokens per verify step] closer than this are one (sweep grids keep 0.01 from a spec's own)
+SAME_LENGTH_TOKENS = 5e-3
 
 
 def resolve_spec(spec) -> SpecDecode | None:
