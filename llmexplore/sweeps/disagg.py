@@ -23,7 +23,7 @@ from ..deployment import MAX_RANKS, check_pp
 from ..models.step.engine import Deployment, resolve_deployment
 from ..models.step.kv_transfer import pipelined_exposed_s, transfer_time
 from ..models.step.pipeline import pp_decode
-from ..models.step.speculative import check_spec, resolve_spec, spec_step, with_accepted_length
+from ..models.step.speculative import spec_step, user_spec
 from ..specs import Link, SpecDecode
 from ..units import dtype_bytes, from_si
 from . import tidy
@@ -87,18 +87,12 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp
             text = str(exc)
             raise SpecError(name + text[len("ranks"):] if text.startswith("ranks ") else f"{name}: {text}") from None
 
-    spec = resolve_spec(speculative)
-    if spec is not None:
-        check_spec(m, spec)
-        spec = with_accepted_length(spec, accepted_length)
-    elif accepted_length is not None:
-        raise SpecError(f"accepted_length must come with speculative (the preset whose draft it describes), got "
-                        f"{accepted_length!r} without one")
+    spec = user_spec(m, speculative, accepted_length)
     dec = side("decode_tp", decode_tp)
     pp = check_pp(m, decode_pp, dec.ranks, field="decode_pp", ranks_field="decode_tp")
     if pp > 1 and spec is not None:
-        raise SpecError(f"decode_pp ({pp}) must be 1 with speculative decoding (speculation in a pipeline is not "
-                        f"modelled), got speculative {spec.name!r}")
+        raise SpecError(f"decode_pp ({pp}) must be 1 when decoding speculatively with {spec.name!r}: engines do not "
+                        "run a draft inside a pipeline (vllm-project/vllm#57755)")
     return PDSetup(side("prefill_tp", prefill_tp), dec, wl, nics, batched_ops, spec, pp)
 
 

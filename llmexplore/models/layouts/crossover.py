@@ -1,7 +1,7 @@
 """Exact crossovers between attention layouts in the context length (docs/models.md §3.5).
 
-At a fixed batch B, only the attention-core kernel of a decode step depends on the context length s, and it
-is a roofline of affine functions of s:
+At a fixed batch B, only the attention-core kernels of a decode step depend on the context length s, and each is
+a roofline of affine functions of s:
 
     t_l(s) = c_l + L * max(f1_l s / (eta_a P),  (m0_l + m1_l s) / (eta_m BW))
 
@@ -10,12 +10,19 @@ at most one breakpoint, and layout l is feasible for s <= s_max,l (memory, page-
 feasibility limits cut [s_lo, s_hi] into segments on which every t_l is linear; pairwise intersections inside
 a segment are solved exactly. The best layout is then constant between consecutive cut points, and the
 boundaries are exact (no tolerance, no grid).
+
+The same holds for the time per output token of a pipeline or of speculative decoding
+(:mod:`..step.per_token`), which are built from the same rooflines: a sliding-window layer's core stops growing at
+its window (a breakpoint there); speculative decoding adds the draft layer's cores (its later steps at s + k + 1)
+and divides by the accepted length; a pipeline's time between tokens is the larger of one micro-batch's cycle and
+pp times the slowest stage, two branches whose crossing is one more breakpoint (:func:`layout_time_model`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,9 +33,12 @@ from ..step.decode import core_coefficients, max_batch, max_context, memory_per_
 from ...deployment import MAX_RANKS
 from ..step.engine import (LAYOUTS, MAX_BATCH, MAX_CONTEXT, Deployment, check_batch_context, check_layout,
                      kernel_rates)
+from ..step.per_token import check_decoding, token_max_context
+from ..step.pipeline import pp_decode
+from ..step.speculative import draft_deployment, spec_step
 
-__all__ = ["Boundary", "Alternative", "context_boundaries", "layout_time_coefficients",
-           "mla_tp_dpa_closed_form_tokens", "would_fit"]
+__all__ = ["Boundary", "Alternative", "TimeModel", "context_boundaries", "layout_time_coefficients",
+           "layout_time_model", "mla_tp_dpa_closed_form_tokens", "would_fit"]
 
 MAX_BATCH_VALUES = 4096  # batch values per call (each is solved exactly, one after the other)
 
@@ -63,23 +73,161 @@ def layout_time_coefficients(dep: Deployment, batch, layout: str) -> dict[str, n
             "am1": L * co["m1"] * cm}
 
 
-def _linear_pieces(co: dict, i: int, s0: float, s1: float) -> tuple[float, float]:
-    """(intercept, slope) of one layout's time on [s0, s1], where it is linear."""
-    mid = 0.5 * (s0 + s1)
-    if co["af"][i] * mid >= co["am0"][i] + co["am1"][i] * mid:
-        return co["c"][i], co["af"][i]
-    return co["c"][i] + co["am0"][i], co["am1"][i]
+@dataclass(frozen=True)
+class _Roof:
+    """``w`` attention cores, each max(af x, am0 + am1 x) with x = min(s + shift, cap) [s]; coefficients per batch
+    value (the hard roofline of :func:`~..step.decode.core_coefficients` at the engine's rates)."""
+
+    w: float
+    af: np.ndarray
+    am0: np.ndarray
+    am1: np.ndarray
+    shift: float = 0.0
+    cap: float = math.inf
+
+    def kinks(self, i: int) -> list[float]:
+        """Contexts s where this term bends: the roofline's corner and the cap."""
+        out = []
+        denom = self.af[i] - self.am1[i]
+        if denom > 0:
+            out.append(float(self.am0[i] / denom) - self.shift)
+        if math.isfinite(self.cap):
+            out.append(self.cap - self.shift)
+        return out
+
+    def value(self, i: int, s) -> np.ndarray:
+        x = np.minimum(np.asarray(s, dtype=float) + self.shift, self.cap)
+        return self.w * np.maximum(self.af[i] * x, self.am0[i] + self.am1[i] * x)
+
+    def line(self, i: int, mid: float) -> tuple[float, float]:
+        """(intercept, slope) in s on the segment around ``mid`` where the term is linear."""
+        x = mid + self.shift
+        if x >= self.cap:
+            return float(self.value(i, mid)), 0.0
+        if self.af[i] * x >= self.am0[i] + self.am1[i] * x:
+            return self.w * self.af[i] * self.shift, self.w * self.af[i]
+        return self.w * (self.am0[i] + self.am1[i] * self.shift), self.w * self.am1[i]
+
+
+@dataclass(frozen=True)
+class _Branch:
+    """c + the sum of the roofs [s]."""
+
+    c: np.ndarray
+    roofs: tuple[_Roof, ...]
+
+    def line(self, i: int, mid: float) -> tuple[float, float]:
+        c0, k = float(self.c[i]), 0.0
+        for r in self.roofs:
+            a, b = r.line(i, mid)
+            c0, k = c0 + a, k + b
+        return c0, k
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """A layout's time per output token as a function of the context, per batch value: the largest of the
+    branches, over ``tokens_per_step`` (:func:`layout_time_model`)."""
+
+    branches: tuple[_Branch, ...]
+    tokens_per_step: float = 1.0
+    batch: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def kinks(self, i: int) -> set[float]:
+        return {x for br in self.branches for r in br.roofs for x in r.kinks(i)}
+
+    def branch_crossings(self, i: int, s0: float, s1: float) -> list[float]:
+        """Where two branches swap inside (s0, s1), on which every roof is linear."""
+        mid = 0.5 * (s0 + s1)
+        lines = [br.line(i, mid) for br in self.branches]
+        return [x for a, (ca, ka) in enumerate(lines) for cb, kb in lines[a + 1:]
+                if ka != kb and s0 < (x := (cb - ca) / (ka - kb)) < s1]
+
+    def line(self, i: int, mid: float) -> tuple[float, float]:
+        """(intercept, slope) of the time per token on a segment around ``mid`` where it is linear."""
+        c0, k = max((br.line(i, mid) for br in self.branches), key=lambda ck: ck[0] + ck[1] * mid)
+        return c0 / self.tokens_per_step, k / self.tokens_per_step
+
+    def at(self, s) -> np.ndarray:
+        """The time per token at contexts ``s`` for every batch value [len(batch), len(s)] [s]."""
+        s = np.atleast_1d(np.asarray(s, dtype=float))
+        n = len(self.batch)
+        vals = [br.c[:, None] + sum((np.stack([r.value(i, s) for i in range(n)]) for r in br.roofs),
+                                    np.zeros((n, s.size))) for br in self.branches]
+        return np.max(np.stack(vals), axis=0) / self.tokens_per_step
+
+
+def _roofs(dep: Deployment, b: np.ndarray, layout: str, q: int, *, scale: float = 1.0, shift: float = 0.0
+           ) -> list[_Roof]:
+    """The attention cores of all of ``dep``'s layers at ``q`` query tokens per sequence, times ``scale``: the
+    full-attention layers' and the sliding-window layers' (capped at the window, as
+    :func:`~..step.decode.layers_core_s` prices them)."""
+    m = dep.model
+    co = core_coefficients(dep, b, layout, q)
+    r = kernel_rates(dep, co["kind"])
+    cf, cm = 1.0 / r.flops_per_s, 1.0 / r.bytes_per_s
+    af, am0, am1 = co["f1"] * cf, co["m0"] * cm, co["m1"] * cm
+    out = [_Roof(scale * (m.layers - m.sliding_layers), af, am0, am1, shift)]
+    if m.sliding_layers:
+        out.append(_Roof(scale * m.sliding_layers, af, am0, am1, shift, float(m.sliding_window)))
+    return [x for x in out if x.w > 0]
+
+
+def _branch(value_at_1: np.ndarray, roofs: list[_Roof]) -> _Branch:
+    """A branch through the model's own value at s = 1: c absorbs every term that does not depend on s (and the
+    soft roofline's difference from the hard one at s = 1)."""
+    n = value_at_1.shape[0]
+    at1 = sum((np.array([r.value(i, 1.0) for i in range(n)]) for r in roofs), np.zeros(n))
+    return _Branch(np.asarray(value_at_1, dtype=float) - at1, tuple(roofs))
+
+
+def layout_time_model(dep: Deployment, batch, layout: str, *, pp=1, speculative=None) -> TimeModel:
+    """The time per output token of ``layout`` at each batch value as a :class:`TimeModel` (module docstring):
+
+    * plain: one branch, c + the cores (:func:`layout_time_coefficients` where no layer slides);
+    * speculative (:func:`~..step.speculative.spec_step`): the verify pass's cores at k + 1 query tokens, the
+      draft layer's first step at k + 1 and its k - 1 later steps at the draft width and s + k + 1, over tau;
+    * ``pp`` stages (:func:`~..step.pipeline.pp_decode`): the cycle (the whole model at the micro-batch, plus the
+      hops) and pp x the slowest stage (ceil(L / pp) / L of the layers' time), the larger of the two.
+
+    Each branch is anchored at the model's own value at s = 1, so the model equals :mod:`..step.per_token`'s
+    ``tpot_s`` exactly where the kernels' hard roofline is the curve (no knee)."""
+    p, spec = check_decoding(dep, pp, speculative)
+    check_layout(layout)
+    b, _ = check_batch_context(np.atleast_1d(batch), 1)
+    b = b.ravel()
+    if spec is not None:
+        W = spec.verify_width
+        roofs = _roofs(dep, b, layout, W)
+        ddep = draft_deployment(dep, spec)
+        if ddep is not None:
+            roofs += _roofs(ddep, b, layout, W)
+            if spec.draft_tokens > 1:
+                roofs += _roofs(ddep, b, layout, spec.draft_width, scale=spec.draft_tokens - 1, shift=W)
+        cycle = np.asarray(spec_step(dep, spec, b, 1.0, layout)["cycle_s"], dtype=float)
+        return TimeModel((_branch(cycle, roofs),), spec.tokens_per_step, b)
+    if p > 1:
+        r = pp_decode(dep, p, b, 1.0, layout)
+        mb = np.asarray(r["micro_batch"], dtype=float)
+        share = p * math.ceil(dep.model.layers / p) / dep.model.layers
+        return TimeModel((_branch(np.asarray(r["cycle_s"], dtype=float), _roofs(dep, mb, layout, dep.q_tokens)),
+                          _branch(p * np.asarray(r["stage_s"], dtype=float),
+                                  _roofs(dep, mb, layout, dep.q_tokens, scale=share))), 1.0, b)
+    at1 = np.asarray(step_time(dep, b, 1.0, layout)["step_s"], dtype=float)
+    return TimeModel((_branch(at1, _roofs(dep, b, layout, dep.q_tokens)),), 1.0, b)
 
 
 def context_boundaries(dep: Deployment, batch_values, *, s_lo: float = 1.0, s_hi: float = 1 << 20,
-                       layouts=LAYOUTS) -> tuple[list[Boundary], dict[int, list[tuple[float, float, str | None]]]]:
+                       layouts=LAYOUTS, pp=1, speculative=None
+                       ) -> tuple[list[Boundary], dict[int, list[tuple[float, float, str | None]]]]:
     """Exact context lengths where the best feasible layout changes, for each batch.
 
     Returns ``(boundaries, intervals)``: a flat list of :class:`Boundary` and, per batch, the list of
     ``(s_start, s_end, best)`` intervals covering [s_lo, s_hi] (``best`` None where nothing fits). Memory
-    limits are page-exact (:func:`..step.decode.max_context`): a layout fits up to the end of its last page.
-    SpecError if 1 <= s_lo < s_hi <= 2**30 tokens does not hold, for an unknown or repeated layout, or for
-    more than 4096 batch values.
+    limits are page-exact (:func:`..step.per_token.token_max_context`): a layout fits up to the end of its last
+    page. ``pp`` and ``speculative`` compare the layouts' time per output token in a pipeline or with speculative
+    decoding (:func:`layout_time_model`). SpecError if 1 <= s_lo < s_hi <= 2**30 tokens does not hold, for an
+    unknown or repeated layout, or for more than 4096 batch values.
     """
     s_lo = _check.number("s_lo", s_lo, lo=1, hi=MAX_CONTEXT, unit="tokens")
     s_hi = _check.number("s_hi", s_hi, lo=1, hi=MAX_CONTEXT, unit="tokens")
@@ -96,25 +244,27 @@ def context_boundaries(dep: Deployment, batch_values, *, s_lo: float = 1.0, s_hi
     b = b.ravel()
     if b.size > MAX_BATCH_VALUES:
         raise SpecError(f"batch_values must hold at most {MAX_BATCH_VALUES:,} values, got {b.size:,}")
-    coeffs = {lay: layout_time_coefficients(dep, b, lay) for lay in layouts}
-    smax = {lay: max_context(dep, b, lay, limit=s_hi) for lay in layouts}
+    models = {lay: layout_time_model(dep, b, lay, pp=pp, speculative=speculative) for lay in layouts}
+    smax = {lay: token_max_context(dep, b, lay, pp=pp, speculative=speculative, limit=s_hi) for lay in layouts}
     boundaries: list[Boundary] = []
     intervals: dict[int, list] = {}
     for i, B in enumerate(b.astype(int)):
         cuts = {s_lo, s_hi}
         for lay in layouts:
-            co = coeffs[lay]
-            denom = co["af"][i] - co["am1"][i]
-            if denom > 0:
-                sb = co["am0"][i] / denom
-                if s_lo < sb < s_hi:
-                    cuts.add(float(sb))
+            cuts |= {x for x in models[lay].kinks(i) if s_lo < x < s_hi}
             if s_lo <= smax[lay][i] < s_hi:
                 cuts.add(float(smax[lay][i]))
         pts = sorted(cuts)
+        # a layout with several branches (a pipeline) bends where they swap: one more cut
+        for s0, s1 in zip(pts[:-1], pts[1:]):
+            for lay in layouts:
+                if len(models[lay].branches) > 1:
+                    cuts |= set(models[lay].branch_crossings(i, s0, s1))
+        pts = sorted(cuts)
         refined = set(pts)
         for s0, s1 in zip(pts[:-1], pts[1:]):
-            lines = {lay: _linear_pieces(coeffs[lay], i, s0, s1) for lay in layouts}
+            mid = 0.5 * (s0 + s1)
+            lines = {lay: models[lay].line(i, mid) for lay in layouts}
             for a_i, lay_a in enumerate(layouts):
                 for lay_b in layouts[a_i + 1:]:
                     (ca, ka), (cb, kb) = lines[lay_a], lines[lay_b]
@@ -129,7 +279,7 @@ def context_boundaries(dep: Deployment, batch_values, *, s_lo: float = 1.0, s_hi
             best, best_t = None, np.inf
             for lay in layouts:
                 if mid <= smax[lay][i]:
-                    c0, k = _linear_pieces(coeffs[lay], i, mid, mid)
+                    c0, k = models[lay].line(i, mid)
                     t = c0 + k * mid
                     if t < best_t:
                         best, best_t = lay, t

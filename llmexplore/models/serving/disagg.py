@@ -35,12 +35,12 @@ from ...specs import Link
 from ..queueing import mg1
 from ..queueing.at_stat import Z_SCORES as _Z, md1_quantile_fast, poisson_quantile_mean, pool_wait_quantile
 from ..queueing import core as qz
-from ..step.decode import max_batch, step_time
+from ..step.decode import step_time
 from ..step.engine import Deployment
 from ..step.kv_transfer import pipelined_exposed_s, transfer_time
 from ..step.prefill import mixed_step_time, prefill_time
-from ..step.pipeline import check_pp, pp_decode, pp_max_batch
-from ..step.speculative import resolve_spec, spec_max_batch, spec_step
+from ..step.per_token import check_decoding, token_max_batch, token_time
+from ..step.speculative import resolve_spec
 
 __all__ = ["Workload", "PrefillSide", "DecodeSide", "prefill_side", "decode_side", "transfer_side",
            "disagg_latency", "colocated_latency", "colocated_tables", "colocated_from_tables", "max_rate_grid",
@@ -198,27 +198,16 @@ def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_
     ``pp`` > 1: an instance of ``pp`` pipeline stages of ``dep.ranks`` ranks (TP layout): the batch is the
     instance's (dealt over pp micro-batches), ``step_s`` the time between a sequence's tokens and the cap the
     worst stage's memory (:mod:`..step.pipeline`)."""
-    spec = resolve_spec(speculative)
-    p = check_pp(dep.model, pp, dep.ranks)
-    if p > 1 and (spec is not None or layout != "TP"):
-        raise SpecError(f"pp > 1 runs the TP layout without speculative decoding here (a pipeline of {layout} "
-                        f"stages{' with ' + spec.name if spec is not None else ''} is not modelled), got pp={p}")
-    if spec is not None:
-        cap = int(spec_max_batch(dep, spec, wl.peak_context, layout, limit=max_batch_limit))
-    elif p > 1:
-        cap = int(pp_max_batch(dep, p, wl.peak_context, limit=max_batch_limit))
-    else:
-        cap = int(max_batch(dep, wl.peak_context, layout, limit=max_batch_limit))
+    p, spec = check_decoding(dep, pp, speculative)
+    if p > 1 and layout != "TP":
+        raise SpecError(f"pp > 1 runs TP stages here (engines pipeline tensor-parallel stages), got pp={p} with the "
+                        f"{layout} layout")
+    cap = int(token_max_batch(dep, wl.peak_context, layout, pp=p, speculative=spec, limit=max_batch_limit))
     if points is None:
         b = np.arange(1, max(cap, 1) + 1, dtype=float)
     else:
         b = np.unique(np.round(np.geomspace(1.0, max(cap, 1), int(points))))
-    if spec is not None:
-        t = spec_step(dep, spec, b, wl.decode_context, layout)["tpot_s"]
-    elif p > 1:
-        t = pp_decode(dep, p, b, wl.decode_context)["itl_s"]
-    else:
-        t = step_time(dep, b, wl.decode_context, layout)["step_s"]
+    t = token_time(dep, b, wl.decode_context, layout, pp=p, speculative=spec)["tpot_s"]
     return DecodeSide(dep, cap, b, np.asarray(t, dtype=float), p)
 
 

@@ -205,17 +205,29 @@ def _core_qo_bytes(dep: Deployment, n_tok: np.ndarray, layout: str) -> np.ndarra
     return n_tok * hq_loc * width * dep.b_a
 
 
-def core_coefficients(dep: Deployment, batch, layout: str) -> dict[str, np.ndarray]:
+def core_coefficients(dep: Deployment, batch, layout: str, q=None) -> dict[str, np.ndarray]:
     """Affine coefficients of one layer's attention-core kernel in the context length s.
 
     FLOPs = f1 * s and bytes = m0 + m1 * s on the worst rank, so the kernel time is
     max(f1 s / (eta_a P), (m0 + m1 s) / (eta_m BW)) + t_k: the only part of a decode step that depends on s.
+    ``q``: query tokens per sequence (one number; default ``dep.q_tokens``); ``kind`` names the kernel class that
+    prices the core at that q (:func:`core_s`: the decode kernel below PREFILL_QUERY_TOKENS, the prefill one from
+    there on, with MLA's un-absorbed per-head widths).
     """
     b, _ = check_batch_context(batch, 1)
-    fpt, bpt = _core_per_context_token(dep, layout, dep.q_tokens)
+    q = dep.q_tokens if q is None else _check.integer("q_tokens", q, lo=1, hi=1 << 30)
+    fpt, bpt = _core_per_context_token(dep, layout, q)
+    kind = "attention_decode"
+    if q >= PREFILL_QUERY_TOKENS:
+        kind = "attention_prefill"
+        m = dep.model
+        if m.is_mla:  # the same widths as core_s's prefill branch
+            hq_loc = m.heads / dep.ranks if layout == "TP" else m.heads
+            qk, dv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+            fpt, bpt = 2.0 * q * hq_loc * (qk + dv), hq_loc * (qk + dv) * dep.b_a
     per_s = _context_tokens_worst(dep, b, np.ones_like(b), layout)
-    return {"f1": per_s * fpt, "m0": _core_qo_bytes(dep, _core_query_tokens(dep, b, layout, dep.q_tokens), layout),
-            "m1": per_s * bpt}
+    return {"f1": per_s * fpt, "m0": _core_qo_bytes(dep, _core_query_tokens(dep, b, layout, q), layout),
+            "m1": per_s * bpt, "kind": kind}
 
 
 def _core_query_tokens(dep: Deployment, b: np.ndarray, layout: str, q) -> np.ndarray:

@@ -96,15 +96,16 @@ def _micro(batch, pp: int) -> np.ndarray:
     return np.maximum(np.ceil(np.asarray(batch, dtype=float) / pp), 1.0)
 
 
-def pp_decode(dep: Deployment, pp, batch, context) -> dict[str, np.ndarray]:
+def pp_decode(dep: Deployment, pp, batch, context, layout: str = "TP") -> dict[str, np.ndarray]:
     """Decode with ``pp`` stages of ``dep.ranks`` ranks at ``batch`` sequences per instance (dealt over pp
     micro-batches) [s]: ``cycle_s`` (one micro-batch through the pipeline), ``stage_s`` (the slowest stage),
-    ``itl_s`` (the time between a sequence's tokens), ``hops_s``, ``micro_batch`` and ``tokens_per_s`` (the
-    instance's). pp = 1 is the plain decode step (TP layout)."""
+    ``itl_s`` (the time between a sequence's tokens), ``hops_s``, ``micro_batch``, ``tokens_per_s`` (the
+    instance's) and ``step`` (:func:`~.decode.step_time`'s parts of the whole model on one stage's ranks at the
+    micro-batch). Each stage runs ``layout`` over its ranks. pp = 1 is the plain decode step."""
     p = check_pp(dep.model, pp, dep.ranks)
     b, s = check_batch_context(batch, context)
     mb = _micro(b, p)
-    st = step_time(dep, mb, s, "TP")
+    st = step_time(dep, mb, s, layout)
     head = st["head_s"] + st["comm_head_s"]
     layers = st["step_s"] - head - st["overhead_s"]
     hops = (p - 1) * hop_s(dep, p, mb) if p > 1 else np.zeros_like(st["step_s"])
@@ -114,20 +115,23 @@ def pp_decode(dep: Deployment, pp, batch, context) -> dict[str, np.ndarray]:
     shape = np.broadcast_shapes(b.shape, s.shape)
     return {"cycle_s": np.broadcast_to(cycle, shape), "stage_s": np.broadcast_to(stage, shape),
             "itl_s": np.broadcast_to(itl, shape), "hops_s": np.broadcast_to(hops, shape),
-            "micro_batch": np.broadcast_to(mb, shape), "tokens_per_s": np.broadcast_to(b / itl, shape)}
+            "micro_batch": np.broadcast_to(mb, shape), "tokens_per_s": np.broadcast_to(b / itl, shape),
+            "step": st}
 
 
-def pp_memory(dep: Deployment, pp, batch, context, *, stage: Deployment | None = None) -> dict[str, np.ndarray]:
+def pp_memory(dep: Deployment, pp, batch, context, layout: str = "TP", *, stage: Deployment | None = None
+              ) -> dict[str, np.ndarray]:
     """Memory of the worst rank of a pipeline instance [B] (:func:`~.decode.memory_per_rank`'s parts): the worst
-    stage's weights and the KV of its layers for all ``batch`` sequences, activations of one micro-batch.
-    ``stage``: :func:`stage_deployment` of ``dep``, when the caller has it (a bisection builds it once)."""
+    stage's weights and the KV of its layers for all ``batch`` sequences (dealt over its ranks as ``layout``
+    deals them), activations of one micro-batch. ``stage``: :func:`stage_deployment` of ``dep``, when the caller
+    has it (a bisection builds it once)."""
     p = check_pp(dep.model, pp, dep.ranks)
     if p == 1:
-        return memory_per_rank(dep, batch, context, "TP")
+        return memory_per_rank(dep, batch, context, layout)
     sd = stage_deployment(dep, p) if stage is None else stage
     b, s = check_batch_context(batch, context)
-    whole = memory_per_rank(sd, b, s, "TP")
-    one = memory_per_rank(sd, _micro(b, p), s, "TP")
+    whole = memory_per_rank(sd, b, s, layout)
+    one = memory_per_rank(sd, _micro(b, p), s, layout)
     act = one["activations_B"]
     total = whole["weights_B"] + whole["kv_B"] + act + dep.reserve_B
     budget = sd.kv_budget_B(whole["weights_B"], act)
@@ -139,17 +143,17 @@ def pp_memory(dep: Deployment, pp, batch, context, *, stage: Deployment | None =
     return out
 
 
-def pp_max_batch(dep: Deployment, pp, context, *, limit: int = 1 << 20) -> np.ndarray:
+def pp_max_batch(dep: Deployment, pp, context, layout: str = "TP", *, limit: int = 1 << 20) -> np.ndarray:
     """Largest batch per pipeline instance that fits at each context (0 if none) [sequences]."""
     p = check_pp(dep.model, pp, dep.ranks)
     if p == 1:
-        return max_batch(dep, context, "TP", limit=limit)
+        return max_batch(dep, context, layout, limit=limit)
     _, s = check_batch_context(1, context)
     sd = stage_deployment(dep, p)
     lo, hi = np.zeros(s.shape), np.full(s.shape, float(limit) + 1)
     while np.any(hi - lo > 1):
         mid = np.floor((lo + hi) / 2)
-        ok = pp_memory(dep, p, np.maximum(mid, 1), s, stage=sd)["feasible"]
+        ok = pp_memory(dep, p, np.maximum(mid, 1), s, layout, stage=sd)["feasible"]
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
     return np.minimum(lo, limit)
 

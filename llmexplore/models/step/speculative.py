@@ -38,7 +38,7 @@ from ...specs import ModelSpec, SpecDecode
 from .decode import memory_per_rank, step_time
 from .engine import EMB_BYTES, Deployment, check_batch_context, gemm_s, resolve_speculative
 
-__all__ = ["resolve_spec", "check_spec", "with_accepted_length", "draft_model", "draft_deployment", "spec_step", "spec_memory",
+__all__ = ["resolve_spec", "check_spec", "with_accepted_length", "user_spec", "draft_model", "draft_deployment", "spec_step", "spec_memory",
            "spec_max_batch", "FUSE_WIDTH", "SAME_LENGTH_TOKENS"]
 
 #: input width of the fuse projection, in hidden sizes: MTP's eh_proj concatenates the token's embedding and
@@ -64,6 +64,20 @@ def with_accepted_length(spec: SpecDecode, accepted_length) -> SpecDecode:
     tau = _check.number("accepted_length", accepted_length, lo=1.0, hi=spec.draft_tokens + 1.0, unit="tokens")
     return spec.replace(accepted_length=tau, acceptance=(),
                         conditions=f"given by the user for the draft of preset {spec.name}")
+
+
+def user_spec(model: ModelSpec, speculative, accepted_length=None) -> SpecDecode | None:
+    """What a user asked for: ``speculative`` (a preset name, a SpecDecode or None) checked against ``model``, with
+    the mean accepted length ``accepted_length`` in place of its acceptance when given (:func:`with_accepted_length`).
+    SpecError for an accepted length without a speculative preset: it describes a draft, and there is none."""
+    spec = resolve_spec(speculative)
+    if spec is None:
+        if accepted_length is not None:
+            raise SpecError(f"accepted_length must come with speculative (the preset whose draft it describes), got "
+                            f"{accepted_length!r} without one")
+        return None
+    check_spec(model, spec)
+    return with_accepted_length(spec, accepted_length)
 
 
 def check_spec(model: ModelSpec, spec: SpecDecode) -> None:

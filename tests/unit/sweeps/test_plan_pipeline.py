@@ -73,7 +73,7 @@ def test_speculation_and_pipelines_are_not_combined(res):
     from llmexplore.models.step.engine import Deployment
 
     d = Deployment.build("deepseek-v3", "h200", 8)
-    with pytest.raises(SpecError, match="pp > 1 runs the TP layout without speculative decoding"):
+    with pytest.raises(SpecError, match=r"pp \(2\) must be 1 when decoding speculatively with 'deepseek-mtp-1'"):
         dg.decode_side(d, dg.Workload(prompt_tokens=100, output_tokens=10), pp=2, speculative="deepseek-mtp-1")
 
 
@@ -95,5 +95,5 @@ def test_the_pd_area_sizes_pipelined_decode_pools_in_all_their_gpus():
     assert "a sequence's tokens come 21.4 ms apart at batch 64 on TP4 x PP2" in fd.request_sentence(pipe, s)
     with pytest.raises(SpecError, match="decode_pp must be an integer"):
         sd.setup("llama-3-70b", "h100-sxm", decode_pp=0)
-    with pytest.raises(SpecError, match="decode_pp \\(2\\) must be 1 with speculative decoding"):
+    with pytest.raises(SpecError, match="decode_pp \\(2\\) must be 1 when decoding speculatively"):
         sd.setup("llama-3-70b", "h100-sxm", decode_pp=2, speculative="ngram-5")
