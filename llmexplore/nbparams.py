@@ -143,9 +143,18 @@ def check_layouts_parameters(p) -> dict[str, str]:
     int_param("FLUCT_SEGMENTS", p["FLUCT_SEGMENTS"], 1, 100_000)
     int_param("FLUCT_SEGMENT_STEPS", p["FLUCT_SEGMENT_STEPS"], 1, 1 << 24)
     int_param("SEED", p["SEED"], 0, 2**32 - 1)
-    built("MODEL, GPU, RANKS", lambda: Deployment.build(p["MODEL"], p["GPU"], p["RANKS"], runtime=p["RUNTIME"],
-                                                          weight_dtype=p["WEIGHT_DTYPE"], kv_dtype=p["KV_DTYPE"]),
-           {"ranks": "RANKS"})
+    int_param("PP", p["PP"], 1, 128)
+    if p["SPECULATIVE"] is not None:
+        preset_param("SPECULATIVE", "speculative", p["SPECULATIVE"])
+    dep = built("MODEL, GPU, RANKS", lambda: Deployment.build(p["MODEL"], p["GPU"], p["RANKS"], runtime=p["RUNTIME"],
+                                                                weight_dtype=p["WEIGHT_DTYPE"], kv_dtype=p["KV_DTYPE"]),
+                {"ranks": "RANKS"})
+    names = {"pp": "PP", "speculative": "SPECULATIVE", "accepted_length": "ACCEPTED_LENGTH"}
+    dec = built("MODEL, PP, SPECULATIVE", lambda: layouts.decoding(dep, p["PP"], p["SPECULATIVE"],
+                                                                   p["ACCEPTED_LENGTH"]), names)
+    gqa = built("GQA_MODEL, GQA_GPU, GQA_RANKS", lambda: Deployment.build(p["GQA_MODEL"], p["GQA_GPU"], p["GQA_RANKS"],
+                                                                         runtime=p["RUNTIME"]), {"ranks": "GQA_RANKS"})
+    built("GQA_MODEL, PP", lambda: layouts.contrast_decoding(gqa, dec), {"pp": "PP"})
     built("GQA_MODEL, GQA_GPU, GQA_RANKS", lambda: Deployment.build(p["GQA_MODEL"], p["GQA_GPU"], p["GQA_RANKS"],
                                                                     runtime=p["RUNTIME"]),
            {"ranks": "GQA_RANKS"})

@@ -357,6 +357,15 @@ def band_option(p, *, default: bool) -> None:
                         f"(default: {'on' if default else 'off'})")
 
 
+def speculative_options(p, *, what: str = "decode") -> None:
+    """``--speculative`` (a preset of data/speculative.yaml) and ``--accepted-length`` (the user's mean tokens per
+    verify step in place of the preset's): the same pair for every command that decodes."""
+    p.add_argument("--speculative", default=None, action=Checked, check=preset_name("speculative"), metavar="NAME",
+                   help=f"{what} with this speculative-decoding preset (data/speculative.yaml)")
+    p.add_argument("--accepted-length", default=None, action=Checked, check=number_in(0.0, 1e6, lo_open=True),
+                   metavar="TAU", help="your mean tokens per verify step for --speculative (default: the preset's)")
+
+
 def sampler_option(p) -> None:
     """``--sampler``: how each step samples its tokens (``Deployment.sampler``, docs/models.md §1.1b)."""
     from ..models.step.sampler import SAMPLER_INFO, SAMPLERS

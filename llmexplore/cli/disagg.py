@@ -7,7 +7,7 @@ Time of one prefill and one decode step, the KV transfer per request, and the sm
 from __future__ import annotations
 
 from ._framework import (COMMON_FLAGS, EXIT_OK, Checked, band_option, dtype_runtime_options, int_in,
-                         model_command, number_in, preset_name, print_json, sampler_option)
+                         model_command, number_in, preset_name, print_json, sampler_option, speculative_options)
 
 __all__ = ["add", "run", "FLAGS"]
 
@@ -52,10 +52,7 @@ def add(sub) -> None:
     p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
     p.add_argument("--decode-pp", default=1, action=Checked, check=int_in(1, 128), metavar="P",
                    help="pipeline stages per decode instance, each of --decode-tp GPUs (default: 1)")
-    p.add_argument("--speculative", default=None, action=Checked, check=preset_name("speculative"), metavar="NAME",
-                   help="decode every decoding instance with this speculative-decoding preset (data/speculative.yaml)")
-    p.add_argument("--accepted-length", default=None, action=Checked, check=number_in(0.0, 1e6, lo_open=True),
-                   metavar="TAU", help="your mean tokens per verify step for --speculative (default: the preset's)")
+    speculative_options(p, what="decode every decoding instance")
     dtype_runtime_options(p)
     sampler_option(p)
     band_option(p, default=False)

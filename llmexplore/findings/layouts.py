@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 
 from ..models.step.engine import LAYOUTS, Deployment
+from ..models.step.per_token import check_decoding, token_memory
+from ..models.step.pipeline import stage_layers
 from ..sweeps.layouts import best_layout, layout_table
 from ..units import from_si
 from . import in_ms, in_tokens, join, num
@@ -13,18 +15,30 @@ from . import in_ms, in_tokens, join, num
 __all__ = ["deployment_sentence", "memory_sentence", "best_layout_sentence", "phase_sentence", "boundaries_sentence", "closed_form_sentence", "contrast_sentence", "transition_sentence", "policy_sentence", "schedule_title"]
 
 
-def deployment_sentence(dep: Deployment) -> str:
-    """Section 1: the deployment and its weights per rank by layout."""
-    by = {lay: from_si(sum(dep.weight_bytes(lay).values()), "GB") for lay in LAYOUTS}
+def deployment_sentence(dep: Deployment, *, pp=1, speculative=None) -> str:
+    """Section 1: the deployment and its weights per rank by layout (the worst pipeline stage's, the draft's
+    included), and how it decodes."""
+    p, spec = check_decoding(dep, pp, speculative)
+    by = {lay: from_si(float(token_memory(dep, 1, 1, lay, pp=p, speculative=spec)["weights_B"]), "GB")
+          for lay in LAYOUTS}
     groups: dict[str, list[str]] = {}
     for lay, gb in by.items():
         groups.setdefault(f"{gb:.1f}", []).append(lay)
     parts = [f"{gb} GB under {join(lays)}" for gb, lays in groups.items()]
     parts[0] = parts[0].replace(" GB under", " GB of weights per rank under", 1)
     m = dep.model
+    how = ""
+    if p > 1:
+        how = (f" It decodes in a pipeline of {p} stages of {dep.ranks} GPUs ({p * dep.ranks} in all; up to "
+               f"{max(stage_layers(m, p))} layers a stage), so every time below is the time between a sequence's "
+               "tokens and the batch is the pipeline's, dealt over its micro-batches.")
+    elif spec is not None:
+        how = (f" It decodes speculatively with {spec.name} ({spec.method}, {spec.draft_tokens} draft "
+               f"token{'s' * (spec.draft_tokens != 1)}, {spec.tokens_per_step:.2f} tokens per verify step: "
+               f"{spec.conditions}), so every time below is per output token and the weights include the draft's.")
     return (f"{m.label} ({m.attention.upper()}, {m.params_total / 1e9:,.0f}B parameters) on {dep.ranks} × "
             f"{dep.hardware.label} with {dep.weight_dtype.upper()} weights and {dep.kv_dtype.upper()} KV holds "
-            f"{join(parts)}, of {from_si(dep.usable_B, 'GB'):.1f} GB usable.")
+            f"{join(parts)}, of {from_si(dep.usable_B, 'GB'):.1f} GB usable.{how}")
 
 
 def memory_sentence(table: pd.DataFrame, batch: int, context: float, *, short: bool = False) -> str:
@@ -53,8 +67,9 @@ def best_layout_sentence(table: pd.DataFrame, boundaries: pd.DataFrame | None = 
     at = f" at batch {batch:,} and {in_tokens(context)}" if batch is not None and context is not None else ""
     if best is None:
         return f"Nothing fits{at}." if not short else f"Nothing fits{at}"
-    t = float(table.loc[table["layout"] == best, "step_ms"].iloc[0])
-    others = table[(table["layout"] != best) & table["feasible"]].sort_values("step_ms")
+    per = "per output token" if "decoding" in table.columns and str(table["decoding"].iloc[0]) else "per step"
+    t = float(table.loc[table["layout"] == best, "tpot_ms"].iloc[0])
+    others = table[(table["layout"] != best) & table["feasible"]].sort_values("tpot_ms")
     around = []
     if boundaries is not None and len(boundaries) and context is not None:
         b = boundaries.sort_values("context")
@@ -78,10 +93,10 @@ def best_layout_sentence(table: pd.DataFrame, boundaries: pd.DataFrame | None = 
             else:
                 around.append(f"{r['after']} takes over above {in_tokens(r['context'])}")
     if short:
-        head = f"{best} is fastest at {in_ms(t)} per step"
+        head = f"{best} is fastest at {in_ms(t)} {per}"
         return head + ("; " + around[0] if around else "")
-    runner = f" (next: {others.iloc[0]['layout']}, {in_ms(others.iloc[0]['step_ms'])})" if len(others) else ""
-    text = f"{best} is fastest{at}, at {in_ms(t)} per step{runner}"
+    runner = f" (next: {others.iloc[0]['layout']}, {in_ms(others.iloc[0]['tpot_ms'])})" if len(others) else ""
+    text = f"{best} is fastest{at}, at {in_ms(t)} {per}{runner}"
     return text + ("; " + " and ".join(around) if around else "") + "."
 
 
@@ -140,26 +155,36 @@ def boundaries_sentence(boundaries: pd.DataFrame, batch: int, s_lo: float, s_hi:
     return text
 
 
-def closed_form_sentence(dep: Deployment, tokens: float | None, boundaries: pd.DataFrame, batch: int) -> str:
-    """Section 4: the MLA closed-form TP/DPA crossover next to the exact boundary of the full model."""
+def closed_form_sentence(dep: Deployment, tokens: float | None, boundaries: pd.DataFrame, batch: int, *,
+                         decoding: str = "") -> str:
+    """Section 4: the MLA closed-form TP/DPA crossover next to the exact boundary of the full model (``decoding``:
+    the boundaries' pipeline or speculative preset, '' for plain decoding, which the closed form assumes)."""
     if tokens is None:
         return (f"The closed form applies to MLA models only; {dep.model.label} uses "
                 f"{dep.model.attention.upper()}.")
     exact = boundaries[(boundaries["before"] == "TP") & (boundaries["kind"] == "crossover")]
     model = (f"the full model has TP give way to {exact.iloc[0]['after']} at {in_tokens(exact.iloc[0]['context'])}"
              if len(exact) else "in the full model TP never gives way on this axis")
+    if decoding:
+        model += f" with {decoding} (the closed form is for plain decoding)"
     return (f"The closed form puts the TP/DPA crossover at B·s* = {num(tokens)} context tokens per step "
             f"({in_tokens(tokens / batch)} per sequence at batch {batch:,}); {model}.")
 
 
-def contrast_sentence(dep: Deployment, phase: dict, batch: int, context: float) -> str:
-    """Section 5: the grouped-query contrast case, its grid shares and its best layout at the point."""
-    table = layout_table(dep, batch, context)
+def contrast_sentence(dep: Deployment, phase: dict, batch: int, context: float, *, pp=1,
+                      speculative=None, asked=None) -> str:
+    """Section 5: the grouped-query contrast case, its grid shares and its best layout at the point; ``asked``:
+    the speculative decoding of the main deployment, said to be left out when ``dep``'s model cannot run its draft
+    (:func:`llmexplore.sweeps.layouts.contrast_decoding`)."""
+    table = layout_table(dep, batch, context, pp=pp, speculative=speculative)
     m = dep.model
     why = f" (more ranks than its {m.kv_heads} KV heads)" if not m.is_mla and dep.ranks > m.kv_heads else ""
     point = best_layout_sentence(table, batch=batch, context=context)
+    plain = ""
+    if asked is not None and speculative is None:
+        plain = f" It decodes without speculation: {asked.name}'s MTP draft needs an MTP module, and {m.label} has none."
     return (f"{m.label} on {dep.ranks} × {dep.hardware.label}{why}: {phase_sentence(phase, short=True)}; "
-            f"{point[0].lower() + point[1:] if point.startswith('Nothing') else point}")
+            f"{point[0].lower() + point[1:] if point.startswith('Nothing') else point}{plain}")
 
 
 def transition_sentence(table: pd.DataFrame, *, short: bool = False) -> str:

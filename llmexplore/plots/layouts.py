@@ -18,7 +18,8 @@ LAYOUT_COLORS = {"TP": "#1f77b4", "CP": "#ff7f0e", "DPA": "#2ca02c", "DOP": "#94
 #: a marker per layout, so that curves that coincide stay distinguishable
 LAYOUT_SYMBOLS = {"TP": "circle", "CP": "square", "DPA": "diamond", "DOP": "triangle-up"}
 PART_COLORS = {"attention weights": "#4c78a8", "FFN/MoE weights": "#72b7b2", "embeddings + norms": "#b279a2",
-               "KV cache": "#f58518", "activations": "#e45756", "runtime reserve": "#9d9d9d"}
+               "KV cache": "#f58518", "activations": "#e45756", "runtime reserve": "#9d9d9d",
+               "draft weights": "#54a24b", "draft KV": "#eeca3b"}
 
 
 @spec_builder
@@ -27,9 +28,12 @@ def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs 
     """Step time (left) and its attention / communication parts (right) vs context, one colour and marker per
     layout. ``curves``: rows of :func:`llmexplore.sweeps.layouts.layout_curves` for a single batch. Points
     that do not fit in memory are drawn dotted (with one legend entry saying so); ``context_marker`` adds a
-    vertical "chosen context" line. ``step_time_figure.spec(...)`` gives the same figure as dicts.
+    vertical "chosen context" line. ``step_time_figure.spec(...)`` gives the same figure as dicts. With a
+    pipeline or speculative decoding (the ``decoding`` column) both panels are per output token.
     """
-    panels = ("whole step", "attention (solid) and communication (dashed)")
+    per_token = _decoding(curves) != ""
+    panels = ("per output token" if per_token else "whole step",
+              "attention (solid) and communication (dashed)")
     layout = base_layout(title, **grid_layout(2, panels))
     data, any_bad, finite = [], False, []
     for rank, (lay, g) in enumerate(curves.groupby("layout", sort=False), start=RANK_SERIES):
@@ -37,7 +41,7 @@ def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs 
         col = LAYOUT_COLORS.get(lay, None)
         ok = g["feasible"].to_numpy(bool)
         x = g["context"].to_numpy(float)
-        step = g["step_ms"].to_numpy(float)
+        step = g["tpot_ms"].to_numpy(float)
         any_bad = any_bad or bool((~ok).any())
         finite.append(step[np.isfinite(step)])
         marker = dict(color=col, symbol=LAYOUT_SYMBOLS.get(lay, "circle"), size=7, maxdisplayed=12)
@@ -62,26 +66,33 @@ def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs 
         data.append(chosen_marker(context_marker, finite, what="context",
                                   hover=f"chosen context: {fmt(context_marker, 'tokens')}"))
         # the log axis squashes the few percent between layouts the title is about: state them
-        fits = {lay: (g["context"].to_numpy(float), np.where(g["feasible"].to_numpy(bool), g["step_ms"], np.nan))
+        fits = {lay: (g["context"].to_numpy(float), np.where(g["feasible"].to_numpy(bool), g["tpot_ms"], np.nan))
                 for lay, g in curves.sort_values("context").groupby("layout", sort=False)}
         values_note(layout, values_at(fits, float(context_marker), "ms", what=fmt(context_marker, "tokens")))
     for ax in ("xaxis", "xaxis2"):
         layout[ax].update(type="log", title=dict(text="context length (tokens)"))
-    layout["yaxis"].update(type="log", title=dict(text="step time (ms)"))
-    layout["yaxis2"].update(type="log", title=dict(text="time per step (ms)"))
+    layout["yaxis"].update(type="log", title=dict(text="time per output token (ms)" if per_token
+                                                  else "step time (ms)"))
+    layout["yaxis2"].update(type="log", title=dict(text="time per output token (ms)" if per_token
+                                                   else "time per step (ms)"))
     return {"data": data, "layout": layout}
 
 
+def _decoding(table: pd.DataFrame) -> str:
+    """The ``decoding`` column's value ('' plain decoding, also for tables without the column)."""
+    return str(table["decoding"].iloc[0]) if "decoding" in table.columns and len(table) else ""
+
+
 def _band_traces(curves: pd.DataFrame) -> list[dict]:
-    """Shaded P10-P90 bands of the step time (columns ``step_ms_lo`` / ``step_ms_hi``, from
+    """Shaded P10-P90 bands of the time per output token (columns ``tpot_ms_lo`` / ``tpot_ms_hi``, from
     :func:`llmexplore.sweeps.bands.curves_with_band`) where they have width; one legend entry for all."""
-    if "step_ms_lo" not in curves.columns:
+    if "tpot_ms_lo" not in curves.columns:
         return []
     out, first = [], True
     for lay, g in curves.groupby("layout", sort=False):
         g = g.sort_values("context")
-        ok = g["feasible"].to_numpy(bool) & np.isfinite(g["step_ms_lo"].to_numpy(float))
-        lo, hi = g["step_ms_lo"].to_numpy(float)[ok], g["step_ms_hi"].to_numpy(float)[ok]
+        ok = g["feasible"].to_numpy(bool) & np.isfinite(g["tpot_ms_lo"].to_numpy(float))
+        lo, hi = g["tpot_ms_lo"].to_numpy(float)[ok], g["tpot_ms_hi"].to_numpy(float)[ok]
         if not ok.any() or not np.any(hi > lo):
             continue
         x = g["context"].to_numpy(float)[ok]
@@ -121,8 +132,8 @@ def phase_diagram_figure(phase: dict, *, title: str = "Best feasible layout",
     for i, lab in enumerate(labels):
         scale += [[i / n, LAYOUT_COLORS[lab]], [(i + 1) / n, LAYOUT_COLORS[lab]]]
     hover = np.char.add(np.char.add(phase["best"].astype(str), ": "),
-                        np.char.mod("%.2f ms", np.where(np.isfinite(phase["best_step_ms"]),
-                                                        phase["best_step_ms"], np.nan)))
+                        np.char.mod("%.2f ms" + (" per token" if phase.get("decoding") else ""),
+                                    np.where(np.isfinite(phase["best_step_ms"]), phase["best_step_ms"], np.nan)))
     fig = go.Figure(go.Heatmap(x=phase["context"], y=phase["batch"], z=z, zmin=-0.5, zmax=n - 0.5,
                                colorscale=scale, showscale=False, text=hover, hoverinfo="x+y+text",
                                opacity=0.55))

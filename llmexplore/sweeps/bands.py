@@ -91,7 +91,7 @@ def resolved(lo, hi, axis_lo: float, axis_hi: float) -> bool:
     return not (lo <= axis_lo and hi >= axis_hi)
 
 
-def layout_bands(dep, batch, context, n: int = DRAWS) -> dict:
+def layout_bands(dep, batch, context, n: int = DRAWS, *, pp=1, speculative=None) -> dict:
     """Per-layout step-time band and how robust the best layout is, at one (batch, context).
 
     Returns {"step_ms_lo": {layout: lo}, "step_ms_hi": {layout: hi}, "best_agreement": the fraction of draws
@@ -101,7 +101,7 @@ def layout_bands(dep, batch, context, n: int = DRAWS) -> dict:
 
     from . import layouts as lay
 
-    central = lay.layout_table(dep, batch, context)
+    central = lay.layout_table(dep, batch, context, pp=pp, speculative=speculative)
     best = lay.best_layout(central)
     rts = runtime_draws(dep.runtime, n) if n else []
     if not rts:
@@ -109,8 +109,8 @@ def layout_bands(dep, batch, context, n: int = DRAWS) -> dict:
                 "band": band_info(dep.runtime, 0, asked=bool(n))}
     steps, agree = [], 0
     for rt in rts:
-        t = lay.layout_table(dataclasses.replace(dep, runtime=rt), batch, context)
-        steps.append(t["step_ms"].to_numpy(float))
+        t = lay.layout_table(dataclasses.replace(dep, runtime=rt), batch, context, pp=pp, speculative=speculative)
+        steps.append(t["tpot_ms"].to_numpy(float))
         agree += lay.best_layout(t) == best
     lo, hi = band(np.array(steps))
     names = list(central["layout"])
@@ -118,21 +118,23 @@ def layout_bands(dep, batch, context, n: int = DRAWS) -> dict:
             "best_agreement": agree / len(rts), "band": band_info(dep.runtime, len(rts))}
 
 
-def boundary_bands(dep, batch: int, s_lo: float, s_hi: float, n: int = DRAWS):
+def boundary_bands(dep, batch: int, s_lo: float, s_hi: float, n: int = DRAWS, *, pp=1, speculative=None):
     """The exact layout boundaries at one batch (:func:`llmexplore.sweeps.layouts.boundaries_at`) with their
     band. Memory boundaries do not depend on kernel speed (band = the point). A crossover between layouts A and
     B gets ``context_lo`` / ``context_hi``: P10/P90 over the draws of the context where A and B swap (the two
     layouts alone; a draw in which they do not swap on the axis counts as the end it fell off); ``present`` is
     the fraction of draws in which they swap inside [s_lo, s_hi]; ``resolved`` is False when they swap in fewer
     than half of the draws or the band spans the whole axis: the model cannot place that crossover, and it is
-    reported as "not resolved by the model", not as a number."""
+    reported as "not resolved by the model", not as a number. ``pp`` and ``speculative``: the layouts' time per
+    output token in a pipeline or with speculative decoding (:mod:`llmexplore.models.step.per_token`)."""
     import dataclasses
 
-    from ..models.step import decode as att
+    from ..models.step import per_token as pt
     from ..models.layouts import crossover
     from . import layouts as lay
 
-    out = lay.boundaries_at(dep, batch, s_lo, s_hi).copy()
+    kw = dict(pp=pp, speculative=speculative)
+    out = lay.boundaries_at(dep, batch, s_lo, s_hi, **kw).copy()
     out["context_lo"], out["context_hi"] = out["context"].astype(float), out["context"].astype(float)
     out["present"], out["resolved"] = 1.0, True
     rts = runtime_draws(dep.runtime, n) if n else []
@@ -143,13 +145,13 @@ def boundary_bands(dep, batch: int, s_lo: float, s_hi: float, n: int = DRAWS):
         v, hits = [], 0
         for rt in rts:
             d = dataclasses.replace(dep, runtime=rt)
-            bounds, _ = crossover.context_boundaries(d, [batch], s_lo=s_lo, s_hi=s_hi, layouts=pair)
+            bounds, _ = crossover.context_boundaries(d, [batch], s_lo=s_lo, s_hi=s_hi, layouts=pair, **kw)
             x = [b.context for b in bounds if b.kind == "crossover"]
             if x:
                 v.append(float(x[0]))
                 hits += 1
             else:  # no swap on the axis in this draw: it fell off the end where `after` already (or never) wins
-                t = {lay_: float(att.step_time(d, batch, s_lo, lay_)["step_s"]) for lay_ in pair}
+                t = {lay_: float(pt.token_time(d, batch, s_lo, lay_, **kw)["tpot_s"]) for lay_ in pair}
                 v.append(s_lo if t[row.after] <= t[row.before] else s_hi)
         present = hits / len(rts)
         lo, hi = (float(x) for x in band(np.array(v)))
@@ -158,19 +160,20 @@ def boundary_bands(dep, batch: int, s_lo: float, s_hi: float, n: int = DRAWS):
     return out
 
 
-def curves_with_band(dep, batch: int, context, n: int = DRAWS):
-    """:func:`llmexplore.sweeps.layouts.layout_curves` at one batch with ``step_ms_lo`` / ``step_ms_hi``: the
-    P10/P90 of each layout's step time over the kernel-parameter draws (equal to ``step_ms`` for a runtime
-    without curves)."""
+def curves_with_band(dep, batch: int, context, n: int = DRAWS, *, pp=1, speculative=None):
+    """:func:`llmexplore.sweeps.layouts.layout_curves` at one batch with ``tpot_ms_lo`` / ``tpot_ms_hi``: the
+    P10/P90 of each layout's time per output token over the kernel-parameter draws (equal to ``tpot_ms`` for a
+    runtime without curves)."""
     import dataclasses
 
     from . import layouts as lay
 
-    central = lay.layout_curves(dep, [batch], context)
+    kw = dict(pp=pp, speculative=speculative)
+    central = lay.layout_curves(dep, [batch], context, **kw)
     rts = runtime_draws(dep.runtime, n) if n else []
     if not rts:
-        return central.assign(step_ms_lo=central["step_ms"], step_ms_hi=central["step_ms"])
-    steps = np.array([lay.layout_curves(dataclasses.replace(dep, runtime=rt), [batch], context)["step_ms"]
+        return central.assign(tpot_ms_lo=central["tpot_ms"], tpot_ms_hi=central["tpot_ms"])
+    steps = np.array([lay.layout_curves(dataclasses.replace(dep, runtime=rt), [batch], context, **kw)["tpot_ms"]
                       .to_numpy(float) for rt in rts])
     lo, hi = band(steps)
-    return central.assign(step_ms_lo=lo, step_ms_hi=hi)
+    return central.assign(tpot_ms_lo=lo, tpot_ms_hi=hi)

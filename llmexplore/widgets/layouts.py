@@ -1,7 +1,8 @@
 """Live explorer of the attention layouts: step time vs context and memory per rank.
 
 Both figures are the notebook's static figures (:func:`llmexplore.plots.layouts.step_time_figure`,
-:func:`~llmexplore.plots.layouts.memory_figure`) for the chosen model, GPU, ranks, batch and context.
+:func:`~llmexplore.plots.layouts.memory_figure`) for the chosen model, GPU, ranks, batch and context, decoded
+plainly, in a pipeline of stages, or speculatively (then both are per output token).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from ..sweeps import layouts as layout_sweeps
 from ..units import DTYPE_BYTES
 from . import Draw, Explorer, choice_slider, dropdown, log_options, model_dtypes_runtime, preset_name
 
-__all__ = ["LayoutExplorer", "layout_explorer", "CONTEXT_GRID"]
+__all__ = ["LayoutExplorer", "layout_explorer", "CONTEXT_GRID", "NO_SPEC"]
+
+#: the speculative dropdown's entry for plain decoding
+NO_SPEC = "none (plain decoding)"
 
 #: context axis of the step-time figure [tokens]
 CONTEXT_GRID = np.geomspace(256, 1 << 20, 80)
@@ -36,18 +40,29 @@ class LayoutExplorer(Explorer):
         return Deployment.build(p["model"], p["gpu"], int(p["ranks"]), weight_dtype=p["weight_dtype"],
                                 kv_dtype=p["kv_dtype"], runtime=p["runtime"])
 
+    def decoding(self, dep: Deployment) -> dict:
+        """The pipeline and speculative decoding of the controls (the fixed accepted length applies to the
+        speculative preset it was given with; another preset runs at its own acceptance)."""
+        p, f = self.params(), self.fixed
+        spec = None if p["speculative"] == NO_SPEC else p["speculative"]
+        tau = f.get("accepted_length") if spec is not None and spec == f.get("speculative") else None
+        return layout_sweeps.decoding(dep, int(p["pp"]), spec, tau)
+
     def evaluate(self):
         p = self.params()
         dep = self.deployment()
+        dec = self.decoding(dep)
         batch, context = int(p["batch"]), int(p["context"])
-        curves = layout_sweeps.layout_curves(dep, [batch], CONTEXT_GRID)
-        mem = layout_sweeps.memory_table(dep, batch, context)
-        table = layout_sweeps.layout_table(dep, batch, context)
+        curves = layout_sweeps.layout_curves(dep, [batch], CONTEXT_GRID, **dec)
+        mem = layout_sweeps.memory_table(dep, batch, context, **dec)
+        table = layout_sweeps.layout_table(dep, batch, context, **dec)
         best = layout_sweeps.best_layout(table)
-        where = dep.label()
+        where = dep.label() + (f", {layout_sweeps.decoding_of(dep, **dec)}" if dec["pp"] > 1 or dec["speculative"]
+                               else "")
+        what = "Time per output token" if table["decoding"].iloc[0] else "Decode step time"
         draws = {
             "step": Draw(layout_plots.step_time_figure, curves, {
-                "context_marker": context, "title": f"Decode step time vs context at batch {batch:,} — {where}"}),
+                "context_marker": context, "title": f"{what} vs context at batch {batch:,} — {where}"}),
             "memory": Draw(layout_plots.memory_figure, mem, {
                 "title": f"Memory per rank at batch {batch:,}, context {context:,} tokens — {where}"}),
         }
@@ -60,17 +75,20 @@ def _status(table, best: str | None, batch: int, context: int) -> str:
         return (f"<b>Nothing fits</b> at batch {batch:,} and {context:,} tokens of context. "
                 f"{html.escape(why)}. Try fewer sequences, a shorter context, more ranks or FP8.")
     row = table.set_index("layout").loc[best]
-    others = ", ".join(f"{r.layout} {fmt(r.step_ms, 'ms')}" + ("" if r.feasible else " (does not fit)")
+    per = "per output token" if row.decoding else "per step"
+    others = ", ".join(f"{r.layout} {fmt(r.tpot_ms, 'ms')}" + ("" if r.feasible else " (does not fit)")
                        for r in table.itertuples() if r.layout != best)
-    return (f"<b>Best: {best}</b> — {fmt(row.step_ms, 'ms')} per step, {fmt(row.tokens_per_s, 'tokens/s')}, "
+    return (f"<b>Best: {best}</b> — {fmt(row.tpot_ms, 'ms')} {per}, {fmt(row.tokens_per_s, 'tokens/s')}, "
             f"{fmt(row.total_GB, 'GB')} per rank. Others: {html.escape(others)}.")
 
 
 def layout_explorer(model: str = "deepseek-v3", gpu: str = "h200", ranks: int = 8, batch: int = 64,
                     context: int = 8192, weight_dtype: str | None = None, kv_dtype: str = "bf16",
-                    runtime: str = "default") -> LayoutExplorer:
-    """Sliders for batch, context and ranks; dropdowns for model, GPU, dtypes and the runtime preset
-    (``data/runtime.yaml``: how kernels are priced); two live figures.
+                    runtime: str = "default", *, pp: int = 1, speculative: str | None = None,
+                    accepted_length: float | None = None) -> LayoutExplorer:
+    """Sliders for batch, context and ranks; dropdowns for model, GPU, dtypes, the runtime preset
+    (``data/runtime.yaml``: how kernels are priced), pipeline stages and speculative decoding
+    (``data/speculative.yaml``; ``accepted_length`` applies to ``speculative``'s preset); two live figures.
 
     ``weight_dtype`` defaults to the dtype the model's weights are released in. Unknown names raise
     :class:`~llmexplore.errors.SpecError`; values outside the sliders' usual range are added to them.
@@ -81,6 +99,9 @@ def layout_explorer(model: str = "deepseek-v3", gpu: str = "h200", ranks: int = 
     batch = _check.integer("batch", batch, lo=1)
     context = _check.integer("context", context, lo=1)
     weight_dtype, kv_dtype, runtime = model_dtypes_runtime(model, weight_dtype, kv_dtype, runtime)
+    pp = _check.integer("pp", pp, lo=1)
+    if speculative is not None:
+        speculative = preset_name("speculative", "speculative", speculative)
     controls = {
         "batch": choice_slider(log_options(1, 1024), batch, "batch", "sequences"),
         "context": choice_slider(log_options(256, 1 << 20), context, "context", "tokens"),
@@ -91,6 +112,10 @@ def layout_explorer(model: str = "deepseek-v3", gpu: str = "h200", ranks: int = 
         "weight_dtype": dropdown(list(DTYPE_BYTES), weight_dtype, "weights"),
         "kv_dtype": dropdown(list(DTYPE_BYTES), kv_dtype, "KV cache"),
         "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
+        "pp": choice_slider([1, 2, 4, 8], pp, "pipeline", label=lambda v: "no pipeline" if v == 1 else f"{v} stages"),
+        "speculative": dropdown([NO_SPEC, *presets.names("speculative")], speculative or NO_SPEC, "speculative"),
     }
-    rows = [["batch", "context", "ranks"], ["model", "gpu", "runtime"], ["weight_dtype", "kv_dtype"]]
-    return LayoutExplorer.build(controls, rows)
+    rows = [["batch", "context", "ranks"], ["model", "gpu", "runtime"], ["weight_dtype", "kv_dtype"],
+            ["pp", "speculative"]]
+    return LayoutExplorer.build(controls, rows, fixed={"speculative": speculative,
+                                                       "accepted_length": accepted_length})

@@ -221,6 +221,12 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
          {"HORIZON_STEPS": rec("policy_total_s"), "FLUCT_SEGMENT_STEPS": fig(STEADY, "x", "active sequences")}),
         # the runtime preset reprices every kernel: every time moves, so it runs alone
         (dict(RUNTIME="scalar"), {"RUNTIME": rec("step_ms")}),
+        # a pipeline of two stages: the recorded decoding says so, and the worst stage holds half the weights
+        (dict(PP=2), {"PP": says("decoding", "PP2")}),
+        # speculative decoding with the user's acceptance: the decoding names the preset, the acceptance moves
+        # the time per output token (the step, draft + verify, does not depend on it)
+        (dict(SPECULATIVE="deepseek-mtp-1", ACCEPTED_LENGTH=1.6),
+         {"SPECULATIVE": says("decoding", "deepseek-mtp-1"), "ACCEPTED_LENGTH": says("decoding", "1.60 tokens")}),
     ],
     "15_speculative_decoding": [
         # the deployment: the recorded label names model, GPU, ranks and dtypes
@@ -370,6 +376,12 @@ REJECTED = [
     ("10_attention_layouts", dict(WEIGHT_DTYPE="fp32"), r"WEIGHT_DTYPE must be one of bf16, fp8"),
     ("10_attention_layouts", dict(CONTEXT_MAX=128), r"CONTEXT_MAX must be greater than CONTEXT_MIN"),
     ("10_attention_layouts", dict(RUNTIME="turbo"), r"RUNTIME must name a preset in data/runtime.yaml"),
+    ("10_attention_layouts", dict(PP=62), r"PP \(62\) must be at most the layers of deepseek-v3 \(61\)"),
+    ("10_attention_layouts", dict(PP=2, SPECULATIVE="deepseek-mtp-1"),
+     r"PP \(2\) must be 1 when decoding speculatively with 'deepseek-mtp-1'"),
+    ("10_attention_layouts", dict(MODEL="llama-3-70b", SPECULATIVE="deepseek-mtp-1"),
+     r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
+    ("10_attention_layouts", dict(ACCEPTED_LENGTH=1.5), r"ACCEPTED_LENGTH must come with speculative"),
     ("20_pd_disaggregation", dict(PREFILL_TP=3), r"PREFILL_TP \(3\) must divide"),
     ("20_pd_disaggregation", dict(SPECULATIVE="deepseek-mtp-1"),
      r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),

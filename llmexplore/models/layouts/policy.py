@@ -12,6 +12,10 @@ with H_eff = min(horizon_steps, expected remaining steps of the batch) and C the
 at the largest feasible size and served in ceil(B / B_cap) passes (time-slicing; swap cost neglected) and the
 segment is flagged, instead of failing. Baselines: each static layout (capped the same way when it does not
 fit) and a myopic policy that always jumps to the fastest layout and pays every switch.
+
+With ``pp`` stages or ``speculative`` decoding a decode step of the trace is one output token per sequence:
+its time is the time per output token of :mod:`..step.per_token`, its memory the worst stage's or the draft's,
+and a switch moves what :func:`.transitions.handoff_time` says for them.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import math
 import numpy as np
 
 from ...errors import SpecError
-from ..step.decode import max_batch, memory_per_rank, step_time
 from ..step.engine import LAYOUTS, Deployment
+from ..step.per_token import check_decoding, token_max_batch, token_memory, token_time
 from .transitions import handoff_time
 
 __all__ = ["reasoning_trace", "fluctuating_trace", "segment_costs", "run_policy", "compare_policies"]
@@ -66,21 +70,25 @@ def reasoning_trace(*, batch: int = 64, prompt_tokens: int = 2048, mean_output_t
             "context": (prompt_tokens + starts + steps).astype(float), "expected_remaining_steps": rem}
 
 
-def segment_costs(dep: Deployment, trace: dict, layouts=LAYOUTS) -> dict[str, np.ndarray]:
-    """Per segment and layout: per-step time at the full batch or capped [s/step], and the cap.
+def segment_costs(dep: Deployment, trace: dict, layouts=LAYOUTS, *, pp=1, speculative=None
+                  ) -> dict[str, np.ndarray]:
+    """Per segment and layout: per-step time at the full batch or capped [s/step], and the cap (a step: one
+    output token per sequence, module docstring).
 
     Returns ``step_s`` [segments, layouts] (inf if even one sequence does not fit), ``feasible``
     (full batch fits), ``batch_cap`` (largest feasible batch, <= batch) and ``passes``.
     """
+    pp, speculative = check_decoding(dep, pp, speculative)
+    kw = dict(pp=pp, speculative=speculative)
     b, s = trace["batch"], trace["context"]
     step = np.empty((b.size, len(layouts)))
     feas = np.empty((b.size, len(layouts)), bool)
     cap = np.empty((b.size, len(layouts)))
     for k, lay in enumerate(layouts):
-        feas[:, k] = memory_per_rank(dep, b, s, lay)["feasible"]
-        bmax = np.minimum(max_batch(dep, s, lay, limit=int(b.max())), b)
+        feas[:, k] = token_memory(dep, b, s, lay, **kw)["feasible"]
+        bmax = np.minimum(token_max_batch(dep, s, lay, limit=int(b.max()), **kw), b)
         cap[:, k] = np.where(feas[:, k], b, bmax)
-        t = step_time(dep, np.maximum(cap[:, k], 1), s, lay)["step_s"]
+        t = token_time(dep, np.maximum(cap[:, k], 1), s, lay, **kw)["tpot_s"]
         passes = np.where(cap[:, k] >= 1, np.ceil(b / np.maximum(cap[:, k], 1)), np.inf)
         step[:, k] = np.where(cap[:, k] >= 1, t * passes, np.inf)
     passes = np.ceil(b[:, None] / np.maximum(cap, 1))
@@ -89,7 +97,7 @@ def segment_costs(dep: Deployment, trace: dict, layouts=LAYOUTS) -> dict[str, np
 
 def run_policy(dep: Deployment, trace: dict, policy: str = "aware", *, horizon_steps: float = 4096,
                margin: float = 0.0, weights_resident: bool = False, learn_dwell: bool = True,
-               layouts=LAYOUTS, costs=None) -> dict:
+               layouts=LAYOUTS, costs=None, pp=1, speculative=None) -> dict:
     """Simulate one policy over a trace.
 
     ``policy``: ``"aware"`` (transition-aware, see module docstring), ``"myopic"`` (always the fastest
@@ -103,7 +111,8 @@ def run_policy(dep: Deployment, trace: dict, policy: str = "aware", *, horizon_s
         raise SpecError(f"policy must be 'aware', 'myopic' or one of {list(layouts)}, got {policy!r}")
     if not horizon_steps > 0 or margin < 0:
         raise SpecError(f"horizon_steps must be > 0 and margin >= 0, got {horizon_steps!r}, {margin!r}")
-    c = costs if costs is not None else segment_costs(dep, trace, layouts)
+    pp, speculative = check_decoding(dep, pp, speculative)
+    c = costs if costs is not None else segment_costs(dep, trace, layouts, pp=pp, speculative=speculative)
     n = trace["batch"].size
     idx = {lay: i for i, lay in enumerate(layouts)}
 
@@ -113,7 +122,8 @@ def run_policy(dep: Deployment, trace: dict, policy: str = "aware", *, horizon_s
             return 0.0
         s = float(trace["context"][k])
         B = int(max(1, c["batch_cap"][k, y]))  # what actually moves is the batch the new layout serves
-        return handoff_time(dep, layouts[x], layouts[y], B, s, weights_resident=weights_resident)["exposed_s"]
+        return handoff_time(dep, layouts[x], layouts[y], B, s, weights_resident=weights_resident, pp=pp,
+                            speculative=speculative)["exposed_s"]
 
     runs: list[float] = []  # completed run lengths of the per-segment fastest layout [steps]
     run_best, run_len = None, 0.0
@@ -172,11 +182,13 @@ def run_policy(dep: Deployment, trace: dict, policy: str = "aware", *, horizon_s
 
 def compare_policies(dep: Deployment, trace: dict, *, horizon_steps: float = 4096, margin: float = 0.0,
                      weights_resident: bool = False, learn_dwell: bool = True,
-                     layouts=LAYOUTS) -> dict[str, dict]:
-    """Transition-aware vs myopic vs every static layout on the same trace (costs computed once)."""
-    c = segment_costs(dep, trace, layouts)
+                     layouts=LAYOUTS, pp=1, speculative=None) -> dict[str, dict]:
+    """Transition-aware vs myopic vs every static layout on the same trace (costs computed once); ``pp`` and
+    ``speculative`` as :func:`segment_costs` takes them."""
+    pp, speculative = check_decoding(dep, pp, speculative)
+    c = segment_costs(dep, trace, layouts, pp=pp, speculative=speculative)
     kw = dict(horizon_steps=horizon_steps, margin=margin, weights_resident=weights_resident,
-              learn_dwell=learn_dwell, layouts=layouts, costs=c)
+              learn_dwell=learn_dwell, layouts=layouts, costs=c, pp=pp, speculative=speculative)
     return {p: run_policy(dep, trace, p, **kw) for p in ("aware", "myopic", *layouts)}
 
 

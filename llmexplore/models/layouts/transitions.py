@@ -21,6 +21,9 @@ Handoff with layer overlap: the new layout's first step cannot run layer l befor
 one-layer-deep staging buffer, layer l's transfer overlaps the compute of layer l - 1, and only the part of
 that layer during which the links are idle (its time minus its own collectives) hides transfer time:
 exposed = t_x(1) + sum_{l>=2} max(0, t_x(l) - slack(l - 1)).
+
+A pipeline's stages switch at once, each its own layers over its own ranks: the worst stage's ceil(L / pp)
+layers decide. With speculative decoding the draft layer's KV and attention weights move too (one more layer).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from ...errors import SpecError
 from ..step.decode import step_time
 from ..step.engine import LAYOUTS, MAX_BATCH, MAX_CONTEXT, Deployment
 from ..step.collectives import alpha_s
+from ..step.per_token import check_decoding
+from ..step.pipeline import stage_deployment
+from ..step.speculative import draft_deployment
 
 __all__ = ["Transition", "ownership", "transfer_volumes", "kv_transition", "weight_transition",
            "transition", "transition_matrix", "handoff_time"]
@@ -199,15 +205,32 @@ def _finish(dep: Deployment, src: str, dst: str, what: str, v: dict) -> Transiti
     return Transition(src, dst, what, v["primitive"], recv, send, float(v["freed_B"].max()), time)
 
 
+def _switched(dep: Deployment, pp, speculative) -> list[Deployment]:
+    """What one rank switches, as deployments: the worst pipeline stage's layers (the whole model for pp = 1)
+    and, with speculative decoding, the draft layer."""
+    p, spec = check_decoding(dep, pp, speculative)
+    out = [stage_deployment(dep, p)]
+    draft = draft_deployment(dep, spec) if spec is not None else None
+    return out + ([draft] if draft is not None else [])
+
+
+def _plus(a: Transition, b: Transition) -> Transition:
+    """Two parts moved by the same ranks over the same link, one after the other."""
+    return Transition(a.src, a.dst, a.what, a.primitive, a.recv_B + b.recv_B, a.send_B + b.send_B,
+                      a.freed_B + b.freed_B, a.time_s + b.time_s)
+
+
 def transition(dep: Deployment, src: str, dst: str, batch: int, context: float, *,
-               weights_resident: bool = False) -> dict[str, Transition | float]:
+               weights_resident: bool = False, pp=1, speculative=None) -> dict[str, Transition | float]:
     """KV and weight transitions X -> Y and their combined serial time [s].
 
     ``weights_resident``: keep the replicated attention weights in memory in every layout, so switching
-    never moves weights (costs (T-1)/T of the shardable attention weights in TP/DOP memory).
+    never moves weights (costs (T-1)/T of the shardable attention weights in TP/DOP memory). ``pp``: the worst
+    stage's layers (stages switch in parallel); ``speculative``: plus the draft layer's KV and weights.
     """
-    kv = kv_transition(dep, src, dst, batch, context)
-    w = weight_transition(dep, src, dst)
+    parts = _switched(dep, pp, speculative)
+    kv = functools.reduce(_plus, (kv_transition(d, src, dst, batch, context) for d in parts))
+    w = functools.reduce(_plus, (weight_transition(d, src, dst) for d in parts))
     w_time = 0.0 if weights_resident else w.time_s
     return {"kv": kv, "weights": w, "time_s": kv.time_s + w_time}
 
@@ -225,20 +248,25 @@ def transition_matrix(dep: Deployment, batch: int, context: float, *, what: str 
 
 
 def handoff_time(dep: Deployment, src: str, dst: str, batch: int, context: float, *,
-                 weights_resident: bool = False) -> dict[str, float]:
+                 weights_resident: bool = False, pp=1, speculative=None) -> dict[str, float]:
     """Time a switch X -> Y adds to the first step in layout Y [s], serial and with layer overlap.
 
     Layers are uniform in what moves (KV and attention weights are per layer); the slack of a layer is its
     share of Y's step time minus its collectives (links busy). Returns ``serial_s`` (everything moved before
-    the step), ``exposed_s`` (one-layer-ahead overlap), ``per_layer_s`` and ``slack_per_layer_s``.
+    the step), ``exposed_s`` (one-layer-ahead overlap), ``per_layer_s`` and ``slack_per_layer_s``. ``pp``: the
+    worst stage's layers move while the stage runs a micro-batch (ceil(batch / pp) sequences); ``speculative``: the
+    draft layer moves too, and the step is the verify pass over k + 1 tokens per sequence.
     """
-    tr = transition(dep, src, dst, batch, context, weights_resident=weights_resident)
-    L = dep.model.layers
+    tr = transition(dep, src, dst, batch, context, weights_resident=weights_resident, pp=pp,
+                    speculative=speculative)
+    p, spec = check_decoding(dep, pp, speculative)
+    L = sum(d.model.layers for d in _switched(dep, p, spec))
     serial = tr["time_s"]
     if serial == 0:
         return {"serial_s": 0.0, "exposed_s": 0.0, "per_layer_s": 0.0, "slack_per_layer_s": 0.0}
     per_layer = serial / L
-    st = step_time(dep, batch, context, dst)
-    slack = max(0.0, float((st["step_s"] - st["comm_s"] - st["overhead_s"] - st["head_s"]) / L))
+    q = {} if spec is None else {"q_tokens": spec.verify_width, "logits_tokens": spec.verify_width}
+    st = step_time(dep, max(1, -(-int(batch) // p)), context, dst, **q)
+    slack = max(0.0, float((st["step_s"] - st["comm_s"] - st["overhead_s"] - st["head_s"]) / dep.model.layers))
     exposed = per_layer + (L - 1) * max(0.0, per_layer - slack)
     return {"serial_s": serial, "exposed_s": exposed, "per_layer_s": per_layer, "slack_per_layer_s": slack}

@@ -121,6 +121,7 @@ def test_layouts_json_schema_and_consistency(capsys):
         "model": "deepseek-v3", "gpu": "h200", "ranks": 8, "batch": 64, "context": 8192,
         "weight_dtype": "fp8", "kv_dtype": "bf16", "act_dtype": "bf16", "q_tokens": 1, "context_cv": 0.0,
         "sampler": "fused", "runtime": "default", "scale_up_link": "nvlink4", "scale_out_link": "ib-ndr400",
+        "pp": 1, "speculative": None, "accepted_length": None,
     }
 
 
@@ -447,3 +448,21 @@ def test_output_dir_rule_for_report_out(tmp_path):
     assert rule.rule == "a directory (existing or to create) whose names are at most 255 bytes each, not a file"
     with pytest.raises(ValueError):
         rule.convert("x" * 256)  # one name the file system refuses (issue 20 §2: --out of 5,000 characters)
+
+
+def test_layouts_with_a_pipeline_or_speculation_compare_the_time_per_output_token(capsys):
+    """--pp and --speculative (issue 21): the rows say how they decode, the best layout is the one with the least
+    time per output token, and the two together are refused in one line naming both flags."""
+    doc = run_json(capsys, [*LAYOUT_ARGS, "--speculative", "deepseek-mtp-1", "--accepted-length", "1.7", "--no-band",
+                            "--json"])
+    rows = doc["layouts"]
+    assert {r["decoding"] for r in rows} == {"deepseek-mtp-1 (1.70 tokens per step)"}
+    assert all(r["step_ms"] == pytest.approx(1.7 * r["tpot_ms"], rel=1e-9) for r in rows)
+    assert doc["best"] == min((r for r in rows if r["feasible"]), key=lambda r: r["tpot_ms"])["layout"]
+    assert (doc["inputs"]["speculative"], doc["inputs"]["accepted_length"]) == ("deepseek-mtp-1", 1.7)
+    pp = run_json(capsys, [*LAYOUT_ARGS, "--pp", "2", "--no-band", "--json"])
+    assert {r["decoding"] for r in pp["layouts"]} == {"PP2"} and pp["inputs"]["pp"] == 2
+    assert all(r["hops_ms"] > 0 for r in pp["layouts"])
+    code, out, err = run(capsys, [*LAYOUT_ARGS, "--pp", "2", "--speculative", "ngram-5"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--pp (2) must be 1 when decoding speculatively with 'ngram-5'" in err

@@ -150,12 +150,12 @@ def test_step_time_curves_carry_a_band_that_the_figure_draws():
     dep = Deployment.build("deepseek-v3", "h200", 8)
     c = bands.curves_with_band(dep, 64, np.geomspace(256, 1 << 18, 12))
     ok = c["feasible"]
-    assert (c.loc[ok, "step_ms_lo"] <= c.loc[ok, "step_ms"] * 1.02).all()
-    assert (c.loc[ok, "step_ms_hi"] >= c.loc[ok, "step_ms"] * 0.98).all()
-    assert (c.loc[ok, "step_ms_hi"] > c.loc[ok, "step_ms_lo"]).any()
+    assert (c.loc[ok, "tpot_ms_lo"] <= c.loc[ok, "tpot_ms"] * 1.02).all()
+    assert (c.loc[ok, "tpot_ms_hi"] >= c.loc[ok, "tpot_ms"] * 0.98).all()
+    assert (c.loc[ok, "tpot_ms_hi"] > c.loc[ok, "tpot_ms_lo"]).any()
     fig = plots.layouts.step_time_figure(c)
     fills = [t for t in fig.data if t.fill == "toself"]
     assert fills and sum(bool(t.showlegend) for t in fills) == 1
     scalar = bands.curves_with_band(Deployment.build("deepseek-v3", "h200", 8, runtime="scalar"), 64, [1024.0])
-    assert (scalar["step_ms_lo"] == scalar["step_ms"]).all()
+    assert (scalar["tpot_ms_lo"] == scalar["tpot_ms"]).all()
     assert not [t for t in plots.layouts.step_time_figure(scalar).data if t.fill == "toself"]

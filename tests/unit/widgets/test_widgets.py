@@ -593,3 +593,21 @@ def test_runtime_dropdown_reprices_the_offload_explorer():
     assert _same(trace(app.figures["costs"], plots.offload.RECOMPUTE).y, trace(static, plots.offload.RECOMPUTE).y)
     app.controls["runtime"].value = "default"
     assert app.status_text == before
+
+
+def test_layout_explorer_turns_to_time_per_output_token_with_a_pipeline_or_speculation():
+    """The pipeline slider and the speculative dropdown (issue 21): the figures and the status line are per output
+    token, the figures are the static builders' for the same decoding, and PP with a draft is said, not raised."""
+    app = widgets.layouts.layout_explorer(speculative="deepseek-mtp-1", accepted_length=1.7)
+    dep = Deployment.build("deepseek-v3", "h200", 8, kv_dtype="bf16")
+    dec = sweeps.layouts.decoding(dep, 1, "deepseek-mtp-1", 1.7)
+    table = sweeps.layouts.layout_table(dep, 64, 8192, **dec)
+    best = sweeps.layouts.best_layout(table)
+    assert f"Best: {best}" in app.status_text and "per output token" in app.status_text
+    assert app.figures["step"].layout.yaxis.title.text == "time per output token (ms)"
+    app.controls["pp"].value = 2
+    assert "must be 1 when decoding speculatively" in app.status_text
+    app.controls["speculative"].value = widgets.layouts.NO_SPEC
+    assert "Best:" in app.status_text and "PP2" in app.figures["step"].layout.title.text
+    app.controls["pp"].value = 1
+    assert "per step" in app.status_text and app.figures["step"].layout.yaxis.title.text == "step time (ms)"
