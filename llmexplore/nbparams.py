@@ -206,6 +206,7 @@ def check_disagg_parameters(p) -> dict[str, str]:
     int_param("PREFILL_TP", p["PREFILL_TP"], 1, MAX_RANKS)
     int_param("DECODE_TP", p["DECODE_TP"], 1, MAX_RANKS)
     int_param("DECODE_PP", p["DECODE_PP"], 1, 128)
+    int_param("PREFILL_PP", p["PREFILL_PP"], 1, 128)
     int_param("PROMPT", p["PROMPT"], 1, 1 << 24)
     int_param("OUTPUT", p["OUTPUT"], 1, 1 << 24)
     _check.number("RATE", p["RATE"], lo=0, lo_open=True, hi=1e6)
@@ -233,12 +234,12 @@ def check_disagg_parameters(p) -> dict[str, str]:
     names = {"prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "prompt_tokens": "PROMPT",
              "output_tokens": "OUTPUT", "rate_per_s": "RATE", "ttft_slo_ms": "TTFT_SLO_MS",
              "tpot_slo_ms": "TPOT_SLO_MS", "model": "MODEL", "gpu": "GPU", "speculative": "SPECULATIVE",
-             "accepted_length": "ACCEPTED_LENGTH", "decode_pp": "DECODE_PP"}
+             "accepted_length": "ACCEPTED_LENGTH", "decode_pp": "DECODE_PP", "prefill_pp": "PREFILL_PP"}
     built("MODEL, GPU, PREFILL_TP, DECODE_TP", lambda: disagg.setup(
         p["MODEL"], p["GPU"], prefill_tp=p["PREFILL_TP"], decode_tp=p["DECODE_TP"], prompt_tokens=p["PROMPT"],
         output_tokens=p["OUTPUT"], rate_per_s=p["RATE"], ttft_slo_ms=p["TTFT_SLO_MS"],
         tpot_slo_ms=p["TPOT_SLO_MS"], runtime=p["RUNTIME"], speculative=p["SPECULATIVE"],
-        accepted_length=p["ACCEPTED_LENGTH"], decode_pp=p["DECODE_PP"]), names)
+        accepted_length=p["ACCEPTED_LENGTH"], decode_pp=p["DECODE_PP"], prefill_pp=p["PREFILL_PP"]), names)
     return {}
 
 

@@ -16,7 +16,7 @@ FLAGS = {**COMMON_FLAGS, "prompt_tokens": "--prompt", "output_tokens": "--output
          "ttft_slo_ms": "--ttft-ms", "tpot_slo_ms": "--tpot-ms", "prompt_sigma": "--prompt-sigma",
          "prefill_tp": "--prefill-tp", "decode_tp": "--decode-tp", "nics": "--nics", "link": "--link",
          "batch": "--batch", "decode_batch": "--batch", "sampler": "--sampler", "speculative": "--speculative",
-         "accepted_length": "--accepted-length", "decode_pp": "--decode-pp"}
+         "accepted_length": "--accepted-length", "decode_pp": "--decode-pp", "prefill_pp": "--prefill-pp"}
 
 
 def add(sub) -> None:
@@ -52,6 +52,8 @@ def add(sub) -> None:
     p.add_argument("--serial", action="store_true", help="send the KV after the prefill (default: layer-wise)")
     p.add_argument("--decode-pp", default=1, action=Checked, check=int_in(1, 128), metavar="P",
                    help="pipeline stages per decode instance, each of --decode-tp GPUs (default: 1)")
+    p.add_argument("--prefill-pp", default=1, action=Checked, check=int_in(1, 128), metavar="P",
+                   help="pipeline stages per prefill instance, each of --prefill-tp GPUs (default: 1)")
     speculative_options(p, what="decode every decoding instance")
     dtype_runtime_options(p)
     sampler_option(p)
@@ -78,14 +80,16 @@ def run(args) -> int:
                             ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms, weight_dtype=args.weight_dtype,
                             kv_dtype=args.kv_dtype, runtime=args.runtime, nics=args.nics,
                             prompt_sigma=args.prompt_sigma, sampler=args.sampler, speculative=args.speculative,
-                            accepted_length=args.accepted_length, decode_pp=args.decode_pp)
+                            accepted_length=args.accepted_length, decode_pp=args.decode_pp,
+                            prefill_pp=args.prefill_pp)
+
     def build(rt):
         si = s if rt is s.prefill.runtime else disagg_sweeps.setup(
             args.model, args.gpu, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp, prompt_tokens=args.prompt,
             output_tokens=args.output, rate_per_s=args.rate, ttft_slo_ms=args.ttft_ms, tpot_slo_ms=args.tpot_ms,
             weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, runtime=rt, nics=args.nics,
             prompt_sigma=args.prompt_sigma, sampler=args.sampler, speculative=args.speculative,
-            accepted_length=args.accepted_length, decode_pp=args.decode_pp)
+            accepted_length=args.accepted_length, decode_pp=args.decode_pp, prefill_pp=args.prefill_pp)
         return disagg_sweeps.point_summary(si, link=args.link, decode_batch=args.batch, pipelined=not args.serial)
 
     pt = with_band(build, s.prefill.runtime, BAND_KEYS, n=DRAWS if args.band else 0)
@@ -96,6 +100,7 @@ def run(args) -> int:
                       "prefill_tp": args.prefill_tp, "decode_tp": args.decode_tp, "pipelined": not args.serial,
                       "weight_dtype": s.prefill.weight_dtype, "kv_dtype": args.kv_dtype, "sampler": args.sampler,
                       "runtime": s.prefill.runtime.name, "speculative": args.speculative, "decode_pp": args.decode_pp,
+                      "prefill_pp": args.prefill_pp,
                       "accepted_length": s.speculative.tokens_per_step if s.speculative else None}}
     if args.json:
         print_json(doc)
@@ -106,7 +111,9 @@ def run(args) -> int:
                   "time between a sequence's tokens" if s.speculative is None else
                   f"decode time per output token with {s.speculative.name} ({s.speculative.tokens_per_step:g} tokens "
                   "per step)")
-    print(f"prefill of one prompt (TP{args.prefill_tp}): {doc['prefill_ms']:.2f} ms; {step_words} at batch "
+    pre = f"TP{args.prefill_tp}" + (f" x PP{args.prefill_pp}, a new prompt every {doc['prefill_service_ms']:.2f} ms"
+                                    if args.prefill_pp > 1 else "")
+    print(f"prefill of one prompt ({pre}): {doc['prefill_ms']:.2f} ms; {step_words} at batch "
           f"{args.batch} (TP{args.decode_tp}{f' x PP{args.decode_pp}' if args.decode_pp > 1 else ''}): "
           f"{doc['decode_step_ms']:.2f} ms; decode batch fits up to "
           f"{pt['decode_batch_cap']}")

@@ -24,8 +24,11 @@ def request_sentence(point: dict, s: PDSetup) -> str:
                 f"{point['decode_batch']:,} on {shape} (the pipeline's micro-batches in flight)")
     else:
         step = f"a decode step at batch {point['decode_batch']:,} takes {num(point['decode_step_ms'])} ms on {shape}"
+    pre = f"TP{s.prefill.ranks}" + (f" x PP{s.prefill_pp}" if s.prefill_pp > 1 else "")
+    every = (f" (a new prompt enters the pipeline every {num(point['prefill_service_ms'])} ms)"
+             if s.prefill_pp > 1 else "")
     return (f"One {wl.prompt_tokens:,}-token prompt takes {num(point['prefill_ms'])} ms to prefill on "
-            f"TP{s.prefill.ranks} {s.prefill.hardware.label}; {step}, and each request's KV cache is "
+            f"{pre} {s.prefill.hardware.label}{every}; {step}, and each request's KV cache is "
             f"{point['kv_transfer_GB']:.2f} GB.")
 
 

@@ -18,12 +18,12 @@ from .. import _check, presets
 from ..errors import SpecError
 from ..models.serving import disagg as dg
 from ..models.queueing import fcfs_sim as simulate
-from ..models.step.decode import step_time
 from ..deployment import MAX_RANKS, check_pp
 from ..models.step.engine import Deployment, resolve_deployment
-from ..models.step.kv_transfer import pipelined_exposed_s, transfer_time
-from ..models.step.pipeline import pp_decode
-from ..models.step.speculative import spec_step, user_spec
+from ..models.step.kv_transfer import transfer_time
+from ..models.step.per_token import token_time
+from ..models.step.pipeline import hop_link
+from ..models.step.speculative import user_spec
 from ..specs import Link, SpecDecode
 from ..units import dtype_bytes, from_si
 from . import tidy
@@ -48,9 +48,10 @@ class PDSetup:
     #: speculative decoding of every decoding instance (the decode pool and colocated ones; None: plain)
     speculative: SpecDecode | None = None
     decode_pp: int = 1  #: pipeline stages of each decode instance (each of decode.ranks GPUs)
+    prefill_pp: int = 1  #: pipeline stages of each prefill instance (each of prefill.ranks GPUs)
 
     def sides(self):
-        return (dg.prefill_side(self.prefill, self.workload),
+        return (dg.prefill_side(self.prefill, self.workload, pp=self.prefill_pp),
                 dg.decode_side(self.decode, self.workload, speculative=self.speculative, pp=self.decode_pp))
 
 
@@ -58,7 +59,7 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp
           output_tokens=256, rate_per_s=36.0, ttft_slo_ms=1000.0, tpot_slo_ms=40.0, percentile=0.99,
           prefix_tokens=0, weight_dtype=None, kv_dtype="bf16", runtime="default", nics=None,
           batched_ops=True, prompt_sigma=0.0, sampler: str = "fused", speculative=None,
-          accepted_length=None, decode_pp: int = 1) -> PDSetup:
+          accepted_length=None, decode_pp: int = 1, prefill_pp: int = 1) -> PDSetup:
     """Build a :class:`PDSetup` from preset names (validated). ``prompt_sigma`` > 0 makes prompt lengths
     lognormal with median ``prompt_tokens``; ``weight_dtype`` defaults to the model's released dtype.
 
@@ -66,7 +67,9 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp
     side's ranks (``prefill_tp (3) must divide the query heads of ...``). ``speculative`` (a preset name or
     SpecDecode) decodes every decoding instance speculatively, at ``accepted_length`` (mean tokens per verify step)
     when given in place of the preset's acceptance. ``decode_pp`` > 1: each decode instance is a pipeline of that
-    many stages of ``decode_tp`` GPUs (:mod:`llmexplore.models.step.pipeline`)."""
+    many stages of ``decode_tp`` GPUs (:mod:`llmexplore.models.step.pipeline`), and ``prefill_pp`` > 1 each prefill
+    instance one of ``prefill_tp`` GPUs per stage (the queue sees its service time, TTFT its latency). The
+    colocated instances compared with them run neither."""
     m, hw, rt, _ = resolve_deployment(model, gpu, runtime)
     weight_dtype = m.weight_dtype if weight_dtype is None else weight_dtype
     hw.check_dtype(weight_dtype, "weight_dtype")  # fp4 needs FP4 tensor cores
@@ -93,7 +96,15 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, prefill_tp: int = 8, decode_tp
     if pp > 1 and spec is not None:
         raise SpecError(f"decode_pp ({pp}) must be 1 when decoding speculatively with {spec.name!r}: engines do not "
                         "run a draft inside a pipeline (vllm-project/vllm#57755)")
-    return PDSetup(side("prefill_tp", prefill_tp), dec, wl, nics, batched_ops, spec, pp)
+    pre = side("prefill_tp", prefill_tp)
+    ppp = check_pp(m, prefill_pp, pre.ranks, field="prefill_pp", ranks_field="prefill_tp")
+    for field, p_, d in (("prefill_pp", ppp, pre), ("decode_pp", pp, dec)):
+        if p_ > 1:
+            try:
+                hop_link(d, p_)
+            except SpecError as exc:
+                raise SpecError(f"{field}: {exc}") from None
+    return PDSetup(pre, dec, wl, nics, batched_ops, spec, pp, ppp)
 
 
 def custom_link(achievable_GBps: float, *, like="roce-400g") -> Link:
@@ -185,7 +196,7 @@ def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_de
     z = dg.size_pools(pre, dec, x, s.workload)
     n_p = n_prefill or (z["n_p"] if z["feasible"] else 1)
     n_d = n_decode or (z["n_d"] if z["feasible"] else 1)
-    gpus = n_p * s.prefill.ranks + n_d * s.decode.ranks * s.decode_pp
+    gpus = n_p * s.prefill.ranks * s.prefill_pp + n_d * s.decode.ranks * s.decode_pp
     n_c = n_colocated or max(1, gpus // s.prefill.ranks)
     rates = _check.real_array("rates", np.atleast_1d(rates), lo=0.0, lo_open=True, hi=1e7, unit="req/s")
     rows = []
@@ -212,12 +223,12 @@ def exposed_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
                        page_tokens=s.decode.runtime.page_tokens, prefill_tp=s.prefill.ranks,
                        decode_tp=s.decode.ranks, batched_ops=s.batched_ops, nics=s.nics)
     lat = float(tr["latency_s"])
-    serial = lat + float(tr["ops_s"]) + float(tr["bandwidth_s"]) / bw
-    piped = pipelined_exposed_s(serial, pre.prefill_s, m.layers, latency_s=lat)
+    serial, piped = dg.stage_exposed_s(pre, lat + float(tr["ops_s"]) + float(tr["bandwidth_s"]) / bw, lat)
     n = bw.size
     return pd.DataFrame({"bandwidth_GBps": np.concatenate([bw, bw]),
                          "mode": ["serial"] * n + ["layer-wise pipelined"] * n,
-                         **tidy({"exposed_s": np.concatenate([serial, piped]), "prefill_s": pre.prefill_s})})
+                         **tidy({"exposed_s": np.concatenate([serial, piped]),
+                                 "prefill_s": pre.prefill_latency_s})})
 
 
 def gpus_vs_bandwidth(s: PDSetup, bandwidths_GBps) -> pd.DataFrame:
@@ -306,7 +317,8 @@ def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipel
     """One point, as the command line prints it and the notebook records it: one prefill, one decode step at a
     batch, the KV transfer, and the sized pools (disaggregated and colocated) with their latencies.
 
-    Returns ``prefill_ms``, ``decode_step_ms``, ``decode_batch``, ``decode_batch_cap``, ``kv_transfer_GB``,
+    Returns ``prefill_ms`` (a prompt's latency), ``prefill_service_ms`` (how often an instance takes a new prompt:
+    the same without a pipeline), ``decode_step_ms``, ``decode_batch``, ``decode_batch_cap``, ``kv_transfer_GB``,
     ``transfer_serial_ms``, ``transfer_exposed_ms``, and ``disaggregated`` / ``colocated`` records (feasible,
     instances, GPUs, goodput per GPU, TTFT and TPOT at the percentile, reason).
     """
@@ -316,15 +328,14 @@ def point_summary(s: PDSetup, *, link="roce-400g", decode_batch: int = 64, pipel
     x = dg.transfer_side(pre, dec, lk, s.workload, pipelined=pipelined, nics=s.nics, batched_ops=s.batched_ops)
     z = dg.size_pools(pre, dec, x, s.workload)
     co = dg.size_colocated(s.prefill, s.workload, speculative=s.speculative)
-    if s.decode_pp > 1:  # the time between a sequence's tokens in the pipeline
-        step = float(pp_decode(s.decode, s.decode_pp, decode_batch, s.workload.decode_context)["itl_s"])
-    elif s.speculative is None:
-        step = float(step_time(s.decode, decode_batch, s.workload.decode_context, "TP")["step_s"])
-    else:  # the time per output token: (draft + verify) / tokens per step
-        step = float(spec_step(s.decode, s.speculative, decode_batch, s.workload.decode_context)["tpot_s"])
+    # the time per output token: a decode step, the time between a sequence's tokens in a pipeline, or draft +
+    # verify over the tokens per step
+    step = float(token_time(s.decode, decode_batch, s.workload.decode_context, pp=s.decode_pp,
+                            speculative=s.speculative)["tpot_s"])
     pct = f"p{100 * s.workload.percentile:g}".replace(".", "_")
     return {
-        **tidy({"prefill_s": pre.prefill_s, "decode_step_s": step}), "decode_batch": decode_batch,
+        **tidy({"prefill_s": pre.prefill_latency_s, "prefill_service_s": pre.prefill_s, "decode_step_s": step}),
+        "decode_batch": decode_batch,
         "decode_batch_cap": dec.batch_cap, **tidy({"kv_transfer_B": x["physical_B"]}),
         **tidy({"transfer_serial_s": x["serial_s"], "transfer_exposed_s": x["exposed_s"]}),
         "disaggregated": {"feasible": z["feasible"], "prefill_instances": z["n_p"], "decode_instances": z["n_d"],
@@ -355,6 +366,8 @@ def queue_check(s: PDSetup, *, n_requests: int = 1_000_000, seed: int = 0, loads
         x = dg.transfer_side(pre, dec, presets.link("roce-400g"), s2.workload, pipelined=True, nics=s.nics)
         z = dg.size_pools(pre, dec, x, s2.workload)
         pools = sorted({1, int(z["n_p"]) if z["feasible"] else 4})
+        # the queue on its own: a pipeline's latency beyond its service time is added after it, not simulated
+        pre = dataclasses.replace(pre, pp=1, latency_s=np.zeros(0))
         for c in pools:
             for rho in loads:
                 lam = rho * c / pre.prefill_s

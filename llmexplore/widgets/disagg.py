@@ -41,7 +41,8 @@ class PDExplorer(Explorer):
                                    tpot_slo_ms=float(p["tpot_slo"]), weight_dtype=f["weight_dtype"],
                                    kv_dtype=f["kv_dtype"], nics=None if p["nics"] == NICS[0] else 1,
                                    runtime=p["runtime"], speculative=f["speculative"],
-                                   accepted_length=f["accepted_length"])
+                                   accepted_length=f["accepted_length"], prefill_pp=f["prefill_pp"],
+                                   decode_pp=f["decode_pp"])
 
     def evaluate(self):
         p = self.params()
@@ -92,10 +93,11 @@ def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp
                 link: str = "roce-400g", prompt: int = 4096, output: int = 256, rate: float = 36.0,
                 ttft_slo_ms: float = 1000.0, tpot_slo_ms: float = 40.0, weight_dtype: str | None = None,
                 kv_dtype: str = "bf16", runtime: str = "default", speculative: str | None = None,
-                accepted_length: float | None = None) -> PDExplorer:
+                accepted_length: float | None = None, prefill_pp: int = 1, decode_pp: int = 1) -> PDExplorer:
     """Sliders for prompt and output length, arrival rate and SLOs; dropdowns for the link, NICs and the
     runtime preset (``data/runtime.yaml``: how kernels are priced). ``speculative`` and ``accepted_length``
-    decode every decoding instance speculatively (as :func:`llmexplore.sweeps.disagg.setup` takes them) and stay
+    decode every decoding instance speculatively, ``prefill_pp`` / ``decode_pp`` make each prefill / decode
+    instance a pipeline of that many stages (as :func:`llmexplore.sweeps.disagg.setup` takes them); they stay
     fixed.
 
     ``weight_dtype`` defaults to the dtype the model's weights are released in. Unknown names raise
@@ -113,7 +115,8 @@ def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp
     tpot_slo_ms = _check.number("tpot_slo_ms", tpot_slo_ms, lo=0.0, lo_open=True, unit="ms")
     weight_dtype, kv_dtype, runtime = model_dtypes_runtime(model, weight_dtype, kv_dtype, runtime)
     disagg_sweeps.setup(model, gpu, prefill_tp=prefill_tp, decode_tp=decode_tp, speculative=speculative,
-                        accepted_length=accepted_length)  # the draft fits the model, the acceptance its rule
+                        accepted_length=accepted_length, prefill_pp=prefill_pp,
+                        decode_pp=decode_pp)  # the draft fits the model, the acceptance its rule, the stages theirs
     controls = {
         "prompt": choice_slider(log_options(256, 65536), prompt, "prompt", "tokens"),
         "output": choice_slider(log_options(16, 8192), output, "output", "tokens"),
@@ -127,5 +130,5 @@ def pd_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp
     rows = [["prompt", "output", "rate"], ["ttft_slo", "tpot_slo"], ["link", "nics", "runtime"]]
     fixed = {"model": model, "gpu": gpu, "prefill_tp": prefill_tp, "decode_tp": decode_tp,
              "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "speculative": speculative,
-             "accepted_length": accepted_length}
+             "accepted_length": accepted_length, "prefill_pp": prefill_pp, "decode_pp": decode_pp}
     return PDExplorer.build(controls, rows, fixed=fixed)

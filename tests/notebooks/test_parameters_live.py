@@ -274,6 +274,8 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
          {"SPECULATIVE": rec("decode_step_ms"), "ACCEPTED_LENGTH": rec("gpus_by_mode")}),
         # a pipeline of 2 decode stages (TP8 each): the time between tokens moves
         (dict(DECODE_PP=2), {"DECODE_PP": rec("decode_step_ms")}),
+        # a pipeline of 2 prefill stages (TP8 each): the pools the modes need move
+        (dict(PREFILL_PP=2), {"PREFILL_PP": rec("gpus_by_mode")}),
         # the grid extents: each moves the axis of its own figure (or the break-even its grid brackets)
         (dict(RATE_SPAN=[0.5, 1.2], TRANSFER_GBPS=[1, 400], ONE_NIC_GBPS=[2, 200], NIC_PER_GPU_GBPS=[0.5, 200]),
          {"RATE_SPAN": fig("latency_figure(", "x"), "TRANSFER_GBPS": fig("exposed_transfer_figure(", "x"),
@@ -387,6 +389,7 @@ REJECTED = [
      r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
     ("20_pd_disaggregation", dict(ACCEPTED_LENGTH=2.0), r"ACCEPTED_LENGTH must come with speculative"),
     ("20_pd_disaggregation", dict(DECODE_PP=81), r"DECODE_PP \(81\) must be at most the layers of llama-3-70b \(80\)"),
+    ("20_pd_disaggregation", dict(PREFILL_PP=81), r"PREFILL_PP \(81\) must be at most the layers of llama-3-70b \(80\)"),
     ("15_speculative_decoding", dict(SPECULATIVE="eagle"), r"SPECULATIVE must name a preset in data/speculative.yaml"),
     ("15_speculative_decoding", dict(MODEL="llama-3-70b"),
      r"MODEL = 'llama-3-70b' does not apply to this notebook: llama-3-70b has no MTP module"),

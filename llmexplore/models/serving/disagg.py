@@ -40,9 +40,10 @@ from ..step.engine import Deployment
 from ..step.kv_transfer import pipelined_exposed_s, transfer_time
 from ..step.prefill import mixed_step_time, prefill_time
 from ..step.per_token import check_decoding, token_max_batch, token_time
+from ..step.pipeline import check_pp, pp_prefill, stage_layers
 from ..step.speculative import resolve_spec
 
-__all__ = ["Workload", "PrefillSide", "DecodeSide", "prefill_side", "decode_side", "transfer_side",
+__all__ = ["Workload", "PrefillSide", "DecodeSide", "prefill_side", "decode_side", "transfer_side", "stage_exposed_s",
            "disagg_latency", "colocated_latency", "colocated_tables", "colocated_from_tables", "max_rate_grid",
            "size_pools", "size_colocated", "first_fixed_point", "CHUNK_OPTIONS"]
 
@@ -132,12 +133,36 @@ class Workload:
 @dataclass(frozen=True)
 class PrefillSide:
     """Prefill service: ``prefill_s`` is the mean time of one prompt on one instance [s]; with variable
-    prompts ``service_s`` / ``service_p`` is its distribution (one point when prompts are all equal)."""
+    prompts ``service_s`` / ``service_p`` is its distribution (one point when prompts are all equal).
+
+    A pipeline of ``pp`` stages (each of ``dep.ranks`` GPUs, :func:`..step.pipeline.pp_prefill`) accepts a prompt
+    every ``service_s`` (the slowest stage's share) while each prompt takes ``latency_s`` (the whole model on one
+    stage's ranks, plus the hops) to its first token: the queue sees the service, TTFT the latency. Without a
+    pipeline the two are the same (``latency_s`` empty)."""
 
     dep: Deployment
     prefill_s: float
     service_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     service_p: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    pp: int = 1
+    latency_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one prefill instance: ranks x pipeline stages."""
+        return self.dep.ranks * self.pp
+
+    @property
+    def latencies(self) -> np.ndarray:
+        """Each service point's prompt latency [s] (the service time itself without a pipeline)."""
+        return self.latency_s if self.latency_s.size else self.service_s
+
+    @property
+    def prefill_latency_s(self) -> float:
+        """Mean prompt latency [s]: ``prefill_s`` without a pipeline."""
+        if not self.latency_s.size:
+            return self.prefill_s
+        return float(self.service_p @ self.latency_s) if self.service_p.size else float(self.latency_s.mean())
 
     @property
     def deterministic(self) -> bool:
@@ -171,17 +196,21 @@ class DecodeSide:
         return np.interp(b, self.batches, self.step_s)
 
 
-def prefill_side(dep: Deployment, wl: Workload) -> PrefillSide:
+def prefill_side(dep: Deployment, wl: Workload, *, pp: int = 1) -> PrefillSide:
     """Prefill service time(s) of the workload's prompts on one instance (interpolated on a log grid in the
-    prompt length when prompts vary: prefill time is smooth in S)."""
+    prompt length when prompts vary: prefill time is smooth in S). ``pp`` > 1: an instance of ``pp`` pipeline
+    stages of ``dep.ranks`` GPUs (:func:`..step.pipeline.pp_prefill`: service and latency apart)."""
+    p_ = check_pp(dep.model, pp, dep.ranks)
     k, p = wl.prompt_distribution()
     if k.size == 1:
-        t = float(prefill_time(dep, wl.prompt_tokens, wl.prefix_tokens)["prefill_s"])
-        return PrefillSide(dep, t, np.array([t]), np.array([1.0]))
+        r = pp_prefill(dep, p_, wl.prompt_tokens, wl.prefix_tokens)
+        t, lat = float(r["service_s"]), float(r["latency_s"])
+        return PrefillSide(dep, t, np.array([t]), np.array([1.0]), p_, np.array([lat]) if p_ > 1 else np.zeros(0))
     grid = np.unique(np.round(np.geomspace(k.min(), k.max(), 48)))
-    tg = prefill_time(dep, grid, wl.prefix_tokens)["prefill_s"]
-    t = np.interp(k, grid, tg)
-    return PrefillSide(dep, float(p @ t), t, p)
+    r = pp_prefill(dep, p_, grid, wl.prefix_tokens)
+    t = np.interp(k, grid, r["service_s"])
+    lat = np.interp(k, grid, r["latency_s"]) if p_ > 1 else np.zeros(0)
+    return PrefillSide(dep, float(p @ t), t, p, p_, lat)
 
 
 def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_limit: int = 4096,
@@ -211,18 +240,41 @@ def decode_side(dep: Deployment, wl: Workload, *, layout: str = "TP", max_batch_
     return DecodeSide(dep, cap, b, np.asarray(t, dtype=float), p)
 
 
+def stage_exposed_s(pre: PrefillSide, transfer_s, latency_s) -> tuple[np.ndarray, np.ndarray]:
+    """(serial, layer-wise pipelined) exposed KV transfer of one request [s] from the whole request's serial
+    ``transfer_s`` and the link's ``latency_s`` (broadcast): without a pipeline :func:`..step.kv_transfer
+    .pipelined_exposed_s` behind the prefill; with ``pre.pp`` stages each sends its own layers on its own NICs, so
+    what stays exposed is the largest stage's transfer behind its own layers' share of the prompt's latency."""
+    m = pre.dep.model
+    layers = max(stage_layers(m, pre.pp))
+    share = layers / m.layers
+    lat = np.asarray(latency_s, dtype=float)
+    serial = lat + (np.asarray(transfer_s, dtype=float) - lat) * share
+    return serial, pipelined_exposed_s(serial, share * pre.prefill_latency_s, layers, latency_s=lat)
+
+
 def transfer_side(pre: PrefillSide, dec: DecodeSide, link: Link, wl: Workload, *, pipelined: bool = True,
                   nics: int | None = None, batched_ops: bool = True, op_overhead_us: float = 1.0) -> dict:
-    """KV transfer of one request: ``link_busy_s`` (time the busiest NIC is occupied), ``exposed_s``
-    (added to TTFT at an idle link: serial, or pipelined behind the prefill) and the bytes."""
+    """KV transfer of one request: ``link_busy_s`` (time the busiest prefill NIC is occupied),
+    ``link_busy_decode_s`` (the busiest decode NIC), ``exposed_s`` (added to TTFT at an idle link: serial, or
+    pipelined behind the prefill) and the bytes.
+
+    Pipelines: each stage sends (receives) the KV of its own layers through its own NICs, so the busiest NIC is
+    the largest stage's (ceil(L / pp) of L layers); a pipelined prefill's last stage computes its layers in the
+    last ceil(L / pp) / L of the prompt's latency, and its transfer is what can stay exposed ``nics`` NICs per
+    stage (None: one per GPU)."""
     m = pre.dep.model
     tr = transfer_time(m, link, wl.prompt_tokens, kv_dtype=dec.dep.kv_dtype,
                        page_tokens=dec.dep.runtime.page_tokens, prefill_tp=pre.dep.ranks, decode_tp=dec.dep.ranks,
                        op_overhead_us=op_overhead_us, batched_ops=batched_ops, nics=nics)
-    serial = float(tr["transfer_s"])
-    exposed = (float(pipelined_exposed_s(serial, pre.prefill_s, m.layers, latency_s=float(tr["latency_s"])))
-               if pipelined else serial)
-    return {"serial_s": serial, "exposed_s": exposed, "link_busy_s": float(tr["bandwidth_s"] + tr["ops_s"]),
+    lat = float(tr["latency_s"])
+    busy_all = float(tr["bandwidth_s"] + tr["ops_s"])
+    p_share = max(stage_layers(m, pre.pp)) / m.layers  # the largest prefill stage's share of the layers
+    d_share = max(stage_layers(m, dec.pp)) / m.layers
+    serial, piped = stage_exposed_s(pre, float(tr["transfer_s"]), lat)
+    exposed = float(piped) if pipelined else float(serial)
+    return {"serial_s": float(serial), "exposed_s": exposed, "link_busy_s": busy_all * p_share,
+            "link_busy_decode_s": busy_all * pre.dep.ranks / dec.dep.ranks * d_share,
             "physical_B": float(tr["physical_B"]), "logical_B": float(tr["logical_B"])}
 
 
@@ -234,14 +286,17 @@ def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarra
     one instance: the exact M/G/1 sojourn quantile (:func:`..queueing.mg1.mg1_sojourn_quantile_fft`). Several
     instances: T = W + S with W independent of the request's own S (FCFS), P(T > t) = sum_s p_s P(W > t - s)
     with the Allen-Cunneen exponential wait tail, solved by bisection (within a few % of a simulation, see
-    tests/unit/models/serving/test_disagg.py). inf where the pool is unstable.
+    tests/unit/models/serving/test_disagg.py). inf where the pool is unstable. A pipelined prefill (``pre.pp`` > 1)
+    waits on its service time and adds its latency: T = W + latency(S) (its wait tail as above, the exact
+    single-instance sojourn only without a pipeline).
     """
     lam = np.asarray(lam, dtype=float)
     c = np.asarray(servers, dtype=float)
     lam, c = np.broadcast_arrays(lam, c)
     if pre.deterministic:
-        return pool_wait_quantile(p, lam, pre.prefill_s, c) + pre.prefill_s
+        return pool_wait_quantile(p, lam, pre.prefill_s, c) + pre.prefill_latency_s
     s, w = pre.service_s, pre.service_p
+    lat = pre.latencies
     rho = lam * pre.prefill_s / c
     stable = rho < 1
     lam_s = np.where(stable, lam, 0.0)
@@ -254,10 +309,10 @@ def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarra
     A = np.where(lam_s > 0, A, 0.0)
     target = 1.0 - p
     lo = np.zeros(lam.shape)
-    hi = np.full(lam.shape, float(s.max()))
+    hi = np.full(lam.shape, float(lat.max()))
     # grow hi until P(T > hi) <= target (the tail is exponential: a few doublings at most)
     def sf(t):
-        x = t[..., None] - s
+        x = t[..., None] - lat
         wait_sf = np.where(x < 0, 1.0, A[..., None] * np.exp(-g[..., None] * np.maximum(x, 0.0)))
         return wait_sf @ w
     for _ in range(60):
@@ -271,7 +326,7 @@ def prefill_ttft_quantile(pre: PrefillSide, p: float, lam, servers) -> np.ndarra
         lo = np.where(above, mid, lo)
         hi = np.where(above, hi, mid)
     out = np.where(stable, hi, np.inf)
-    single = (c == 1) & stable
+    single = (c == 1) & stable & (pre.pp == 1)
     if single.any():
         out = np.array(out, dtype=float)
         for lv in np.unique(lam[single]):
@@ -315,6 +370,14 @@ def _decode_fixed_point(dec: DecodeSide, lam_d, wl: Workload) -> dict:
     return {"mean_batch": mean_b, "batch_pct": pct_b, "tpot_s": np.where(fits, tpot, np.inf), "fits": fits}
 
 
+def _busy_decode(xfer: dict, pre: PrefillSide, dec: DecodeSide) -> float:
+    """Time the busiest decode NIC takes one request's KV [s] (a transfer record without the key: every decode
+    GPU's NIC an equal share)."""
+    if "link_busy_decode_s" in xfer:
+        return float(xfer["link_busy_decode_s"])
+    return float(xfer["link_busy_s"]) * pre.gpus / dec.gpus
+
+
 def disagg_latency(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, n_p, n_d) -> dict:
     """TTFT and TPOT at the workload's percentile for pools of ``n_p`` prefill and ``n_d`` decode instances
     (broadcast). inf marks an unstable prefill queue or link, or a decode batch that does not fit."""
@@ -324,10 +387,10 @@ def disagg_latency(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, 
     p = wl.percentile
     q_pre = prefill_ttft_quantile(pre, p, lam, n_p)  # prefill wait + service
     w_link = md1_quantile_fast(p, lam / n_p, xfer["link_busy_s"]) if xfer["link_busy_s"] > 0 else 0.0
-    w_link_d = md1_quantile_fast(p, lam / n_d, xfer["link_busy_s"] * pre.dep.ranks / dec.gpus) \
+    w_link_d = md1_quantile_fast(p, lam / n_d, _busy_decode(xfer, pre, dec)) \
         if xfer["link_busy_s"] > 0 else 0.0  # the decode instance's NICs receive every request's bytes
     ttft = q_pre + np.maximum(w_link, w_link_d) + xfer["exposed_s"]
-    w_pre = q_pre - pre.prefill_s
+    w_pre = q_pre - pre.prefill_latency_s
     d = _decode_fixed_point(dec, lam / n_d, wl)
     ttft, tpot = np.broadcast_arrays(ttft, d["tpot_s"])
     return {"ttft_s": ttft, "tpot_s": tpot, "prefill_wait_s": np.broadcast_to(w_pre, ttft.shape),
@@ -456,8 +519,8 @@ def max_rate_grid(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *
     n = np.arange(1, int(n_max) + 1, dtype=float)
     p, slo_ttft = wl.percentile, wl.ttft_slo_ms * 1e-3
     busy_p = xfer["link_busy_s"]
-    busy_d = xfer["link_busy_s"] * pre.dep.ranks / dec.gpus  # a decode instance's NICs (every stage's) take every byte
-    base = pre.prefill_s + xfer["exposed_s"]
+    busy_d = _busy_decode(xfer, pre, dec)  # a decode instance's NICs (every stage's) take every byte
+    base = pre.prefill_latency_s + xfer["exposed_s"]
 
     def bisect(ok_fn, hi):
         lo = np.zeros_like(hi)
@@ -486,7 +549,7 @@ def max_rate_grid(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *
             else np.zeros_like(n)
         rate_d = np.minimum(rate_d, rate_link)
     rate = np.minimum(rate_p[:, None], rate_d[None, :])
-    gpus = n[:, None] * pre.dep.ranks + n[None, :] * dec.gpus
+    gpus = n[:, None] * pre.gpus + n[None, :] * dec.gpus
     return {"n": n, "rate_prefill": rate_p, "rate_decode": rate_d, "rate": rate, "gpus": gpus,
             "rate_per_gpu": rate / gpus, "decode_batch_slo": b_star}
 
@@ -509,7 +572,7 @@ def size_pools(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *, n
                 "pd_ratio": np.nan, "ttft_s": np.inf, "tpot_s": np.inf}
     n_p = g["n"][cand[:, 0]]
     n_d = g["n"][cand[:, 1]]
-    gpus = n_p * pre.dep.ranks + n_d * dec.gpus
+    gpus = n_p * pre.gpus + n_d * dec.gpus
     lat = disagg_latency(pre, dec, xfer, wl, n_p, n_d)
     ok = (lat["ttft_s"] <= wl.ttft_slo_ms * 1e-3) & (lat["tpot_s"] <= wl.tpot_slo_ms * 1e-3)
     if not ok.any():
@@ -519,7 +582,7 @@ def size_pools(pre: PrefillSide, dec: DecodeSide, xfer: dict, wl: Workload, *, n
     order = np.lexsort((n_p, np.where(ok, gpus, np.inf)))  # fewest GPUs, then fewer prefill instances
     i = order[0]
     return {"feasible": True, "reason": "", "n_p": int(n_p[i]), "n_d": int(n_d[i]), "gpus": int(gpus[i]),
-            "goodput_per_gpu": lam / gpus[i], "pd_ratio": n_p[i] * pre.dep.ranks / (n_d[i] * dec.gpus),
+            "goodput_per_gpu": lam / gpus[i], "pd_ratio": n_p[i] * pre.gpus / (n_d[i] * dec.gpus),
             "ttft_s": float(lat["ttft_s"][i]), "tpot_s": float(lat["tpot_s"][i])}
 
 

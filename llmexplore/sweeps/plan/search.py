@@ -282,12 +282,13 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
     busy_p, busy_d, exposed = np.zeros(k), np.zeros(k), np.zeros(k)
     for j, (p, d) in enumerate(pairs):
         lat = p.prefill_s + p.prefill_delay_s  # the KV streams out while the whole prompt's prefill runs
-        ps = dg.PrefillSide(p.dep, lat, np.array([lat]), np.array([1.0]))
-        ds = dg.DecodeSide(d.dep, int(d.batches[-1]), d.batches, d.step_s)
+        ps = dg.PrefillSide(p.dep, p.prefill_s, np.array([p.prefill_s]), np.array([1.0]), p.pp,
+                            np.array([lat]) if p.pp > 1 else np.zeros(0))
+        ds = dg.DecodeSide(d.dep, int(d.batches[-1]), d.batches, d.step_s, d.pp)
         x = dg.transfer_side(ps, ds, link, wl)
-        # a pipeline's stages each send their own layers' KV: its pp x ranks NICs share the bytes
-        busy_p[j], exposed[j] = x["link_busy_s"] / p.pp, x["exposed_s"] + p.prefill_delay_s
-        busy_d[j] = x["link_busy_s"] * p.dep.ranks / (d.dep.ranks * d.pp)
+        # a pipeline's stages each send (receive) their own layers' KV on their own NICs (transfer_side)
+        busy_p[j], exposed[j] = x["link_busy_s"], x["exposed_s"] + p.prefill_delay_s
+        busy_d[j] = x["link_busy_decode_s"]
     S = np.array([p.prefill_s for p, _ in pairs])
     rp = np.array([p.gpus for p, _ in pairs], float)
     rd = np.array([d.gpus for _, d in pairs], float)

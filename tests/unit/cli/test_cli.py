@@ -466,3 +466,15 @@ def test_layouts_with_a_pipeline_or_speculation_compare_the_time_per_output_toke
     code, out, err = run(capsys, [*LAYOUT_ARGS, "--pp", "2", "--speculative", "ngram-5"])
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "--pp (2) must be 1 when decoding speculatively with 'ngram-5'" in err
+
+
+def test_pd_with_pipelined_prefill_instances(capsys):
+    """pd --prefill-pp (issue 21): the prompt's latency and the pipeline's service time both reported, the pools
+    count each prefill instance's stages, and the JSON says the stages."""
+    doc = run_json(capsys, [*_PD, "--prefill-pp", "2", "--no-band", "--json"])
+    assert doc["inputs"]["prefill_pp"] == 2
+    assert doc["prefill_service_ms"] < 0.55 * doc["prefill_ms"]  # a stage's share: half the layers
+    d = doc["disaggregated"]
+    assert d["gpus"] == d["prefill_instances"] * 16 + d["decode_instances"] * 8
+    code, out, _ = run(capsys, [*_PD, "--prefill-pp", "2", "--no-band"])
+    assert code == 0 and "TP8 x PP2, a new prompt every" in out

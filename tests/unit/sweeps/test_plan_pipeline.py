@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
+from llmexplore import presets
 from llmexplore.deployment import DeploymentConfig
 from llmexplore.errors import SpecError
 from llmexplore.sweeps import plan as sp
@@ -97,3 +99,55 @@ def test_the_pd_area_sizes_pipelined_decode_pools_in_all_their_gpus():
         sd.setup("llama-3-70b", "h100-sxm", decode_pp=0)
     with pytest.raises(SpecError, match="decode_pp \\(2\\) must be 1 when decoding speculatively"):
         sd.setup("llama-3-70b", "h100-sxm", decode_pp=2, speculative="ngram-5")
+
+
+def test_a_pipelined_prefill_pool_queues_on_its_service_and_answers_with_its_latency():
+    """Area 20 with prefill_pp (issue 21): a TP8 x PP2 prefill instance of Llama-3-70B on H100 accepts a prompt
+    every stage's share (40 of 80 layers: half the prompt) while each prompt still takes the whole model's prefill
+    plus one hop; one instance's p99 TTFT is the exact M/D/1 wait on that service plus the latency."""
+    from llmexplore.models.queueing.at_stat import pool_wait_quantile
+    from llmexplore.models.serving import disagg as dg
+    from llmexplore.models.step import pipeline as pl
+    from llmexplore.sweeps import disagg as sd
+
+    s = sd.setup("llama-3-70b", "h100-sxm", prefill_pp=2, rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
+    pre, dec = s.sides()
+    r = pl.pp_prefill(s.prefill, 2, 4096)
+    assert pre.prefill_s == pytest.approx(float(r["service_s"]), rel=1e-12)
+    assert pre.prefill_latency_s == pytest.approx(float(r["latency_s"]), rel=1e-12)
+    assert pre.prefill_s == pytest.approx(pre.prefill_latency_s / 2, rel=0.01) and pre.gpus == 16
+    lam = 8.0
+    want = float(pool_wait_quantile(0.99, lam, pre.prefill_s, 1.0)) + pre.prefill_latency_s
+    assert float(dg.prefill_ttft_quantile(pre, 0.99, lam, 1)) == pytest.approx(want, rel=1e-12)
+    # each stage sends its own layers' KV over its own NICs: half the bytes on a prefill NIC, all of a decode
+    # instance's share on its NICs
+    one = sd.setup("llama-3-70b", "h100-sxm", rate_per_s=36, ttft_slo_ms=1000, tpot_slo_ms=40)
+    link = presets.link("roce-400g")
+    x1 = dg.transfer_side(*one.sides(), link, one.workload)
+    x2 = dg.transfer_side(pre, dec, link, s.workload)
+    assert x2["link_busy_s"] == pytest.approx(x1["link_busy_s"] / 2, rel=1e-12)
+    assert x2["link_busy_decode_s"] == pytest.approx(x1["link_busy_decode_s"], rel=1e-12)
+    p = sd.point_summary(s)
+    d = p["disaggregated"]
+    assert d["gpus"] == d["prefill_instances"] * 16 + d["decode_instances"] * 8
+    assert p["prefill_service_ms"] == pytest.approx(pre.prefill_s * 1e3, rel=1e-12)
+    assert p["prefill_ms"] == pytest.approx(pre.prefill_latency_s * 1e3, rel=1e-12)
+    with pytest.raises(SpecError, match=r"prefill_pp \(81\) must be at most the layers of llama-3-70b \(80\)"):
+        sd.setup("llama-3-70b", "h100-sxm", prefill_pp=81)
+
+
+def test_variable_prompts_through_a_pipelined_prefill_add_each_prompts_latency():
+    """Lognormal prompts, several instances: T = W + latency(S), with W the wait on the pipeline's service times;
+    the same pool without a pipeline answers with its own S (pp = 1 path unchanged), and the pipeline's tail is
+    at least its longest-latency share above its wait."""
+    from llmexplore.models.serving import disagg as dg
+    from llmexplore.sweeps import disagg as sd
+
+    kw = dict(prompt_sigma=0.8, rate_per_s=20, ttft_slo_ms=3000, tpot_slo_ms=60)
+    pre1, _ = sd.setup("llama-3-70b", "h100-sxm", **kw).sides()
+    pre2, _ = sd.setup("llama-3-70b", "h100-sxm", prefill_pp=2, **kw).sides()
+    assert np.all(pre2.latency_s > pre2.service_s) and pre2.service_s.size == pre1.service_s.size
+    q1 = float(dg.prefill_ttft_quantile(pre1, 0.99, 10.0, 4))
+    q2 = float(dg.prefill_ttft_quantile(pre2, 0.99, 10.0, 4))
+    # half the service per prompt at the same rate: far less waiting, the same latency per prompt (+ one hop)
+    assert q2 < q1 and q2 > float(np.quantile(pre2.latency_s, 0.5))
