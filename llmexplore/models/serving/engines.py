@@ -50,20 +50,40 @@ class Scheduler:
             object.__setattr__(self, "kv_blocks", _check.integer("kv_blocks", self.kv_blocks, lo=1, hi=1 << 40))
 
 
-def kv_capacity_blocks(dep: Deployment, scheduler: Scheduler = Scheduler(), layout: str = "TP") -> int:
+def kv_capacity_blocks(dep: Deployment, scheduler: Scheduler = Scheduler(), layout: str = "TP",
+                       speculative=None) -> int:
     """KV blocks one scheduler holds: the KV budget per rank beside the weights and the activations of a full
     token budget (the runtime's memory rule, :meth:`..step.engine.Deployment.kv_budget_B`: vLLM's share of the
     total, TensorRT-LLM's share of what is free) / (KV bytes per token per rank x ``block_tokens``)
     (:func:`..step.decode.memory_per_rank`). ``layout`` "TP": the instance's scheduler, KV sharded by heads;
     "DPA": one attention-DP rank's, whose ``scheduler`` counts that rank's tokens and which holds its own
     requests' whole KV beside replicated attention weights (the activations of every rank's budget gathered for
-    the FFN). 0 if the weights do not fit."""
+    the FFN). 0 if the weights do not fit.
+
+    ``speculative`` (a preset or SpecDecode): the draft's weights come off the budget, the draft layer's KV is
+    paged with every token (a block holds ``block_tokens`` tokens of both), and the verify pass's k draft slots of
+    every one of ``max_num_seqs`` sequences are set aside (:func:`..step.speculative.spec_memory`'s accounting)."""
     page = dep.runtime.page_tokens
     g = dep.ranks if layout == "DPA" else 1
-    mem = memory_per_rank(dep, g * scheduler.max_num_batched_tokens, 1, layout)
-    free = float(mem["kv_budget_B"])  # the runtime's memory rule (Deployment.kv_budget_B)
+    if speculative is None:
+        mem = memory_per_rank(dep, g * scheduler.max_num_batched_tokens, 1, layout)
+        free = float(mem["kv_budget_B"])  # the runtime's memory rule (Deployment.kv_budget_B)
+        per_token = float(memory_per_rank(dep, 1, page, layout)["kv_B"]) / page
+        return max(0, int(free // (per_token * scheduler.block_tokens)))
+    from ..step.speculative import draft_deployment, resolve_spec, spec_memory
+
+    spec = resolve_spec(speculative)
+    W = spec.verify_width
+    seqs = max(1, -(-scheduler.max_num_batched_tokens // W))  # the verify passes a full token budget holds
+    mem = spec_memory(dep, spec, g * seqs, 1, layout)
+    free = float(mem["kv_budget_B"])
+    ddep = draft_deployment(dep, spec)
     per_token = float(memory_per_rank(dep, 1, page, layout)["kv_B"]) / page
-    return max(0, int(free // (per_token * scheduler.block_tokens)))
+    if ddep is not None:
+        per_token += float(memory_per_rank(ddep, 1, page, layout)["kv_B"]) / page
+    blocks = int(free // (per_token * scheduler.block_tokens))
+    slots = -(-scheduler.max_num_seqs * (W - 1) // scheduler.block_tokens)  # the verify slots of a full batch
+    return max(0, blocks - slots)
 
 
 class RequestState(enum.IntEnum):
@@ -127,12 +147,12 @@ class EnginePolicy:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._host_repr()})"
 
-    def kv_blocks(self, dep: Deployment, scheduler: Scheduler, layout: str = "TP") -> int:
+    def kv_blocks(self, dep: Deployment, scheduler: Scheduler, layout: str = "TP", speculative=None) -> int:
         """KV blocks of one scheduler (an instance; under DPA an attention-DP rank): the scheduler's
         ``kv_blocks`` if set, else what the memory left after weights, activations and reserve holds
-        (:func:`kv_capacity_blocks`)."""
+        (:func:`kv_capacity_blocks`, with a speculative draft's weights, KV and verify slots)."""
         return (scheduler.kv_blocks if scheduler.kv_blocks is not None
-                else kv_capacity_blocks(dep, scheduler, layout))
+                else kv_capacity_blocks(dep, scheduler, layout, speculative))
 
     def dp_rank_scheduler(self, scheduler: Scheduler, ranks: int) -> Scheduler:
         """The scheduler of one attention-DP rank of an instance of ``ranks`` ranks whose ``scheduler`` is given

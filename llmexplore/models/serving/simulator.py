@@ -59,8 +59,10 @@ disaggregated request's KV goes from the one prefill rank that holds it to one d
 side of the transfer), through that rank's NIC.
 
 Assumptions: TP layout pricing (:func:`..step.prefill.mixed_step_time`), or DPA as above; a cached prefix is counted in the KV of
-every request that uses it (shared blocks are not deduplicated); no CPU swap, no speculative decoding; the
-prefill instances' KV memory is not limited and they do not wait for the decode side.
+every request that uses it (shared blocks are not deduplicated); no CPU swap; speculative decoding on a
+disaggregated decode pool only (:func:`.step_tables.speculative_tables`: tokens at the cycle's mean rate, every
+sequence accepting the mean tau); the prefill instances' KV memory is not limited and they do not wait for the
+decode side.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ from ..step.engine import Deployment
 from ..step.kv_transfer import transfer_time
 from .batcher import Batcher
 from .engines import DEFAULT_POLICY, EnginePolicy, Scheduler, runtime_policy
-from .step_tables import SIM_LAYOUTS, StepTables, TablesCache, step_tables
+from .step_tables import SIM_LAYOUTS, StepTables, TablesCache, speculative_tables, step_tables
+from ..step.speculative import check_spec, resolve_spec
 from .workload import Traffic, requests
 
 __all__ = ["ServingResult", "simulate_colocated", "simulate_disaggregated", "weighted_quantile", "METRICS",
@@ -189,9 +192,13 @@ def _check_policy(policy, dep: Deployment) -> EnginePolicy:
     return policy
 
 
-def _blocks(dep: Deployment, sched: Scheduler, where: str, policy: EnginePolicy, layout: str = "TP") -> int:
+def _blocks(dep: Deployment, sched: Scheduler, where: str, policy: EnginePolicy, layout: str = "TP",
+            speculative=None) -> int:
     # a policy written before DPA was simulated takes (dep, scheduler): TP calls it so
-    kv = policy.kv_blocks(dep, sched) if layout == "TP" else policy.kv_blocks(dep, sched, layout)
+    if speculative is not None:
+        kv = policy.kv_blocks(dep, sched, layout, speculative)
+    else:
+        kv = policy.kv_blocks(dep, sched) if layout == "TP" else policy.kv_blocks(dep, sched, layout)
     if kv < 1:
         raise SpecError(f"the {where} has no memory left for KV blocks: the weights, activations and reserve of "
                         f"{dep.label()}{' (DPA)' if layout == 'DPA' else ''} exceed its usable HBM (more ranks or "
@@ -252,9 +259,12 @@ class _Runs:
 
 
 def _assemble(req: dict, first, finish, npre, inst, extra_all, series_parts, kv_blocks, more=None,
-              ranks=None) -> ServingResult:
+              ranks=None, tokens_per_step: float = 1.0) -> ServingResult:
     """The result from per-scheduler parts: ``series_parts`` [(instance, series tuple)], ``kv_blocks`` the
-    capacity of each part's scheduler, ``ranks`` (DPA) each part's attention-DP rank."""
+    capacity of each part's scheduler, ``ranks`` (DPA) each part's attention-DP rank. ``tokens_per_step`` tau > 1:
+    the parts decode speculatively, their iterations standing for 1 / tau of a draft + verify cycle
+    (:func:`.step_tables.speculative_tables`); the ITL is restored to what a client sees, a burst of tau tokens per
+    cycle: a gap of the cycle (tau x the iteration) for 1 / tau of the tokens and none for the rest."""
     req = dict(req)
     req["first_token_s"] = first
     req["finish_s"] = finish
@@ -277,8 +287,14 @@ def _assemble(req: dict, first, finish, npre, inst, extra_all, series_parts, kv_
     for c in ("batch", "decode_batch", "prefill_tokens", "kv_blocks"):
         series[c] = series[c].astype(np.int64)
     weight = series.pop("weight")
-    itl = np.concatenate([series["step_s"], extra_all])
-    itl_w = np.concatenate([weight, np.ones(extra_all.size)])
+    if tokens_per_step > 1:
+        tau = float(tokens_per_step)
+        burst = float(np.sum(weight)) * (1.0 - 1.0 / tau)
+        itl = np.concatenate([series["step_s"] * tau, [0.0], extra_all])
+        itl_w = np.concatenate([weight / tau, [burst], np.ones(extra_all.size)])
+    else:
+        itl = np.concatenate([series["step_s"], extra_all])
+        itl_w = np.concatenate([weight, np.ones(extra_all.size)])
     keep = itl_w > 0
     return ServingResult(requests=req, itl_s=itl[keep], itl_weight=itl_w[keep], series=series,
                          summary=_summary(req, itl[keep], itl_w[keep], series), kv_blocks=tuple(kv_blocks))
@@ -369,7 +385,8 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
                            prefill_tokens: int = 8192, decode_scheduler: Scheduler = Scheduler(), seed=0,
                            nics: int | None = None, batched_ops: bool = True, op_overhead_us: float = 1.0,
                            policy: EnginePolicy | None = None, prefill_layout: str = "TP",
-                           decode_layout: str = "TP", tables_cache: TablesCache | None = None) -> ServingResult:
+                           decode_layout: str = "TP", tables_cache: TablesCache | None = None,
+                           decode_speculative=None) -> ServingResult:
     """Simulate ``n_requests`` of open-loop ``traffic`` on a disaggregated deployment (module docstring).
 
     Prefill: ``prefill_instances`` of ``prefill_dep`` behind one FCFS queue, each running batches of whole
@@ -385,6 +402,10 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     ``decode_layout`` "DPA": that side's ranks each serve their own requests (module docstring): a prefill rank
     runs its own batches (``prefill_tokens`` each), a decode rank has its own KV and ceil(max_num_seqs / ranks)
     of ``decode_scheduler``'s requests. ``tables_cache``: as :func:`simulate_colocated` takes it.
+    ``decode_speculative`` (a speculative-decoding preset or SpecDecode): the decode instances decode
+    speculatively, their iterations in output tokens at the cycle's time per token
+    (:func:`.step_tables.speculative_tables`), their KV capacity less the draft's weights, KV and verify slots
+    (:func:`.engines.kv_capacity_blocks`), the ITL in bursts of tau tokens (:func:`_assemble`).
     """
     kp = _check_common(traffic, n_requests, prefill_instances, "prefill_instances")
     kd = _check.integer("decode_instances", decode_instances, lo=1, hi=MAX_INSTANCES)
@@ -405,8 +426,11 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     if decode_layout == "DPA":
         decode_scheduler = policy.dp_rank_scheduler(decode_scheduler, Td)
     where = "decode attention-DP rank" if decode_layout == "DPA" else "decode instance"
+    spec = resolve_spec(decode_speculative)
+    if spec is not None:
+        check_spec(decode_dep.model, spec)
     req = requests(traffic, n_requests, seed)
-    kv = _blocks(decode_dep, decode_scheduler, where, policy, decode_layout)
+    kv = _blocks(decode_dep, decode_scheduler, where, policy, decode_layout, spec)
     _check_fit(req, kv, decode_scheduler.block_tokens, where)
     n = req["prompt_tokens"].size
     P, X0 = req["prompt_tokens"], req["prefix_tokens"]
@@ -426,6 +450,7 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     total = np.broadcast_to(tr["transfer_s"], P.shape)
     td = build(decode_dep, max_tokens=_iteration_tokens(req, decode_scheduler, policy),
                max_batch=decode_scheduler.max_num_seqs, max_context=Sctx, layout=decode_layout)
+    td = speculative_tables(td, spec)
     # the servers of each side: an instance each, or under DPA each instance's ranks (dealt instances first)
     args = (req, n, kp * Tp, kd * Td, budget, tp, td, kv, policy, decode_scheduler, P, X0, new, x0, busy, total,
             _Runs())
@@ -445,7 +470,7 @@ def simulate_disaggregated(prefill_dep: Deployment, decode_dep: Deployment, link
     parts = [(j % kd, p) for j, p in parts]
     ranks = [j // kd for j in range(kd * Td)] if decode_layout == "DPA" else None
     res = _assemble(req, first, finish, npre, inst, np.concatenate(extra) if extra else np.zeros(0), parts,
-                    [kv] * (kd * Td), more, ranks)
+                    [kv] * (kd * Td), more, ranks, spec.tokens_per_step if spec is not None else 1.0)
     return _per_instance_batch(res, Td)
 
 

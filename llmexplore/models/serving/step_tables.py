@@ -35,7 +35,7 @@ from ..step.decode import layers_core_s, step_time
 from ..step.engine import MAX_CONTEXT, Deployment
 
 __all__ = ["StepTables", "step_tables", "SIM_LAYOUTS", "TablesCache", "CTX_NODES", "CHUNK_NODES", "pipeline_tables",
-           "PipelineTablesCache"]
+           "PipelineTablesCache", "speculative_tables"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -210,6 +210,35 @@ def pipeline_tables(tables: StepTables, pp: int) -> StepTables:
     return dataclasses.replace(tables, shared_s=shared, head_s=head, dec_core=share * tables.dec_core,
                                chunk_core=share * tables.chunk_core, _ctx=[], _dec_rows=[], _chunk_log=[],
                                _chunk_rows=[])
+
+
+def speculative_tables(tables: StepTables, spec) -> StepTables:
+    """The step tables of a decode side that decodes speculatively (:mod:`..step.speculative`), in output tokens:
+    one of the simulator's decode iterations stands for 1 / tau of a draft + verify cycle, so that a decoding
+    request still gains one token (and one token of KV) per iteration while its time per token is the cycle's over
+    the tokens per step: the decode core at batch b and context s becomes cycle(b, s) / tau - shared(b) - head(b),
+    and a decode-only iteration costs exactly :func:`..step.speculative.spec_step`'s ``tpot_s``. Prefill parts are
+    unchanged (a recompute after a preemption prefills as ever) [assumption: every sequence accepts the mean tau
+    tokens per step, so tokens come as an even stream at the mean rate; the bursts a real verify step delivers
+    are restored in the ITL by :func:`llmexplore.models.serving.simulator.simulate_disaggregated`]. A chunk
+    beside speculative decodes is not priced right by this (it would run once per 1 / tau cycle): colocated
+    speculative serving is not simulated."""
+    from ..step.speculative import resolve_spec, spec_step
+
+    spec = resolve_spec(spec)
+    if spec is None:
+        return tables
+    dep = tables.dep
+    d1 = dataclasses.replace(dep, q_tokens=1, logits_tokens=None, context_cv=0.0)
+    g = float(dep.ranks) if tables.layout == "DPA" else 1.0
+    nb = tables.dec_core.shape[0] - 1
+    n = np.arange(1, nb + 1, dtype=float)
+    ctx = np.maximum(tables.ctx_grid, 1.0)
+    cyc = np.asarray(spec_step(d1, spec, g * n[:, None], ctx[None, :], tables.layout)["cycle_s"], dtype=float)
+    base = np.asarray(tables.shared_s[1:nb + 1], dtype=float) + np.asarray(tables.head_s[1:nb + 1], dtype=float)
+    core = cyc / spec.tokens_per_step - base[:, None]
+    return dataclasses.replace(tables, dec_core=np.vstack([np.zeros(ctx.size), core]), _ctx=[], _dec_rows=[],
+                               _chunk_log=[], _chunk_rows=[])
 
 
 class PipelineTablesCache(TablesCache):

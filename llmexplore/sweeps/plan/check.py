@@ -119,10 +119,11 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
 
     cfg = DeploymentConfig.from_json(cfg)
     spec_sides = [s.role for s in cfg.sides if s.speculative is not None]
-    if spec_sides:  # one token per decode per iteration is built into the batcher's bookkeeping
-        raise SpecError(f"the serving simulator does not run speculative decoding (the {spec_sides[0]} side's "
-                        f"{cfg.side(spec_sides[0]).speculative.name}): its TTFT and TPOT are the analytic "
-                        "model's only")
+    if any(r != "decode" for r in spec_sides):  # step_tables.speculative_tables: decode-only iterations
+        raise SpecError(f"the serving simulator runs speculative decoding on a disaggregated decode pool, not on "
+                        f"colocated instances (a prefill chunk beside speculative decodes is not simulated; the "
+                        f"{spec_sides[0]} side's {cfg.side(spec_sides[0]).speculative.name}): its TTFT and TPOT "
+                        "are the analytic model's only")
     isl = _check.integer("isl", isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
     osl = _check.integer("osl", osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens")
     n_requests = _check.integer("requests", n_requests, lo=1, hi=MAX_SIM_REQUESTS)
@@ -219,7 +220,8 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                                         prefill_tokens=max(isl, 1),
                                         decode_scheduler=side_scheduler(d, dd, seqs, max(seqs, 2048)),
                                         seed=seed, policy=policy, prefill_layout=p.layout,
-                                        decode_layout=d.layout, tables_cache=tables_cache)
+                                        decode_layout=d.layout, tables_cache=tables_cache,
+                                        decode_speculative=d.speculative)
     req = res.requests
     cdf = {}
     for name in ("ttft_s", "tpot_s", "e2e_s"):

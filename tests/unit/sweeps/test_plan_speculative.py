@@ -68,11 +68,19 @@ def test_the_configuration_carries_the_spec_and_loads_again(res):
         assert doc["sides"][0]["speculative"] is None
 
 
-def test_the_simulator_says_it_does_not_run_speculative_decoding(res):
+def test_the_simulator_checks_speculative_decode_pools_and_says_it_does_not_run_colocated_ones(res):
+    """A disaggregated row with a speculative decode pool is simulated (issue 21: step_tables.speculative_tables);
+    a colocated speculative row says why it is not."""
     t = res["table"]
-    row = t[t["feasible"] & (t["speculative"] != "")].iloc[0].to_dict()
-    check = sp.simulate_row(row, res["question"], n_requests=50)
-    assert check["status"].startswith("not simulated: the serving simulator does not run speculative decoding")
+    spec = t[t["feasible"] & (t["speculative"] != "")]
+    colo = spec[spec["mode"] == "colocated"]
+    dis = spec[spec["mode"] == "disaggregated"]
+    assert len(colo) and len(dis)
+    check = sp.simulate_row(colo.iloc[0].to_dict(), res["question"], n_requests=50)
+    assert check["status"].startswith("not simulated: the serving simulator runs speculative decoding on a "
+                                      "disaggregated decode pool, not on colocated instances")
+    check = sp.simulate_row(dis.iloc[0].to_dict(), res["question"], n_requests=200)
+    assert check["status"] == "simulated" and check["tpot_sim_ms"] > 0
 
 
 @pytest.mark.parametrize("kw, words", [
