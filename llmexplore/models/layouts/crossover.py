@@ -204,7 +204,7 @@ def layout_time_model(dep: Deployment, batch, layout: str, *, pp=1, speculative=
             roofs += _roofs(ddep, b, layout, W)
             if spec.draft_tokens > 1:
                 roofs += _roofs(ddep, b, layout, spec.draft_width, scale=spec.draft_tokens - 1, shift=W)
-        cycle = np.asarray(spec_step(dep, spec, b, 1.0, layout)["cycle_s"], dtype=float)
+        cycle = np.asarray(spec_step(dep, spec, b, 1.0, layout, plain=False)["cycle_s"], dtype=float)
         return TimeModel((_branch(cycle, roofs),), spec.tokens_per_step, b)
     if p > 1:
         r = pp_decode(dep, p, b, 1.0, layout)

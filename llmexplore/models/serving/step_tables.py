@@ -234,7 +234,8 @@ def speculative_tables(tables: StepTables, spec) -> StepTables:
     nb = tables.dec_core.shape[0] - 1
     n = np.arange(1, nb + 1, dtype=float)
     ctx = np.maximum(tables.ctx_grid, 1.0)
-    cyc = np.asarray(spec_step(d1, spec, g * n[:, None], ctx[None, :], tables.layout)["cycle_s"], dtype=float)
+    cyc = np.asarray(spec_step(d1, spec, g * n[:, None], ctx[None, :], tables.layout, plain=False)["cycle_s"],
+                     dtype=float)
     base = np.asarray(tables.shared_s[1:nb + 1], dtype=float) + np.asarray(tables.head_s[1:nb + 1], dtype=float)
     core = cyc / spec.tokens_per_step - base[:, None]
     return dataclasses.replace(tables, dec_core=np.vstack([np.zeros(ctx.size), core]), _ctx=[], _dec_rows=[],

@@ -81,8 +81,8 @@ def token_time(dep: Deployment, batch, context, layout: str = "TP", *, pp=1, spe
     shape = np.broadcast_shapes(b.shape, s.shape)
     zero = np.zeros(shape)
     if spec is not None:
-        r = spec_step(dep, spec, b, s, layout)
-        verify = step_time(dep, b, s, layout, q_tokens=spec.verify_width, logits_tokens=spec.verify_width)
+        r = spec_step(dep, spec, b, s, layout, plain=False)
+        verify = r["verify"]
         tau = spec.tokens_per_step
         out = {k: np.broadcast_to(verify[k], shape) / tau for k in _STEP_PARTS}
         out.update(draft_s=np.broadcast_to(r["draft_s"], shape) / tau, host_s=np.broadcast_to(r["host_s"], shape) / tau,

@@ -121,21 +121,25 @@ def _fuse_s(dep: Deployment, spec: SpecDecode, tokens) -> np.ndarray:
     return gemm_s(dep, tokens, w * H, H, b_w=EMB_BYTES) if w else np.zeros_like(np.asarray(tokens, float))
 
 
-def spec_step(dep: Deployment, spec, batch, context, layout: str = "TP") -> dict[str, np.ndarray]:
+def spec_step(dep: Deployment, spec, batch, context, layout: str = "TP", *, plain: bool = True
+              ) -> dict[str, np.ndarray]:
     """One speculative decode iteration on the worst rank [s], and what it yields (module docstring).
 
     ``batch`` [sequences] and ``context`` [tokens] broadcast. Returns arrays ``cycle_s`` = ``draft_s`` +
     ``verify_s`` (+ ``host_s``, the CPU draft time of n-gram lookup), ``plain_s`` (the plain decode step at
     the same batch and context), ``tokens_per_step`` (tau), ``tpot_s`` = cycle / tau, ``tokens_per_s`` = batch
-    tau / cycle, and ``speedup`` = plain_s tau / cycle_s (above 1: speculation pays)."""
+    tau / cycle, and ``speedup`` = plain_s tau / cycle_s (above 1: speculation pays); ``verify`` is the verify
+    pass's :func:`~.decode.step_time` (its parts). ``plain`` False leaves the plain step out (``plain_s`` and
+    ``speedup`` NaN): what pricing the side alone needs."""
     spec = resolve_spec(spec)
     if spec is None:
         raise SpecError("speculative must name a speculative-decoding preset or be a SpecDecode")
     check_spec(dep.model, spec)
     b, s = check_batch_context(batch, context)
     W = spec.verify_width
-    plain = step_time(dep, b, s, layout)["step_s"]
-    verify = step_time(dep, b, s, layout, q_tokens=W, logits_tokens=W)["step_s"]
+    vparts = step_time(dep, b, s, layout, q_tokens=W, logits_tokens=W)
+    verify = vparts["step_s"]
+    plain = step_time(dep, b, s, layout)["step_s"] if plain else np.full(np.shape(verify), np.nan)
     ddep = draft_deployment(dep, spec)
     draft = np.zeros(np.broadcast_shapes(b.shape, s.shape))
     if ddep is not None:
@@ -154,7 +158,7 @@ def spec_step(dep: Deployment, spec, batch, context, layout: str = "TP") -> dict
             "draft_s": np.broadcast_to(draft, shape), "host_s": np.broadcast_to(host, shape),
             "plain_s": np.broadcast_to(plain, shape), "tokens_per_step": np.full(shape, tau),
             "tpot_s": np.broadcast_to(cycle / tau, shape), "tokens_per_s": np.broadcast_to(b * tau / cycle, shape),
-            "speedup": np.broadcast_to(plain * tau / cycle, shape)}
+            "speedup": np.broadcast_to(plain * tau / cycle, shape), "verify": vparts}
 
 
 def _draft_weight_bytes(dep: Deployment, ddep: Deployment, spec: SpecDecode, layout: str) -> float:
