@@ -292,6 +292,13 @@ def check_moe_parameters(p) -> dict[str, str]:
                                           runtime=p["RUNTIME"]))
     built("GPUS, REDUNDANT", lambda: moe.config(m.name, p["GPU"], gpus, tp=1, ep=gpus, redundant=red,
                                             runtime=p["RUNTIME"]))
+    int_param("PP", p["PP"], 1, 128)
+    if p["SPECULATIVE"] is not None:
+        preset_param("SPECULATIVE", "speculative", p["SPECULATIVE"])
+    md = built("MODEL, GPU, GPUS, TP", lambda: moe.config(m.name, p["GPU"], gpus, tp=tp, ep=gpus // tp,
+                                                          runtime=p["RUNTIME"]))
+    built("MODEL, PP, SPECULATIVE", lambda: moe.decoding(md, p["PP"], p["SPECULATIVE"], p["ACCEPTED_LENGTH"]),
+          {"pp": "PP", "speculative": "SPECULATIVE", "accepted_length": "ACCEPTED_LENGTH"})
     return {}
 
 

@@ -2,20 +2,23 @@
 
 Decode step of an MoE model on N GPUs split into tp = N / ep x ep: routed-expert GEMMs on the busiest rank,
 dispatch/combine all-to-all, load imbalance from a hot-expert skew, EPLB placement with redundant experts;
-compared with pure TP.
+compared with pure TP. With --pp (pipeline stages, each of the N GPUs split as asked: P x N GPUs in all) or
+--speculative (the verify pass carries k + 1 tokens per sequence through the MoE layers) both rows are compared by
+their time per output token.
 """
 
 from __future__ import annotations
 
 from ._framework import (COMMON_FLAGS, EXIT_OK, Checked, Col, UsageError, dtype_runtime_options, format_table,
-                         int_in, model_command, number_in, print_json)
+                         int_in, model_command, number_in, print_json, speculative_options)
 
 __all__ = ["add", "run", "FLAGS"]
 
 #: API field names -> the flags of this command (tp is not a flag: it is --gpus / --ep)
 FLAGS = {**COMMON_FLAGS, "gpus": "--gpus", "ep": "--ep", "tp": "tp (= --gpus / --ep)",
          "ranks": "tp (= --gpus / --ep)", "redundant": "--redundant-experts", "batch": "--batch-tokens",
-         "context": "--context", "skew": "--skew"}
+         "context": "--context", "skew": "--skew", "pp": "--pp", "speculative": "--speculative",
+         "accepted_length": "--accepted-length"}
 
 
 def add(sub) -> None:
@@ -38,6 +41,9 @@ def add(sub) -> None:
     p.add_argument("--no-eplb", action="store_true", help="static contiguous placement (needs R = 0)")
     p.add_argument("--context", default=2048, action=Checked, check=int_in(1, MAX_CONTEXT), metavar="S",
                    help="context length [tokens] (default: 2048)")
+    p.add_argument("--pp", default=1, action=Checked, check=int_in(1, 128), metavar="P",
+                   help="pipeline stages, each of the N GPUs split into tp x ep (default: 1, no pipeline)")
+    speculative_options(p)
     dtype_runtime_options(p)
     p.add_argument("--json", action="store_true", help="JSON output")
     p.set_defaults(func=run, flags=FLAGS)
@@ -64,28 +70,36 @@ def run(args) -> int:
         flag = "--ep" if args.ep is not None else "--gpus (and so ep)"
         raise UsageError(f"{flag} must divide the routed experts of {md.model.name} ({E}) so that the static "
                          f"placement can be compared, got {ep}")
-    [rec] = moe_sweeps.moe_records(md, args.batch_tokens, args.context, args.skew)
+    dec = moe_sweeps.decoding(md, args.pp, args.speculative, args.accepted_length)
+    [rec] = moe_sweeps.moe_records(md, args.batch_tokens, args.context, args.skew, **dec)
     ref = skipped = None
     if ep != 1:
         # pure TP on all N GPUs is only the comparison: a model it cannot split (TP-N must divide the query heads,
         # the experts' width, ...) has none, which is said, not an error of the layout asked for
         try:
             pure = moe_sweeps.config(args.model, args.gpu, args.gpus, tp=args.gpus, ep=1, **kw)
+            moe_sweeps.decoding(pure, **dec)
         except SpecError as exc:
             skipped = str(exc)
         else:
-            [ref] = moe_sweeps.moe_records(pure, args.batch_tokens, args.context, args.skew)
+            [ref] = moe_sweeps.moe_records(pure, args.batch_tokens, args.context, args.skew, **dec)
     doc = {**rec, "pure_tp": ref, "pure_tp_skipped": skipped,
            "inputs": {"model": md.model.name, "gpu": md.hardware.name, "gpus": args.gpus, "ep": ep,
                       "batch_tokens": args.batch_tokens, "context": args.context, "skew": args.skew,
                       "redundant_experts": args.redundant_experts, "weight_dtype": md.weight_dtype,
-                      "kv_dtype": md.kv_dtype, "runtime": md.runtime.name, "layers_sampled": md.layers}}
+                      "kv_dtype": md.kv_dtype, "runtime": md.runtime.name, "layers_sampled": md.layers,
+                      "pp": dec["pp"], "speculative": args.speculative,
+                      "accepted_length": dec["speculative"].tokens_per_step if dec["speculative"] else None}}
     if args.json:
         print_json(doc)
         return EXIT_OK
+    how = rec["decoding"]
     print(f"{md.model.label} on {args.gpus}x {md.hardware.label}: {args.batch_tokens} decode tokens per step, "
-          f"context {args.context}, skew {args.skew:g}")
-    cols = [Col("layout", "layout"), Col("feasible", "fits"), Col("step_ms", "step ms", ".2f"),
+          f"context {args.context}, skew {args.skew:g}"
+          + (f"; decoding {how} on {rec['gpus']:,} GPUs" if how.startswith("PP") else f"; decoding {how}" if how
+             else ""))
+    per_token = [Col("tpot_ms", "ms/token", ".2f"), Col("speedup", "vs plain", ".2f")] if how else []
+    cols = [Col("layout", "layout"), Col("feasible", "fits"), Col("step_ms", "step ms", ".2f"), *per_token,
             Col("moe_layer_us", "MoE layer us", ".0f"), Col("routed_layer_us", "routed us", ".0f"),
             Col("dispatch_layer_us", "dispatch us", ".0f"), Col("combine_layer_us", "combine us", ".0f"),
             Col("load_straggler", "load max/mean", ".3f"), Col("expected_imbalance", "imbalance", ".3f"),

@@ -1,4 +1,8 @@
-"""Findings of notebooks/30_moe_expert_parallel.ipynb: the scenario, redundancy vs skew, rank loads, communication and the Monte Carlo check."""
+"""Findings of notebooks/30_moe_expert_parallel.ipynb: the scenario, redundancy vs skew, rank loads, communication
+and the Monte Carlo check.
+
+With a pipeline or speculative decoding (a table's ``decoding`` column not empty) every time is the time per output
+token (``tpot_ms``) and the sentences say so; plain decoding reads as it always did ("per step")."""
 
 from __future__ import annotations
 
@@ -7,7 +11,24 @@ import pandas as pd
 from ..sweeps.moe import comm_at_batch, max_relative_load, redundancy_gain_pct
 from . import num
 
-__all__ = ["pretty_label", "scenario_sentence", "redundancy_sentence", "skew_title", "load_sentence", "comm_sentence", "max_load_sentence"]
+__all__ = ["pretty_label", "scenario_sentence", "redundancy_sentence", "skew_title", "load_sentence", "comm_sentence",
+           "max_load_sentence", "decoding_sentence", "straggler_sentence"]
+
+
+def _decoding(df: pd.DataFrame) -> str:
+    """'' for plain decoding, else the table's decoding ('PP2', 'deepseek-mtp-1 (1.88 tokens per step)')."""
+    return str(df["decoding"].iloc[0]) if "decoding" in df and len(df) else ""
+
+
+def _time(df: pd.DataFrame) -> str:
+    """The column the sentences compare: the step for plain decoding, the time per output token otherwise."""
+    return "tpot_ms" if _decoding(df) else "step_ms"
+
+
+def _pass(df: pd.DataFrame) -> str:
+    """Which pass a per-MoE-layer time is of: '' (the step), ' of the verify pass', ' of one micro-batch'."""
+    d = _decoding(df)
+    return "" if not d else (" of one micro-batch's step" if d.startswith("PP") else " of the verify pass")
 
 
 def pretty_label(label: str) -> str:
@@ -27,21 +48,25 @@ def scenario_sentence(scenario: pd.DataFrame, batch: int, *, short: bool = False
     ok = at[at["feasible"]]
     if ok.empty:
         return f"Nothing fits at batch {batch:,}."
-    best = ok.loc[ok["step_ms"].idxmin()]
+    col, dec = _time(scenario), _decoding(scenario)
+    best = ok.loc[ok[col].idxmin()]
     tp = at[at["ep"] == 1]
     if short:
-        head = f"{pretty_label(best['layout'])} fastest at batch {batch:,}: {num(best['step_ms'])} ms/step"
-        return head + (f" vs {num(tp.iloc[0]['step_ms'])} ms for {tp.iloc[0]['layout']}" if len(tp) else "")
-    text = (f"At batch {batch:,} the fastest configuration is {pretty_label(best['layout'])}, at "
-            f"{num(best['step_ms'])} ms per step")
+        per = "ms/step" if not dec else f"ms per output token ({dec.split(' (')[0]})"
+        head = f"{pretty_label(best['layout'])} fastest at batch {batch:,}: {num(best[col])} {per}"
+        return head + (f" vs {num(tp.iloc[0][col])} ms for {tp.iloc[0]['layout']}" if len(tp) else "")
+    how = "" if not dec else (f" in a pipeline of {dec[2:]} stages ({int(best['gpus']):,} GPUs)"
+                               if dec.startswith("PP") else f" decoding with {dec}")
+    text = (f"At batch {batch:,}{how} the fastest configuration is {pretty_label(best['layout'])}, at "
+            f"{num(best[col])} ms per {'step' if not dec else 'output token'}")
     if len(tp) and tp.iloc[0]["layout"] != best["layout"]:
         r = tp.iloc[0]
         fits = "" if r["feasible"] else ", and it does not fit in memory"
-        text += f", against {num(r['step_ms'])} ms for pure {r['layout']}{fits}"
+        text += f", against {num(r[col])} ms for pure {r['layout']}{fits}"
     bad = at[~at["feasible"]]["layout"].tolist()
     if bad and not (len(tp) and bad == [tp.iloc[0]["layout"]]):
         text += f"; {', '.join(bad)} do not fit"
-    return text + "."
+    return text + "." + (f" {decoding_sentence(scenario, batch)}" if dec else "")
 
 
 def redundancy_sentence(small: pd.DataFrame, large: pd.DataFrame, skew: float, batch: int, large_batch: int
@@ -56,7 +81,8 @@ def redundancy_sentence(small: pd.DataFrame, large: pd.DataFrame, skew: float, b
     def effect(g):
         return f"{abs(g):.1f}% {'faster' if g > 0 else 'slower'}"
 
-    return (f"At skew {skew:g}, {red.replace('EPLB + ', '')} experts make the step {effect(g_small)} on "
+    what = "the step" if not _decoding(small) else "the time per output token"
+    return (f"At skew {skew:g}, {red.replace('EPLB + ', '')} experts make {what} {effect(g_small)} on "
             f"{small['layout'].iloc[0].split(' ')[0]} at batch {batch:,} and {effect(g_large)} on "
             f"{large['layout'].iloc[0].split(' ')[0]} at batch {large_batch:,}: {verdict}.")
 
@@ -66,6 +92,10 @@ def skew_title(by_skew: pd.DataFrame, skew: float, batch: int) -> str:
     gain = redundancy_gain_pct(by_skew, skew)
     layout = by_skew["layout"].iloc[0].split(" ")[0]
     effect = f"{abs(gain):.1f}% {'faster' if gain > 0 else 'slower'}"
+    dec = _decoding(by_skew)
+    if dec:
+        return (f"{layout} {dec.split(' (')[0]} at batch {batch:,}: redundant experts make the time per output "
+                f"token {effect} at skew {skew:g}")
     return f"{layout} at batch {batch:,}: redundant experts make the step {effect} at skew {skew:g}"
 
 
@@ -87,9 +117,11 @@ def comm_sentence(by_batch: pd.DataFrame, batch: int, *, short: bool = False) ->
         return f"No split of these GPUs uses expert parallelism at batch {batch:,}."
     lo, hi = min(ep, key=ep.get), max(ep, key=ep.get)
     none = [k for k, v in comm.items() if v == 0]
+    of = _pass(by_batch)
     if short:
-        return f"All-to-alls per MoE layer at batch {batch:,}: {num(ep[lo])} µs on {lo} to {num(ep[hi])} µs on {hi}"
-    text = (f"At batch {batch:,}, dispatch and combine cost {num(ep[lo])} µs per MoE layer on {lo} and "
+        return (f"All-to-alls per MoE layer{of} at batch {batch:,}: {num(ep[lo])} µs on {lo} to {num(ep[hi])} µs "
+                f"on {hi}")
+    text = (f"At batch {batch:,}, dispatch and combine cost {num(ep[lo])} µs per MoE layer{of} on {lo} and "
             f"{num(ep[hi])} µs on {hi}")
     if none:
         text += f"; {', '.join(none)} {'has' if len(none) == 1 else 'have'} no all-to-all"
@@ -101,3 +133,49 @@ def max_load_sentence(mc: pd.DataFrame, trials: int) -> str:
     err = mc["error_pct"].abs().max()
     return (f"The analytic expected busiest-rank load is within {err:.2f}% of {trials:,} Monte Carlo routings "
             f"for {mc['tokens'].min():,}–{mc['tokens'].max():,} tokens.")
+
+
+def decoding_sentence(scenario: pd.DataFrame, batch: int) -> str:
+    """Section 1 with a pipeline or speculative decoding: its speed-up at ``batch`` (the plain step of one stage over
+    the time per output token: the ``speedup`` column) on pure TP and on each expert-parallel split's static
+    placement, and the feasible configuration and batch where it pays least. '' for plain decoding."""
+    dec = _decoding(scenario)
+    if not dec or "speedup" not in scenario:
+        return ""
+    at = scenario[scenario["batch"] == batch]
+    rows = list(at[at["balance"] == "none"].itertuples())  # pure TP and each EP split's static placement
+    names = [f"{num(r.speedup)}× on {r.layout.replace(' static', '')}" for r in rows]
+    parts = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    if dec.startswith("PP"):
+        p = int(dec[2:])
+        gpus = int(at["gpus"].iloc[0])
+        head = (f"A pipeline of {p} stages ({gpus:,} GPUs, micro-batches of {-(-batch // p):,} sequences) at batch "
+                f"{batch:,}: speed-up {parts} (static placements), against one stage of {gpus // p:,} GPUs without "
+                f"it (its plain step over the time per output token)")
+    else:
+        head = (f"Speculative decoding with {dec} at batch {batch:,}: speed-up {parts} (static placements; the "
+                f"plain step over the time per output token)")
+    ok = scenario[scenario["feasible"]]
+    if ok.empty:
+        return head + "; nothing fits in memory."
+    worst = ok.loc[ok["speedup"].idxmin()]
+    return (head + f"; among the configurations that fit it pays least at batch {int(worst['batch']):,} on "
+                   f"{pretty_label(worst['layout'])}: {num(worst['speedup'])}×.")
+
+
+def straggler_sentence(straggler: pd.DataFrame) -> str:
+    """Section 3 at the notebook's batch: the busiest EP rank's expected pairs over the mean, plain and as the
+    decoding routes them (a :func:`~llmexplore.sweeps.moe.straggler_table`)."""
+    plain = straggler.iloc[0]
+    text = (f"At the notebook's batch one MoE layer routes {int(plain['routed_tokens']):,} tokens, and the busiest "
+            f"EP rank of {pretty_label(plain['layout'])} receives {plain['load_straggler']:.3f}× the mean routed "
+            f"pairs ({plain['expected_imbalance']:.3f}× from the placement, the rest routing noise)")
+    if len(straggler) < 2:
+        return text + "."
+    other = straggler.iloc[-1]
+    fewer = other["load_straggler"] < plain["load_straggler"]
+    verb = "more" if other["routed_tokens"] > plain["routed_tokens"] else "fewer"
+    return (text + f"; with {other['decoding']} a pass routes {int(other['routed_tokens']):,}, and {verb} tokens "
+                   f"{'average out' if fewer else 'add to'} the noise: {other['load_straggler']:.3f}× (the "
+                   f"placement's {other['expected_imbalance']:.3f}× stays), and the busiest rank's routed GEMMs take "
+                   f"{other['time_straggler']:.3f}× the mean rank's (plain {plain['time_straggler']:.3f}×).")

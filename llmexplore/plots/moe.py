@@ -1,4 +1,8 @@
-"""Figures of the MoE area: step time vs skew, load per EP rank, where a MoE layer's time goes, the scenario."""
+"""Figures of the MoE area: step time vs skew, load per EP rank, where a MoE layer's time goes, the scenario.
+
+A table decoded with a pipeline or speculatively (its ``decoding`` column not empty) is drawn by its time per output
+token (``tpot_ms``), and the axes say so; per-MoE-layer times are of one pass (a micro-batch's step, the verify
+pass)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,21 @@ def _placement_color(name: str) -> str:
     return PLACEMENT_COLORS.get(name, "#1f77b4")
 
 
+def _decoding(df: pd.DataFrame) -> str:
+    return str(df["decoding"].iloc[0]) if "decoding" in df and len(df) else ""
+
+
+def _time_col(df: pd.DataFrame) -> str:
+    """``tpot_ms`` for a pipeline or speculative decoding, ``step_ms`` (the same number) for plain decoding."""
+    return "tpot_ms" if _decoding(df) else "step_ms"
+
+
+def _layer_panel(df: pd.DataFrame) -> str:
+    d = _decoding(df)
+    return "one MoE layer" if not d else ("one MoE layer (a micro-batch)" if d.startswith("PP")
+                                          else "one MoE layer (verify pass)")
+
+
 #: dash pattern and marker per placement (in table order), so that curves that coincide stay distinguishable;
 #: dotted is kept for "does not fit in memory"
 _PLACEMENT_STYLE = [("solid", "circle"), ("dash", "square"), ("dashdot", "diamond"),
@@ -28,10 +47,13 @@ _PLACEMENT_STYLE = [("solid", "circle"), ("dash", "square"), ("dashdot", "diamon
 @spec_builder
 def skew_figure(df: pd.DataFrame, *, title: str = "Decode step vs hot-expert skew",
                 skew_marker: float | None = None) -> go.Figure:
-    """Step time (left) and MoE-layer time (right) vs skew per placement; ``df`` from
-    :func:`llmexplore.sweeps.moe.step_vs_skew`. A placement whose batch does not fit in memory is dotted (one
-    legend entry says so); ``skew_marker`` adds a vertical "chosen skew" line."""
-    layout = base_layout(title, **grid_layout(2, ("whole decode step", "one MoE layer")))
+    """Step time (left; the time per output token with a pipeline or speculative decoding) and MoE-layer time
+    (right, one pass's) vs skew per placement; ``df`` from :func:`llmexplore.sweeps.moe.step_vs_skew`. A placement
+    whose batch does not fit in memory is dotted (one legend entry says so); ``skew_marker`` adds a vertical
+    "chosen skew" line."""
+    ycol, per_token = _time_col(df), bool(_decoding(df))
+    layout = base_layout(title, **grid_layout(2, ("per output token" if per_token else "whole decode step",
+                                                  _layer_panel(df))))
     data, any_bad, finite = [], False, []
     for i, (name, g) in enumerate(df.groupby("placement", sort=False)):
         col = _placement_color(name)
@@ -41,7 +63,7 @@ def skew_figure(df: pd.DataFrame, *, title: str = "Decode step vs hot-expert ske
         label = name if fits else f"{name} (does not fit)"
         line = dict(color=col, width=2.5, dash=dash if fits else "dot")
         marker = dict(color=col, symbol=symbol, size=7, maxdisplayed=12)
-        x, step = g["skew"].to_numpy(float), g["step_ms"].to_numpy(float)
+        x, step = g["skew"].to_numpy(float), g[ycol].to_numpy(float)
         finite.append(step)
         data += [
             dict(type="scatter", x=x, y=step, name=name, mode="lines+markers", line=line, marker=marker,
@@ -58,7 +80,7 @@ def skew_figure(df: pd.DataFrame, *, title: str = "Decode step vs hot-expert ske
                                   hover=f"chosen skew: {fmt(skew_marker, trim=True)}×"))
     for ax in ("xaxis", "xaxis2"):
         layout[ax].update(title=dict(text="skew (max / mean expert load)"))
-    layout["yaxis"].update(title=dict(text="step time (ms)"))
+    layout["yaxis"].update(title=dict(text="time per output token (ms)" if per_token else "step time (ms)"))
     layout["yaxis2"].update(title=dict(text="MoE layer (µs)"))
     return {"data": data, "layout": layout}
 
@@ -88,8 +110,9 @@ def rank_load_figure(df: pd.DataFrame, *, title: str = "Routed tokens per EP ran
 def comm_figure(df: pd.DataFrame, *, title: str = "One MoE layer: routed GEMMs, dispatch and combine",
                 batch_marker: float | None = None) -> go.Figure:
     """Routed-GEMM, dispatch and combine time per MoE layer vs batch, one panel per parallel layout; ``df``
-    from :func:`llmexplore.sweeps.moe.step_vs_batch`. Every panel has the same log time axis (heights compare
-    across panels); dotted: the batch does not fit in memory; ``batch_marker``: the chosen batch."""
+    from :func:`llmexplore.sweeps.moe.step_vs_batch` (one pass's layer: the step, a pipeline micro-batch's, the
+    verify pass's). Every panel has the same log time axis (heights compare across panels); dotted: the batch does
+    not fit in memory; ``batch_marker``: the chosen batch."""
     layouts = list(dict.fromkeys(df["layout"]))
     fig = make_subplots(rows=1, cols=len(layouts), subplot_titles=layouts, shared_yaxes=True,
                         horizontal_spacing=0.03)
@@ -114,31 +137,36 @@ def comm_figure(df: pd.DataFrame, *, title: str = "One MoE layer: routed GEMMs, 
     fig.add_trace(not_fit_key(not bool(df["feasible"].all())))
     # shared_yaxes makes panels 2.. match panel 1; each must also be a log axis, or plotly drops the match
     fig.update_yaxes(type="log", showticklabels=True)
-    fig.update_yaxes(title_text="time per MoE layer (µs)", row=1, col=1)
+    d = _decoding(df)
+    of = "" if not d else (" of a micro-batch" if d.startswith("PP") else " of the verify pass")
+    fig.update_yaxes(title_text=f"time per MoE layer{of} (µs)", row=1, col=1)
     return base(fig, title)
 
 
 def scenario_figure(df: pd.DataFrame, *, title: str = "DeepSeek-V3 on 16 GPUs: decode step vs batch",
                     batch_marker: float | None = None) -> go.Figure:
-    """Step time vs batch for every configuration of :func:`llmexplore.sweeps.moe.scenario_table`;
-    dotted where the batch does not fit in memory; ``batch_marker``: the chosen batch, with each
-    configuration's step there stated on the figure (the log axis squashes their differences)."""
+    """Step time vs batch for every configuration of :func:`llmexplore.sweeps.moe.scenario_table` (the time per
+    output token with a pipeline or speculative decoding); dotted where the batch does not fit in memory;
+    ``batch_marker``: the chosen batch, with each configuration's time there stated on the figure (the log axis
+    squashes their differences)."""
+    col = _time_col(df)
     fig = go.Figure()
     palette = ["#7f7f7f", "#d62728", "#ff7f0e", "#1f77b4", "#17becf", "#9467bd", "#8c564b", "#e377c2", "#2ca02c"]
     fits, spans = {}, []
     for i, (lay, g) in enumerate(df.groupby("layout", sort=False)):
-        col = palette[i % len(palette)]
-        solid, dotted = fit_split(g["step_ms"], g["feasible"])
-        fig.add_scatter(x=g["batch"], y=solid, name=lay, line=dict(color=col), legendgroup=lay)
+        colour = palette[i % len(palette)]
+        solid, dotted = fit_split(g[col], g["feasible"])
+        fig.add_scatter(x=g["batch"], y=solid, name=lay, line=dict(color=colour), legendgroup=lay)
         fig.add_scatter(x=g["batch"], y=dotted, name=f"{lay} (does not fit)",
-                        line=dict(color=col, dash="dot"), legendgroup=lay, showlegend=False)
+                        line=dict(color=colour, dash="dot"), legendgroup=lay, showlegend=False)
         fits[lay] = (g["batch"].to_numpy(float), solid)
-        spans.append(g["step_ms"].to_numpy(float))
+        spans.append(g[col].to_numpy(float))
     fig.add_trace(not_fit_key(not bool(df["feasible"].all())))
     if batch_marker is not None:
         fig.add_trace(chosen_marker(batch_marker, spans, what="batch", hover=f"batch {fmt(batch_marker)}"))
-    fig.update_xaxes(type="log", title_text="batch (sequences per step, all 16 GPUs)")
-    fig.update_yaxes(type="log", title_text="decode step (ms)")
+    gpus = int(df["gpus"].iloc[0]) if "gpus" in df and len(df) else int(df["tp"].iloc[0] * df["ep"].iloc[0])
+    fig.update_xaxes(type="log", title_text=f"batch (sequences per step, all {gpus:,} GPUs)")
+    fig.update_yaxes(type="log", title_text="time per output token (ms)" if col == "tpot_ms" else "decode step (ms)")
     fig = base(fig, title)
     if batch_marker is not None:
         lay = fig.layout.to_plotly_json()

@@ -2,7 +2,8 @@
 
 The figures are the notebook's (:func:`llmexplore.plots.moe.skew_figure`,
 :func:`~llmexplore.plots.moe.rank_load_figure`) for the chosen TP x EP split, batch, skew and redundant
-experts.
+experts, decoded plainly, in a pipeline of stages (each stage the chosen split of the GPUs) or speculatively: then
+the step-time figure and the status line are per output token.
 Under pure TP the load chart shows one bar per GPU, all at the mean load.
 """
 
@@ -21,7 +22,10 @@ from ..plots import moe as moe_plots
 from ..sweeps import moe as moe_sweeps
 from . import Draw, Explorer, choice_slider, dropdown, log_options, preset_name
 
-__all__ = ["MoEExplorer", "moe_explorer", "split_label"]
+__all__ = ["MoEExplorer", "moe_explorer", "split_label", "NO_SPEC"]
+
+#: the speculative dropdown's entry for plain decoding
+NO_SPEC = "none (plain decoding)"
 
 #: skew slider: 1.0 (uniform routing) to 5.0 in steps of 0.1
 SKEWS = [round(1.0 + 0.1 * i, 1) for i in range(41)]
@@ -51,12 +55,17 @@ class MoEExplorer(Explorer):
                 "width and fit in a node, EP the routed experts); try 8, 16 or 32 GPUs")
         top = min(max(value for _, value in self.controls["skew"].options), f["max_skew"])
         skews = np.unique(np.r_[np.linspace(1.0, max(top, 1.0), N_SKEW), skew])
-        df = moe_sweeps.step_vs_skew(f["model"], f["gpu"], f["gpus"], tp=tp, ep=ep, redundant=redundant,
-                                     batch=batch, context=f["context"], skews=skews, runtime=p["runtime"])
         md = moe_sweeps.config(f["model"], f["gpu"], f["gpus"], tp=tp, ep=ep, redundant=redundant,
                                balance="eplb" if ep > 1 else None, runtime=p["runtime"])
+        spec = None if p["speculative"] == NO_SPEC else p["speculative"]
+        # the fixed accepted length belongs to the preset it was given with; another preset runs at its own
+        tau = f.get("accepted_length") if spec is not None and spec == f.get("speculative") else None
+        dec = moe_sweeps.decoding(md, int(p["pp"]), spec, tau)
+        df = moe_sweeps.step_vs_skew(f["model"], f["gpu"], f["gpus"], tp=tp, ep=ep, redundant=redundant,
+                                     batch=batch, context=f["context"], skews=skews, runtime=p["runtime"], **dec)
         loads = moe_sweeps.gpu_loads(md, skew=skew)
         split = split_label(tp, ep)
+        how = df["decoding"].iloc[0]
         if ep == 1:
             load_title = (f"{split}: every GPU holds 1/{tp} of every expert, so each carries the mean routed "
                           "load (no rank imbalance)")
@@ -67,19 +76,27 @@ class MoEExplorer(Explorer):
             rank_title = "EP rank (sorted by load)"
         draws = {
             "skew": Draw(moe_plots.skew_figure, df, {
-                "skew_marker": skew, "title": f"{split} at batch {batch:,}: decode step vs hot-expert skew"}),
+                "skew_marker": skew, "title": (f"{split} at batch {batch:,}: decode step vs hot-expert skew" if not how
+                                               else f"{split}, {how.split(' (')[0]}, batch {batch:,}: time per output "
+                                                    "token vs skew")}),
             "loads": Draw(moe_plots.rank_load_figure, loads, {"title": load_title, "rank_title": rank_title}),
         }
         at = df[np.isclose(df["skew"], skew)].drop_duplicates("placement")
         peak = moe_sweeps.max_relative_load(loads)
-        return draws, _status(at, peak, skew), {"at_skew": at, "loads": loads, "max_load": peak}
+        return draws, _status(at, peak, skew, how), {"at_skew": at, "loads": loads, "max_load": peak}
 
 
-def _status(at, peak: dict[str, float], skew: float) -> str:
-    parts = [f"<b>{html.escape(r.placement)}</b> {fmt(r.step_ms, 'ms')} per step "
-             f"(MoE layer {fmt(r.moe_layer_us, 'µs')})" + ("" if r.feasible else " — does not fit")
-             for r in at.itertuples()]
-    text = f"At skew {fmt(skew, trim=True)}×: " + "; ".join(parts) + "."
+def _status(at, peak: dict[str, float], skew: float, how: str = "") -> str:
+    if how:
+        parts = [f"<b>{html.escape(r.placement)}</b> {fmt(r.tpot_ms, 'ms')} per output token "
+                 f"(MoE layer {fmt(r.moe_layer_us, 'µs')})" + ("" if r.feasible else " — does not fit")
+                 for r in at.itertuples()]
+    else:
+        parts = [f"<b>{html.escape(r.placement)}</b> {fmt(r.step_ms, 'ms')} per step "
+                 f"(MoE layer {fmt(r.moe_layer_us, 'µs')})" + ("" if r.feasible else " — does not fit")
+                 for r in at.itertuples()]
+    text = (f"At skew {fmt(skew, trim=True)}×" + (f", {html.escape(how)}" if how else "") + ": "
+            + "; ".join(parts) + ".")
     if len(peak) > 1:
         busiest = ", ".join(f"{html.escape(k)} {fmt(v)}× the mean" for k, v in peak.items())
         text += f" Busiest EP rank: {busiest}."
@@ -90,9 +107,11 @@ def _status(at, peak: dict[str, float], skew: float) -> str:
 
 def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, *, tp: int = 2, ep: int = 8,
                  batch: int = 256, context: int = 2048, skew: float = 2.6, redundant: int = 32,
-                 runtime: str = "default") -> MoEExplorer:
-    """Sliders for skew, batch and redundant experts; dropdowns for the TP x EP split of ``gpus`` GPUs and the
-    runtime preset (``data/runtime.yaml``: how kernels are priced).
+                 runtime: str = "default", pp: int = 1, speculative: str | None = None,
+                 accepted_length: float | None = None) -> MoEExplorer:
+    """Sliders for skew, batch, redundant experts and pipeline stages (each stage the TP x EP split of ``gpus``
+    GPUs); dropdowns for the split, the runtime preset (``data/runtime.yaml``: how kernels are priced) and
+    speculative decoding (``data/speculative.yaml``; ``accepted_length`` applies to ``speculative``'s preset).
 
     Unknown names (or a model without MoE layers) raise :class:`~llmexplore.errors.SpecError`; values outside
     the sliders' usual range, and a split that is not among the model's options, are added to the controls
@@ -108,6 +127,9 @@ def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, 
     skew = _check.number("skew", skew, lo=1.0)
     redundant = _check.integer("redundant", redundant, lo=0, hi=moe_model.MAX_REDUNDANT)
     runtime = preset_name("runtime", "runtime", runtime)
+    pp = _check.integer("pp", pp, lo=1)
+    if speculative is not None:
+        speculative = preset_name("speculative", "speculative", speculative)
     splits = moe_sweeps.layout_options(gpus, model, gpu)  # SpecError for a model without MoE layers
     options = [(label, (t, e)) for label, t, e in splits]
     if (tp, ep) not in [o[1] for o in options]:
@@ -119,9 +141,12 @@ def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, 
         "redundant": choice_slider([0, 16, 32, 64], redundant, "redundant experts", label=lambda v: f"{v:,}"),
         "layout": dropdown(options, (tp, ep), "TP x EP"),
         "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
+        "pp": choice_slider([1, 2, 4, 8], pp, "pipeline", label=lambda v: "no pipeline" if v == 1 else f"{v} stages"),
+        "speculative": dropdown([NO_SPEC, *presets.names("speculative")], speculative or NO_SPEC, "speculative"),
     }
-    rows = [["skew", "batch"], ["redundant", "layout", "runtime"]]
+    rows = [["skew", "batch"], ["redundant", "layout", "runtime"], ["pp", "speculative"]]
     m = presets.model(model)
     fixed = {"model": m.name, "gpu": gpu, "gpus": gpus, "context": context, "splits": splits,
-             "max_skew": m.routed_experts / m.experts_per_token}  # the largest skew top-k routing allows
+             "max_skew": m.routed_experts / m.experts_per_token,  # the largest skew top-k routing allows
+             "speculative": speculative, "accepted_length": accepted_length}
     return MoEExplorer.build(controls, rows, fixed=fixed)

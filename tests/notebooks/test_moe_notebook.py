@@ -37,3 +37,12 @@ def test_pure_tp_has_no_all_to_all(rec):
 
 def test_monte_carlo_check(rec):
     assert all(abs(e) < 2.0 for e in rec["max_load_error_pct"].values())
+
+
+def test_plain_decoding_by_default(rec):
+    """PP = 1 and SPECULATIVE = None (issue 21): the time per output token is the step, nothing is sped up, and
+    section 3's busiest rank carries the placement's imbalance plus routing noise."""
+    assert rec["decoding"] == "" and rec["speedup_at_batch"] == {}
+    assert rec["tpot_ms_at_batch"] == rec["step_ms_at_batch"]
+    [(name, strag)] = rec["load_straggler_at_batch"].items()
+    assert name == "plain" and strag > rec["imbalance_before_after"]["TP2xEP8 +32 EPLB"]

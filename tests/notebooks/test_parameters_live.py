@@ -294,6 +294,11 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
          {"SKEW": rec("dispatch_combine_us_at_batch"), "REDUNDANT": rec("rank_load_max_before_after", sorted)}),
         (dict(RUNTIME="scalar"), {"RUNTIME": rec("step_ms_at_batch")}),
         (dict(MC_TOKENS=[128, 512]), {"MC_TOKENS": rec("max_load_error_pct")}),
+        # a pipeline of two stages of the 16 GPUs: the recorded decoding says so
+        (dict(PP=2), {"PP": says("decoding", "PP2")}),
+        # MTP with the user's acceptance: the decoding names the preset and the accepted length
+        (dict(SPECULATIVE="deepseek-mtp-1", ACCEPTED_LENGTH=1.6),
+         {"SPECULATIVE": says("decoding", "deepseek-mtp-1"), "ACCEPTED_LENGTH": says("decoding", "1.60 tokens")}),
     ],
     "40_kv_transfer": [
         # the link alone sets the latency, the GPU alone the prefill time, the decode TP the sources per rank
@@ -395,9 +400,21 @@ REJECTED = [
      r"MODEL = 'llama-3-70b' does not apply to this notebook: llama-3-70b has no MTP module"),
     ("15_speculative_decoding", dict(ACCEPTED_LENGTH=5.0), r"ACCEPTED_LENGTH must be a finite number in \[1, 2\]"),
     ("30_moe_expert_parallel", dict(MODEL="llama-3-70b"), r"MODEL = 'llama-3-70b' does not apply to this notebook"),
+    ("30_moe_expert_parallel", dict(PP=62), r"PP \(62\) must be at most the layers of deepseek-v3 \(61\)"),
+    ("30_moe_expert_parallel", dict(PP=2, SPECULATIVE="deepseek-mtp-1"),
+     r"PP \(2\) must be 1 when decoding speculatively with 'deepseek-mtp-1'"),
+    ("30_moe_expert_parallel", dict(MODEL="qwen3-30b-a3b", SPECULATIVE="deepseek-mtp-1"),
+     r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and qwen3-30b-a3b has none"),
+    ("30_moe_expert_parallel", dict(ACCEPTED_LENGTH=1.5), r"ACCEPTED_LENGTH must come with speculative"),
+    ("30_moe_expert_parallel", dict(SPECULATIVE="eagle"), r"SPECULATIVE must name a preset in data/speculative.yaml"),
     ("40_kv_transfer", dict(DECODE_DP=2), r"DECODE_DP must be <= PREFILL_DP \(1\) with DP_PAIRING = 'index'"),
     ("40_kv_transfer", dict(PREFILL_DP=1024, PREFILL_TP=128), r"PREFILL_TP x PREFILL_DP must be at most 65,536 ranks"),
     ("40_kv_transfer", dict(PREFILL_TP=6), r"PREFILL_TP \(6\) must divide or be a multiple of the KV heads"),
+    ("40_kv_transfer", dict(PREFILL_PP=81), r"PREFILL_PP \(81\) must be at most the layers of llama-3-70b \(80\)"),
+    ("40_kv_transfer", dict(DECODE_PP=2, SPECULATIVE="eagle3-llama-3.1-8b"),
+     r"DECODE_PP \(2\) must be 1 when decoding speculatively with 'eagle3-llama-3.1-8b'"),
+    ("40_kv_transfer", dict(SPECULATIVE="deepseek-mtp-1"),
+     r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
     ("50_ssd_offload", dict(STORAGE="floppy"), r"STORAGE must name a preset in data/storage.yaml"),
     ("50_ssd_offload", dict(TP=3), r"TP \(3\) must divide the query heads of llama-3-70b"),
     ("50_ssd_offload", dict(HIT_RATIO=1.5), r"HIT_RATIO must be a probability in \[0, 1\]"),

@@ -51,6 +51,21 @@ is redrawn from the memo after a batch, context or hardware change (``benchmarks
 it). ``layers=8`` placements keep the step time within 1 % of all 58 and make a cold sweep several times
 faster.
 
+Pipelines and speculative decoding (issue 21; docs/models.md §4.8, "Per output token")
+    :func:`token_time` and :func:`token_memory` price the time per output token and the worst GPU's memory of an
+    instance that decodes plainly (:func:`step_time`, :func:`memory_per_gpu` exactly), in a pipeline of ``pp``
+    stages, or speculatively, as :mod:`..step.per_token` does for the step engine. ``batch`` is always the
+    instance's sequences. A pipeline's stage is this deployment's G = tp x ep GPUs, so the instance has pp x G
+    GPUs; its B sequences are dealt over pp micro-batches of ceil(B/pp) (each dealt over the stage's ep attention
+    groups), one micro-batch's step is :func:`step_time` at ceil(B/pp) with every routing and skew number of the
+    wing, and ITL = max(cycle, pp x slowest stage) (:mod:`..step.pipeline`; the slowest stage is the one
+    :func:`..step.pipeline.stage_model` builds: ceil(L/pp) layers, the MoE ones last, and the LM head). Speculative
+    decoding's verify pass is :func:`step_time` with ``q_tokens`` = W = k + 1 (W B tokens routed, more distinct
+    experts hit, the straggler of W B pairs); an MTP draft is one MoE layer priced by this wing with the target's
+    skew, placement policy and split [assumption: its router is as skewed as the target's layers, with hot experts
+    of its own]; a draft head is dense (the step engine on each attention group); TPOT = (draft + verify) / tau.
+    Pipelines with speculative decoding are refused (:func:`..step.per_token.check_decoding`).
+
 Infeasible points are not flagged here except by :func:`memory_per_gpu` (``feasible``); bad inputs raise
 :class:`~llmexplore.errors.SpecError` naming the field, the value and the rule.
 
@@ -60,25 +75,29 @@ DeepSeek-V3 technical report arXiv 2412.19437.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ... import _check
-from ...deployment import MAX_GPUS
+from ...deployment import MAX_GPUS, check_pp
 from ...errors import SpecError
-from ...specs import Hardware, ModelSpec, Runtime
+from ...specs import Hardware, ModelSpec, Runtime, SpecDecode
 from ...units import dtype_bytes
 from ..step import decode as att
+from ..step import per_token, pipeline
+from ..step import speculative as specdec
 from . import alltoall, eplb, routing
 from ..step import stats
-from ..step.collectives import Fabric, allreduce_s, deepep_ll_bytes_per_selection
+from ..step.collectives import Fabric, allreduce_s, deepep_ll_bytes_per_selection, sendrecv_s
 from ..step.engine import (EMB_BYTES, Deployment, check_batch_context, elementwise_s, gemm_s, kernel_rates, moe_s,
                            resolve_deployment)
 
 __all__ = ["MoEDeployment", "step_time", "expected_rank_shares", "memory_per_gpu", "clear_memo", "BALANCE",
-           "DISPATCH"]
+           "DISPATCH", "check_decoding", "decoding_label", "stage_deployment", "hop_link", "hop_s", "token_time",
+           "token_memory", "TOKEN_PARTS"]
 
 BALANCE = ("none", "eplb")
 DISPATCH = ("rank", "expert")
@@ -141,6 +160,8 @@ class MoEDeployment:
     dispatch: str = "rank"
     layers: int | None = None
     seed: int = 0
+    #: query tokens per sequence that need logits (None: all ``q_tokens``, a verify pass; 1: a draft step)
+    logits_tokens: int | None = None
 
     @classmethod
     def build(cls, model="deepseek-v3", gpu="h200", gpus: int = 16, *, tp: int, ep: int, redundant: int = 0,
@@ -203,7 +224,7 @@ class MoEDeployment:
         """The TP-``tp`` attention deployment of one attention group (non-MoE parts of the step)."""
         return Deployment(model=self.model, hardware=self.hardware, ranks=self.tp, runtime=self.runtime,
                           fabric=self.fabric, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                          act_dtype=self.act_dtype, q_tokens=self.q_tokens)
+                          act_dtype=self.act_dtype, q_tokens=self.q_tokens, logits_tokens=self.logits_tokens)
 
     @property
     def slots(self) -> int:
@@ -511,3 +532,220 @@ def memory_per_gpu(md: MoEDeployment, batch, context) -> dict[str, np.ndarray]:
         "activations_B": base["activations_B"], "reserve_B": base["reserve_B"], "total_B": total,
         "usable_B": base["usable_B"], "kv_budget_B": budget, "feasible": ok,
     }
+
+
+# ---- per output token: pipelines and speculative decoding (issue 21) ------------------------------------------
+
+#: the parts of ``tpot_s`` (per output token) [s]: they add up to it (:func:`token_time`)
+TOKEN_PARTS = ("attention_s", "ffn_dense_s", "ffn_moe_s", "head_s", "comm_s", "overhead_s", "draft_s", "host_s",
+               "hops_s", "stall_s")
+#: a pass's parts that are scaled to one output token (the verify pass's over tau); comm_s's sub-parts included
+_SCALED = ("attention_s", "ffn_dense_s", "ffn_moe_s", "head_s", "comm_s", "overhead_s", "comm_attn_s",
+           "comm_ffn_dense_s", "comm_head_s", "comm_moe_s", "dispatch_s", "combine_s", "allreduce_moe_s")
+#: a pass's per-layer times and load statistics, kept as the pass has them (the verify pass, a micro-batch's step)
+_PASS = ("moe_layer_s", "routed_layer_s", "routed_mean_layer_s", "dispatch_layer_s", "combine_layer_s",
+         "time_straggler", "load_straggler", "expected_imbalance", "max_pairs", "mean_pairs", "active_slots_max",
+         "distinct_ranks", "skew")
+
+
+def check_decoding(md: MoEDeployment, pp=1, speculative=None) -> tuple[int, SpecDecode | None]:
+    """(pp, spec) for ``md``: the step engine's checks and messages (:func:`..step.per_token.check_decoding`: pp
+    within the model's layers, an MTP draft needs the model's MTP module, no draft inside a pipeline), then pp x
+    gpus within one instance and a link between stages that span nodes. SpecError starting with the argument."""
+    p, spec = per_token.check_decoding(md.attn_dep, pp, speculative)
+    if p > 1:
+        check_pp(md.model, p, md.gpus, ranks_field="gpus")
+        hop_link(md, p)
+    return p, spec
+
+
+def decoding_label(pp: int = 1, spec: SpecDecode | None = None) -> str:
+    """'' for plain decoding, 'PP2' for a pipeline, the preset and its accepted length for speculative decoding
+    (:func:`..step.per_token.decoding_label`)."""
+    return per_token.decoding_label(pp, spec)
+
+
+def stage_deployment(md: MoEDeployment, pp: int) -> MoEDeployment:
+    """The worst stage of ``pp`` as a deployment of the same G GPUs: :func:`..step.pipeline.stage_model`'s ceil(L/pp)
+    layers (the MoE layers last, as many as the last stage holds; one vocabulary table), at most as many sampled
+    placements as it has MoE layers. Its memory is the worst GPU's; its time is not the stage's (:func:`token_time`)."""
+    if pp == 1:
+        return md
+    sm = pipeline.stage_model(md.model, pp)
+    return dataclasses.replace(md, model=sm, layers=min(md.layers, sm.moe_layers))
+
+
+def hop_link(md: MoEDeployment, pp: int):
+    """The link between stages (:func:`..step.pipeline.hop_link`'s rule for pp x G GPUs): the scale-up link while
+    the instance fits in one scale-up domain, the scale-out link beyond (SpecError if there is none)."""
+    return pipeline.stage_link(md.fabric, pp, md.gpus, md.hardware.name, what="gpus")
+
+
+def hop_s(md: MoEDeployment, pp: int, batch) -> np.ndarray:
+    """One stage-to-stage send of a micro-batch of ``batch`` sequences [s]: each attention group passes the hidden
+    states of its ceil(batch/ep) sequences (q_tokens each, H in the activation dtype) to the same group of the next
+    stage, each of its tp GPUs its 1/tp share, over :func:`hop_link` (with ep = 1 that is
+    :func:`..step.pipeline.hop_s` of the G-rank stage)."""
+    tokens = np.ceil(np.asarray(batch, dtype=float) / md.ep) * md.q_tokens
+    n = tokens * md.model.hidden * dtype_bytes(md.act_dtype) / md.tp
+    return sendrecv_s(n, hop_link(md, pp))
+
+
+def _draft_probs(md: MoEDeployment, probs):
+    """The MTP layer's routing histogram: ``probs`` [E] as given; of a [layers, E] histogram the most skewed layer's
+    [assumption, conservative]; None stays None (the draft layer takes the target's skew)."""
+    if probs is None:
+        return None
+    p = np.asarray(probs, dtype=float)
+    if p.ndim < 2:
+        return p
+    return p[int(np.argmax(p.max(-1) / p.sum(-1)))]
+
+
+def _fuse_s(md: MoEDeployment, spec: SpecDecode, tokens) -> np.ndarray:
+    """The draft's fuse projection (FUSE_WIDTH hidden sizes -> H) over ``tokens`` rows of one attention group,
+    replicated on its GPUs, as the step engine charges it [s]."""
+    w = specdec.FUSE_WIDTH[spec.method]
+    H = md.model.hidden
+    return gemm_s(md.attn_dep, tokens, w * H, H, b_w=EMB_BYTES) if w else np.zeros_like(np.asarray(tokens, float))
+
+
+def _draft_s(md: MoEDeployment, spec: SpecDecode, b, s, skew, probs) -> np.ndarray:
+    """Draft time of one speculative iteration [s] (:func:`..step.speculative.spec_step`'s draft: a first step over
+    the W verified tokens, k - 1 more of ``draft_width`` tokens, each without its step overhead, plus the fuse
+    projection). An MTP layer of an MoE model is this wing's one-MoE-layer deployment of the same split, skew and
+    placement policy; a draft head is the step engine's dense layer on each attention group; n-gram lookup is 0."""
+    if spec.method == "ngram":
+        return np.zeros(())
+    W, k, w = spec.verify_width, spec.draft_tokens, spec.draft_width
+    b_loc = np.ceil(b / md.ep)
+    if spec.method == "mtp" and md.model.is_moe:
+        dm = dataclasses.replace(md, model=specdec.draft_model(md.model, spec), layers=1)
+        dprobs = _draft_probs(md, probs)
+
+        def one(q, lt, ctx):
+            r = step_time(dataclasses.replace(dm, q_tokens=q, logits_tokens=lt), b, ctx, skew=skew, probs=dprobs)
+            return r["step_s"] - r["overhead_s"]
+    else:
+        ddep = specdec.draft_deployment(md.attn_dep, spec)
+
+        def one(q, lt, ctx):
+            r = att.step_time(ddep, b_loc, ctx, "TP", q_tokens=q, logits_tokens=lt)
+            return r["step_s"] - r["overhead_s"]
+    draft = one(W, 1, s) + _fuse_s(md, spec, b_loc * W)
+    if k > 1:
+        draft = draft + (k - 1) * (one(w, w, s + W) + _fuse_s(md, spec, b_loc * w))
+    return draft
+
+
+def token_time(md: MoEDeployment, batch, context, *, skew=1.0, probs=None, pp=1, speculative=None
+               ) -> dict[str, np.ndarray]:
+    """Time per output token of one sequence on an instance of ``md`` [s], with skewed routing (module docstring).
+
+    ``batch``: the instance's sequences (with ``pp`` stages dealt over pp micro-batches of ceil(batch/pp));
+    ``context`` [tokens], ``skew`` and ``probs`` as in :func:`step_time`; ``pp`` pipeline stages of ``md.gpus``
+    GPUs each; ``speculative`` a preset name or SpecDecode (None: plain).
+
+    Returns ``tpot_s`` and its parts :data:`TOKEN_PARTS` per output token (they add up to it; ``comm_s``'s
+    sub-parts ``comm_attn_s``, ``comm_ffn_dense_s``, ``comm_head_s``, ``comm_moe_s``, ``dispatch_s``,
+    ``combine_s``, ``allreduce_moe_s`` too), ``iteration_s`` (the time between a sequence's iterations: the step,
+    the ITL, the draft + verify cycle), ``pass_s`` (the pass whose MoE statistics are reported: the step, one
+    micro-batch's step, the verify pass), ``tokens_per_step`` (1, or tau), ``tokens_per_s`` (the instance's),
+    ``cycle_s`` and ``stage_s`` (a pipeline's: one micro-batch through the stages, the slowest stage; the
+    iteration otherwise), and the pass's per-layer times and load statistics as :func:`step_time` names them
+    (``moe_layer_s``, ``routed_layer_s``, ``time_straggler``, ``load_straggler``, ``distinct_ranks``, ...).
+    Plain decoding (pp = 1, no speculation) is :func:`step_time` exactly, less its ``step_s`` (= ``tpot_s``)."""
+    p, spec = check_decoding(md, pp, speculative)
+    b, s = check_batch_context(batch, context)
+    if spec is None and p == 1:
+        st = step_time(md, b, s, skew=skew, probs=probs)
+        zero = np.zeros(st["step_s"].shape)
+        out = {k: v for k, v in st.items() if k != "step_s"}
+        out.update(tpot_s=st["step_s"], iteration_s=st["step_s"], pass_s=st["step_s"], cycle_s=st["step_s"],
+                   stage_s=st["step_s"], tokens_per_step=np.ones(zero.shape), draft_s=zero, host_s=zero,
+                   hops_s=zero, stall_s=zero)
+        return out
+    if spec is not None:
+        W = spec.verify_width
+        tau = spec.tokens_per_step
+        verify = step_time(dataclasses.replace(md, q_tokens=W, logits_tokens=W), b, s, skew=skew, probs=probs)
+        shape = verify["step_s"].shape
+        draft = np.broadcast_to(_draft_s(md, spec, b, s, skew, probs), shape)
+        host = np.full(shape, spec.host_ms * 1e-3)
+        cycle = verify["step_s"] + draft + host
+        out = {k: verify[k] / tau for k in _SCALED}
+        out.update({k: verify[k] for k in _PASS})
+        zero = np.zeros(shape)
+        out.update(draft_s=draft / tau, host_s=host / tau, hops_s=zero, stall_s=zero, pass_s=verify["step_s"],
+                   iteration_s=cycle, cycle_s=cycle, stage_s=cycle, tokens_per_step=np.full(shape, tau))
+    else:
+        mb = np.maximum(np.ceil(b / p), 1.0)
+        st = step_time(md, mb, s, skew=skew, probs=probs)
+        shape = st["step_s"].shape
+        m = md.model
+        L, Lm = m.layers, m.moe_layers
+        ls = math.ceil(L / p)
+        n_moe = min(Lm, ls)
+        per_layer = (ls * (st["attention_s"] + st["comm_attn_s"]) / L
+                     + n_moe * (st["ffn_moe_s"] + st["comm_moe_s"]) / Lm)
+        if ls > n_moe:  # the worst stage reaches into the dense layers
+            per_layer = per_layer + (ls - n_moe) * (st["ffn_dense_s"] + st["comm_ffn_dense_s"]) / m.dense_layers
+        stage = per_layer + st["head_s"] + st["comm_head_s"] + st["overhead_s"]
+        hops = np.broadcast_to((p - 1) * hop_s(md, p, mb), shape)
+        cycle = st["step_s"] + hops
+        itl = np.maximum(cycle, p * stage)
+        out = {k: st[k] for k in _SCALED + _PASS}
+        zero = np.zeros(shape)
+        out.update(draft_s=zero, host_s=zero, hops_s=hops, stall_s=itl - cycle, pass_s=st["step_s"],
+                   iteration_s=itl, cycle_s=cycle, stage_s=np.broadcast_to(stage, shape),
+                   tokens_per_step=np.ones(shape), micro_batch=np.broadcast_to(mb, shape))
+    tpot = out["iteration_s"] / out["tokens_per_step"]
+    out.update(tpot_s=tpot, tokens_per_s=np.broadcast_to(b, tpot.shape) / tpot)
+    return out
+
+
+def token_memory(md: MoEDeployment, batch, context, *, pp=1, speculative=None) -> dict[str, np.ndarray]:
+    """Memory of the worst GPU [B] (:func:`memory_per_gpu`'s parts and ``feasible``; plain decoding is it exactly),
+    plus ``draft_weights_B`` and ``draft_kv_B`` (already inside ``weights_B`` and ``kv_B``; 0 without a draft).
+
+    * ``pp`` > 1: the worst stage (:func:`stage_deployment`: ceil(L/pp) layers with their (E + redundant)/ep expert
+      slots per MoE layer, one vocabulary table) and its layers' KV for the ceil(batch/ep) sequences of a group
+      (every micro-batch's), activations of one micro-batch (:func:`..step.pipeline.pp_memory`'s rule).
+    * speculative: :func:`..step.speculative.spec_memory`'s rule on the worst attention group: the target's KV at
+      context + W - 1 (a slot per draft token) with activations over W tokens per sequence, and the draft layer's
+      weights and KV; an MTP layer of an MoE model holds the same (E + redundant)/ep slots per GPU as the target's
+      MoE layers (this wing's weight accounting) [assumption: the draft layer is placed like the target's]."""
+    p, spec = check_decoding(md, pp, speculative)
+    if spec is None and p == 1:
+        out = dict(memory_per_gpu(md, batch, context))
+        zero = np.zeros(np.shape(out["total_B"]))
+        out.update(draft_weights_B=zero, draft_kv_B=zero)
+        return out
+    b, s = check_batch_context(batch, context)
+    if p > 1:
+        sd = stage_deployment(md, p)
+        out = dict(memory_per_gpu(sd, b, s))
+        act = memory_per_gpu(sd, np.maximum(np.ceil(b / p), 1.0), s)["activations_B"]
+        weights, kv = out["weights_B"], out["kv_B"]
+        dw = dkv = np.zeros(np.shape(out["total_B"]))
+        dep = sd.attn_dep
+    else:
+        W = spec.verify_width
+        out = dict(memory_per_gpu(dataclasses.replace(md, q_tokens=W, logits_tokens=None), b, s + (W - 1)))
+        sm = specdec.spec_memory(md.attn_dep, spec, np.ceil(b / md.ep), s)
+        dw, dkv = np.asarray(sm["draft_weights_B"], dtype=float), np.asarray(sm["draft_kv_B"], dtype=float)
+        m = md.model
+        if spec.method == "mtp" and m.is_moe:  # the step engine counts E/tp routed experts; the wing its slots
+            dw = dw + (md.slots_per_rank - m.routed_experts) / md.tp * m.expert_params * dtype_bytes(md.weight_dtype)
+        act = out["activations_B"]
+        weights, kv = out["weights_B"] + dw, out["kv_B"] + dkv
+        dep = md.attn_dep
+    total = weights + kv + act + out["reserve_B"]
+    budget = dep.kv_budget_B(weights, act)
+    ok = total <= out["usable_B"] if dep.runtime.memory_fraction_of == "total" else kv <= budget
+    shape = np.broadcast_shapes(np.shape(total), np.shape(out["total_B"]))
+    out.update(weights_B=np.broadcast_to(weights, shape), kv_B=np.broadcast_to(kv, shape),
+               activations_B=np.broadcast_to(act, shape), total_B=np.broadcast_to(total, shape),
+               kv_budget_B=np.broadcast_to(budget, shape), feasible=np.broadcast_to(ok, shape),
+               draft_weights_B=np.broadcast_to(dw, shape), draft_kv_B=np.broadcast_to(dkv, shape))
+    return out

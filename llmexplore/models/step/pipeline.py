@@ -42,7 +42,7 @@ from .decode import max_batch, memory_per_rank, step_time
 from .engine import Deployment, check_batch_context
 from .prefill import prefill_time
 
-__all__ = ["MAX_STAGES", "check_pp", "stage_layers", "stage_model", "stage_deployment", "hop_link", "hop_s",
+__all__ = ["MAX_STAGES", "check_pp", "stage_layers", "stage_model", "stage_deployment", "stage_link", "hop_link", "hop_s",
            "pp_decode", "pp_memory", "pp_max_batch", "pp_prefill"]
 
 def stage_layers(model: ModelSpec, pp: int) -> list[int]:
@@ -72,16 +72,21 @@ def stage_deployment(dep: Deployment, pp: int) -> Deployment:
     return dep if pp == 1 else dataclasses.replace(dep, model=stage_model(dep.model, pp))
 
 
+def stage_link(fabric, pp: int, gpus: int, hardware: str, *, what: str = "ranks"):
+    """The link between the stages of a pipeline of ``pp`` stages of ``gpus`` GPUs each on ``fabric``: the
+    scale-up link while the pp x gpus GPUs fit in one scale-up domain, the scale-out link beyond (SpecError naming
+    ``pp x what`` if ``hardware`` has none)."""
+    if pp * gpus <= fabric.gpus_per_node:
+        return fabric.scale_up
+    if fabric.scale_out is None:
+        raise SpecError(f"pp x {what} ({pp} x {gpus}) spans nodes of {fabric.gpus_per_node} GPUs, and "
+                        f"{hardware} has no scale-out link preset to carry the activations between stages")
+    return fabric.scale_out
+
+
 def hop_link(dep: Deployment, pp: int):
-    """The link between stages: the scale-up link while the instance's pp x T GPUs fit in one scale-up domain,
-    the scale-out link beyond (SpecError if there is none)."""
-    fab = dep.fabric
-    if pp * dep.ranks <= fab.gpus_per_node:
-        return fab.scale_up
-    if fab.scale_out is None:
-        raise SpecError(f"pp x ranks ({pp} x {dep.ranks}) spans nodes of {fab.gpus_per_node} GPUs, and "
-                        f"{dep.hardware.name} has no scale-out link preset to carry the activations between stages")
-    return fab.scale_out
+    """The link between stages of ``dep.ranks`` GPUs each (:func:`stage_link`)."""
+    return stage_link(dep.fabric, pp, dep.ranks, dep.hardware.name)
 
 
 def hop_s(dep: Deployment, pp: int, tokens) -> np.ndarray:

@@ -478,3 +478,39 @@ def test_pd_with_pipelined_prefill_instances(capsys):
     assert d["gpus"] == d["prefill_instances"] * 16 + d["decode_instances"] * 8
     code, out, _ = run(capsys, [*_PD, "--prefill-pp", "2", "--no-band"])
     assert code == 0 and "TP8 x PP2, a new prompt every" in out
+
+
+def test_moe_with_a_pipeline_or_speculation_compares_the_time_per_output_token(capsys):
+    """moe --pp / --speculative / --accepted-length (issue 21): both rows (the split asked for and pure TP) decode the
+    same way and say so, the verify pass's time per output token is the cycle over tau, and a pipeline of P stages
+    of the N GPUs has P x N GPUs; bad combinations are one line naming the flags (the step engine's message)."""
+    base = ["moe", "--model", "deepseek-v3", "--gpu", "h200", "--gpus", "16", "--batch-tokens", "256", "--ep", "8",
+            "--skew", "2.6"]
+    plain = run_json(capsys, [*base, "--json"])
+    assert plain["decoding"] == "" and plain["tpot_ms"] == plain["step_ms"] and "speedup" not in plain
+    assert (plain["inputs"]["pp"], plain["inputs"]["speculative"], plain["inputs"]["accepted_length"]) == (1, None,
+                                                                                                          None)
+    doc = run_json(capsys, [*base, "--speculative", "deepseek-mtp-1", "--accepted-length", "1.7", "--json"])
+    for row in (doc, doc["pure_tp"]):
+        assert row["decoding"] == "deepseek-mtp-1 (1.70 tokens per step)"
+        assert row["step_ms"] == pytest.approx(1.7 * row["tpot_ms"], rel=1e-12) and row["draft_ms"] > 0
+        assert row["speedup"] == pytest.approx(row["plain_ms"] / row["tpot_ms"], rel=1e-12)
+    assert doc["plain_ms"] == pytest.approx(plain["step_ms"], rel=1e-12)
+    assert (doc["inputs"]["speculative"], doc["inputs"]["accepted_length"]) == ("deepseek-mtp-1", 1.7)
+    pp = run_json(capsys, [*base, "--pp", "2", "--json"])
+    assert pp["decoding"] == "PP2" and pp["gpus"] == 32 and pp["hops_ms"] > 0 and pp["inputs"]["pp"] == 2
+    assert pp["memory_GB"] < plain["memory_GB"]
+    code, out, err = run(capsys, [*base, "--pp", "2"])
+    assert code == 0 and "decoding PP2 on 32 GPUs" in out and "ms/token" in out
+    for extra, needle in [(["--pp", "2", "--speculative", "ngram-5"],
+                           "--pp (2) must be 1 when decoding speculatively with 'ngram-5'"),
+                          (["--pp", "62"], "--pp (62) must be at most the layers of deepseek-v3 (61)"),
+                          (["--accepted-length", "1.5"], "--accepted-length must come with --speculative"),
+                          (["--speculative", "deepseek-mtp-1", "--accepted-length", "3"],
+                           "--accepted-length must be a finite number in [1, 2]")]:
+        code, out, err = run(capsys, [*base, *extra])
+        assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
+    code, out, err = run(capsys, ["moe", "--model", "mixtral-8x7b", "--gpu", "h200", "--gpus", "8", "--batch-tokens",
+                                  "64", "--speculative", "deepseek-mtp-1"])
+    assert code == 2 and "--speculative 'deepseek-mtp-1' drafts with an MTP module, and mixtral-8x7b has none" in err
+
