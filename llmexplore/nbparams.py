@@ -320,14 +320,24 @@ def check_transfer_parameters(p) -> dict[str, str]:
         raise SpecError(f"DECODE_DP must be <= PREFILL_DP ({sizes['PREFILL_DP']}) with DP_PAIRING = 'index' (decode "
                         f"DP group k receives from prefill DP group k, as in version 1), got {sizes['DECODE_DP']}; "
                         f"set DP_PAIRING = 'any' to route each request from any prefill DP group")
+    for name in ("PREFILL_PP", "DECODE_PP"):
+        sizes[name] = int_param(name, p[name], 1, transfer.MAX_PP)
+    if p["SPECULATIVE"] is not None:
+        preset_param("SPECULATIVE", "speculative", p["SPECULATIVE"])
     built("PREFILL_TP, DECODE_TP, PREFILL_DP, DECODE_DP, PAGE_SIZE",
           lambda: transfer.setup(m.name, prefill_tp=sizes["PREFILL_TP"], decode_tp=sizes["DECODE_TP"],
                                  prefill_dp=sizes["PREFILL_DP"], decode_dp=sizes["DECODE_DP"],
                                  page_size=p["PAGE_SIZE"], kv_dtype=p["KV_DTYPE"], gpu=p["GPU"], link=p["LINK"],
-                                 prompt_tokens=p["PROMPT_TOKENS"], dp_pairing=pairing, runtime=p["RUNTIME"]),
+                                 prompt_tokens=p["PROMPT_TOKENS"], dp_pairing=pairing, runtime=p["RUNTIME"],
+                                 prefill_pp=sizes["PREFILL_PP"], decode_pp=sizes["DECODE_PP"],
+                                 speculative=p["SPECULATIVE"]),
           # the longer names first: a message is renamed by the first argument it starts with
           rename={"prefill_tp x prefill_dp": "PREFILL_TP x PREFILL_DP",
                   "decode_tp x decode_dp": "DECODE_TP x DECODE_DP",
+                  "prefill_pp x prefill_tp x prefill_dp": "PREFILL_PP x PREFILL_TP x PREFILL_DP",
+                  "decode_pp x decode_tp x decode_dp": "DECODE_PP x DECODE_TP x DECODE_DP",
+                  "prefill_pp x prefill_tp": "PREFILL_PP x PREFILL_TP", "decode_pp x decode_tp": "DECODE_PP x DECODE_TP",
+                  "prefill_pp": "PREFILL_PP", "decode_pp": "DECODE_PP", "speculative": "SPECULATIVE",
                   "prefill_tp": "PREFILL_TP", "decode_tp": "DECODE_TP", "page_size": "PAGE_SIZE"})
     return {}
 

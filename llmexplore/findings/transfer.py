@@ -15,7 +15,7 @@ from ..sweeps.transfer import TransferSetup
 from . import join, num
 
 __all__ = ["layouts_phrase", "plan_sentence", "summary_table", "matrix_sentence", "fanout_sentence",
-           "fragment_sentence", "pairs_sentence", "prompt_sentence"]
+           "fragment_sentence", "pairs_sentence", "prompt_sentence", "stage_sentence", "spec_sentence"]
 
 
 def _mb(x: float) -> str:
@@ -38,13 +38,16 @@ def _ranks(n: int, what: str) -> str:
 
 
 def layouts_phrase(s: TransferSetup) -> str:
-    """``"prefill TP8 → decode TP4"`` (with ``x DP2`` where a side has several DP groups)."""
-    pl = s.mt.planner
-    return f"{pl.prefill_layout} → {pl.decode_layout}"
+    """``"prefill TP8 → decode TP4"`` (with ``x DP2`` where a side has several DP groups, ``x PP2`` where it has
+    pipeline stages)."""
+    return f"{s.mt.prefill_label} → {s.mt.decode_label}"
 
 
 def _sources(summary: dict) -> str:
     if summary["plan_kind"] == "identity":
+        if summary["max_sources"] > 1:  # pipelines: the same-position rank of each prefill stage it meets
+            return (f"each decode rank receives whole pages from the prefill rank at its position in each prefill "
+                    f"stage it meets, at most {summary['max_sources']} (identity plan per stage pair)")
         return "each decode rank receives whole pages from the one prefill rank at its position (identity plan)"
     k, f = summary["max_sources"], summary["max_fanout"]
     if k > 1:
@@ -80,6 +83,12 @@ def plan_sentence(summary: dict, s: TransferSetup, *, short: bool = False) -> st
                      f"{_mb(summary['local_copy_MB'])} to copy on the decode side")
     if extra:
         text += f" {join(extra)[0].upper()}{join(extra)[1:]}."
+    if summary.get("prefill_pp", 1) > 1 or summary.get("decode_pp", 1) > 1:
+        n_p, n_d, k = summary["prefill_pp"], summary["decode_pp"], summary["stage_pairs"]
+        text += (f" With {n_p} prefill and {n_d} decode pipeline stage{'s' if n_d != 1 else ''}, each prefill rank "
+                 f"sends only its stage's layers: {k} stage pair{'s' if k != 1 else ''} talk{'s' if k == 1 else ''}.")
+    if summary.get("speculative"):
+        text += " " + spec_sentence(summary)
     if "roundtrip_ok" in summary and not summary["roundtrip_ok"]:
         text += " The round-trip check FAILED: the plan does not rebuild every decode page."
     return text
@@ -111,6 +120,12 @@ def summary_table(summary: dict) -> pd.DataFrame:
         ("prefill of the prompt", f"{num(summary['prefill_ms'])} ms" if np.isfinite(summary.get("prefill_ms", np.nan))
          else "n/a (no prefill model at this TP)"),
     ]
+    if summary.get("prefill_pp", 1) > 1 or summary.get("decode_pp", 1) > 1:
+        rows.append(("pipeline stages (prefill, decode)", f"PP{summary['prefill_pp']}, PP{summary['decode_pp']}: "
+                     f"{summary['stage_pairs']:,} stage pair(s) talk"))
+    if summary.get("speculative"):
+        rows.append((f"speculative decoding ({summary['speculative']}): draft layer's KV / hidden state and top-k",
+                     f"{_mb(summary['draft_MB'])} / {num(summary['spec_state_MB'] * 1e3)} kB"))
     if "roundtrip_ok" in summary:
         rows.append(("round-trip check", ("every decode byte matches" if summary["roundtrip_ok"] else "FAILED")
                      + f" ({summary['roundtrip_checked_B']:,} B checked)"))
@@ -220,8 +235,9 @@ def pairs_sentence(pairs: pd.DataFrame, *, short: bool = False) -> str:
     return text + "."
 
 
-def prompt_sentence(by_prompt: pd.DataFrame, *, short: bool = False) -> str:
-    """Section 6: the transfer time against prompt length, serial and pipelined, against the prefill time.
+def prompt_sentence(by_prompt: pd.DataFrame, *, short: bool = False, prefill_pp: int = 1) -> str:
+    """Section 6: the transfer time against prompt length, serial and pipelined, against the prefill time (with
+    ``prefill_pp`` stages, the pipelined prefill's latency, behind which every stage streams its own layers).
     ``by_prompt``: :func:`~llmexplore.sweeps.transfer.time_vs_prompt`."""
     d = by_prompt.sort_values("prompt_tokens")
     a, b = d.iloc[0], d.iloc[-1]
@@ -235,7 +251,10 @@ def prompt_sentence(by_prompt: pd.DataFrame, *, short: bool = False) -> str:
     pre = d["prefill_ms"].to_numpy(float)
     if np.isfinite(pre).all() and np.isfinite(pipe).all():
         share = 100 * d["serial_ms"].to_numpy(float) / pre
-        text += (f" ({num(share.min())}–{num(share.max())}% of the prefill time); pipelined layer by layer, "
+        what = "the prefill time" if prefill_pp == 1 else f"the {prefill_pp}-stage pipelined prefill's latency"
+        how = ("pipelined layer by layer" if prefill_pp == 1 else
+               "each stage streaming its own layers as it computes them")
+        text += (f" ({num(share.min())}–{num(share.max())}% of {what}); {how}, "
                  f"{num(pipe.min())}–{num(pipe.max())} ms stays exposed")
     if "unbatched_ms" in d:
         ratio = d["unbatched_ms"].to_numpy(float) / d["serial_ms"].to_numpy(float)
@@ -249,6 +268,56 @@ def prompt_sentence(by_prompt: pd.DataFrame, *, short: bool = False) -> str:
                 f"costs at most {num(hi)}% more than batched writes" if lo >= 0 else
                 f"ranges from {num(-lo)}% faster to {num(hi)}% slower than batched writes")
     return text + "."
+
+
+def _stage_list(stages) -> str:
+    stages = sorted(int(x) for x in stages)
+    return (f"decode stage {stages[0]}" if len(stages) == 1 else
+            "decode stages " + join([str(x) for x in stages]))
+
+
+def stage_sentence(stages: pd.DataFrame, *, short: bool = False) -> str:
+    """Which prefill stage sends which layers to which decode stage, and the MB each pair moves.
+    ``stages``: :func:`~llmexplore.sweeps.transfer.stage_pair_table`."""
+    pp_p = int(stages["prefill_stage"].max()) + 1
+    pp_d = int(stages["decode_stage"].max()) + 1
+    layers = int(stages["last_layer"].max()) + 1
+    if pp_p == 1 and pp_d == 1:
+        draft = int(stages["draft_layers"].sum())
+        what = f"all {layers - draft:,} layers" + (f" and the draft's {draft}" if draft else "")
+        text = (f"No pipeline stages: {what} go from the one prefill stage to the one decode stage, "
+                f"{_mb(stages['MB'].iloc[0])} per request")
+        return text if short else text + "."
+    if short:
+        return (f"{len(stages):,} of {pp_p * pp_d:,} stage pairs talk, {_span(stages['MB'])} each"
+                + ("; stage i only to stage i" if pp_p == pp_d and len(stages) == pp_p else ""))
+    parts = []
+    for a, rows in stages.groupby("prefill_stage", sort=True):
+        lo, hi = int(rows["first_layer"].min()), int(rows["last_layer"].max())
+        parts.append(f"prefill stage {a} (layers {lo}–{hi}) to {_stage_list(rows['decode_stage'])}")
+    head = "; ".join(parts)
+    text = f"{head[0].upper()}{head[1:]}: {len(stages):,} of the {pp_p:,} × {pp_d:,} stage pairs talk"
+    if pp_p == pp_d and len(stages) == pp_p:
+        text += ", each stage only to the stage of the same index"
+    text += (f", moving {_span(stages['MB'])} each per request; a prefill rank never sends a layer its stage does "
+             "not hold")
+    return text + "."
+
+
+def spec_sentence(summary: dict) -> str:
+    """What speculative decoding adds to the transfer (the draft layer's KV and the draft's hidden state), from
+    :func:`~llmexplore.sweeps.transfer.plan_summary`; '' without a speculative preset."""
+    name = summary.get("speculative")
+    if not name:
+        return ""
+    if summary["draft_layers"] == 0:
+        return (f"{name} drafts by n-gram lookup on the CPU: no draft model, so no draft KV or hidden state "
+                "moves.")
+    share = 100 * summary["draft_MB"] / summary["request_MB"]
+    return (f"With {name}, the draft layer's KV moves as one more layer on the last stage ({_mb(summary['draft_MB'])}, "
+            f"{num(share)}% of the request), and every sender–receiver pair of the last stage adds the draft's "
+            f"hidden state and top-k ({num(summary['spec_state_MB'] * 1e3)} kB in all) so the decode side can draft "
+            "its first token.")
 
 
 def fragment_sizes(frags: pd.DataFrame) -> list:

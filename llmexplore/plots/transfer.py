@@ -211,11 +211,15 @@ FRAGMENT_HEADERS = {
     "decode_rank": "decode rank", "plan": "plan", "prefill_rank": "prefill rank", "buffer": "buffer",
     "kind": "buffer kind", "src_offset_B": "source offset [B]", "dst_offset_B": "destination offset [B]",
     "bytes_per_page": "bytes per page [B]", "src_stride_B": "source page item [B]",
-    "dst_stride_B": "destination page item [B]",
+    "dst_stride_B": "destination page item [B]", "layer_start": "first layer", "layer_end": "layers end (exclusive)",
 }
 
 
 def fragment_people_table(frags: pd.DataFrame, *, caption: str = "") -> PeopleTable:
     """The fragments of :func:`llmexplore.sweeps.transfer.fragment_table` for people: one row per fragment,
-    offsets, length and page-item strides in bytes (one layer; every layer repeats them)."""
-    return people_table(frags, {c: h for c, h in FRAGMENT_HEADERS.items() if c in frags}, caption=caption)
+    offsets, length and page-item strides in bytes (one layer) and, where fragments differ in them (pipeline
+    stages, a draft's layer), the layers it repeats for."""
+    cols = {c: h for c, h in FRAGMENT_HEADERS.items() if c in frags}
+    if {"layer_start", "layer_end"} <= set(frags) and len(frags[["layer_start", "layer_end"]].drop_duplicates()) <= 1:
+        cols = {c: h for c, h in cols.items() if c not in ("layer_start", "layer_end")}  # every layer, every row
+    return people_table(frags, cols, caption=caption)

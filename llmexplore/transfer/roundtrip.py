@@ -18,7 +18,7 @@ import numpy as np
 from .. import _check
 from .planner import PDTransferPlanner
 
-__all__ = ["RoundTrip", "roundtrip_check"]
+__all__ = ["RoundTrip", "roundtrip_check", "pipeline_roundtrip_check"]
 
 _UNSET = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 _PAD = np.uint64(1) << np.uint64(62)  # padding codes: bit 62 set, never set in a real byte's code
@@ -134,4 +134,102 @@ def roundtrip_check(planner: PDTransferPlanner, *, pages: int = 2, prefill_dp_gr
                     pg, byte = map(int, np.argwhere(bad)[0])
                     first = (f"decode rank {r}, buffer {b.buffer_index} ({b.buffer_kind.value}), page {pg}, byte "
                              f"{byte}: got code {int(got[pg, byte]):#x}, want {int(want[pg, byte]):#x}")
+    return RoundTrip(checked, mismatched, overwritten, tuple(not_sent), first)
+
+
+_ABSENT = np.uint64(1) << np.uint64(61)  # a layer the source rank's stage does not hold: never a real byte's code
+
+
+def pipeline_roundtrip_check(pipe, *, pages: int = 1, prefill_dp_group: int | None = None,
+                             decode_ranks=None) -> RoundTrip:
+    """The round-trip check of a pipelined plan (:class:`~.pipeline.PipelineTransferPlanner`), layer by layer.
+
+    Every layer a decode rank's stage holds of every buffer must arrive exactly once, byte for byte, from a
+    prefill rank whose stage holds that layer: a prefill rank offers the codes of :func:`roundtrip_check` for
+    its own stage's layers and codes no real byte has (bit 61 and its rank) for any other layer, so a fragment
+    from the wrong stage, a missing layer (nothing written) or a layer sent twice shows. Layers are checked per
+    segment on which nothing changes (the fragments' layer ranges and the stages' bounds), and counted for every
+    layer of it. ``decode_ranks``: global decode ranks (default: every one)."""
+    pages = _check.integer("pages", pages, lo=1, hi=1 << 14)
+    sp = pipe.stage_planner
+    pb, db = sp.prefill_buffers, sp.decode_buffers
+    wp, wd = pipe.prefill_stage_world, pipe.decode_stage_world
+    globals_ = [_global(i, b, pages) for i, b in enumerate(pb)]
+    pos_of = {b.buffer_index: i for i, b in enumerate(pb)}
+    ranks = range(pipe.decode_world) if decode_ranks is None else [int(r) for r in decode_ranks]
+    cache: dict[tuple[int, int], np.ndarray] = {}
+
+    def held(rank: int, i: int) -> np.ndarray:
+        key = (rank, i)
+        if key not in cache:
+            b = pb[i]
+            local = rank % wp
+            item = np.full((pages, b.item_stride_bytes), _PAD | (np.uint64(rank) << np.uint64(20)), dtype=np.uint64)
+            item += np.arange(b.item_stride_bytes, dtype=np.uint64)[None, :] & np.uint64(0xFFFFF)
+            if b.logical_axis == "replicated":
+                n = min(b.item_stride_bytes, globals_[i].shape[1])
+                item[:, :n] = globals_[i][:, :n]
+            else:
+                lo, hi = _unit_interval(b, sp.prefill_tp, local % sp.prefill_tp, representative_only=False)
+                u = b.bytes_per_logical_unit
+                item[:, : (hi - lo) * u] = globals_[i][:, lo * u: hi * u]
+            cache[key] = item
+        return cache[key]
+
+    checked = mismatched = overwritten = 0
+    not_sent: list[tuple[int, int]] = []
+    first = ""
+    for R in ranks:
+        plan = pipe.plan_for_decode_rank(R, prefill_dp_group)
+        b_stage = R // wd
+        d_lo, d_hi = pipe.decode_ranges[b_stage]
+        d_tp = (R % wd) % sp.decode_tp
+        for i, b in enumerate(db):
+            s_lo, s_hi = max(d_lo, pipe.buffer_layers[i][0]), min(d_hi, pipe.buffer_layers[i][1])
+            frs = [f for f in plan.fragments if pos_of[f.buffer_index] == i]
+            for f in frs:  # a layer outside what this decode rank holds of the buffer: written where nothing is
+                outside = f.layers - max(0, min(f.layer_end, s_hi) - max(f.layer_start, s_lo))
+                overwritten += outside * f.bytes_per_page * pages
+            if s_lo >= s_hi:
+                continue
+            iv = None if b.logical_axis == "replicated" else _unit_interval(b, sp.decode_tp, d_tp,
+                                                                           representative_only=True)
+            if b.logical_axis != "replicated" and iv is None:
+                not_sent.append((R, b.buffer_index))
+                overwritten += sum(f.layers * f.bytes_per_page for f in frs) * pages
+                continue
+            cuts = {s_lo, s_hi}
+            cuts.update(x for f in frs for x in (f.layer_start, f.layer_end) if s_lo < x < s_hi)
+            cuts.update(x for lo, hi in pipe.prefill_ranges for x in (lo, hi) if s_lo < x < s_hi)
+            cuts = sorted(cuts)
+            for lo, hi in zip(cuts, cuts[1:]):  # nothing changes inside [lo, hi): check layer lo for all of them
+                n = hi - lo
+                dst = np.full((pages, b.item_stride_bytes), _UNSET, dtype=np.uint64)
+                writes = np.zeros((pages, b.item_stride_bytes), dtype=np.int32)
+                for f in frs:
+                    if not f.layer_start <= lo < f.layer_end:
+                        continue
+                    g = f.fragment
+                    a_lo, a_hi = pipe.prefill_ranges[g.src_rank // wp]
+                    src = held(g.src_rank, i) if a_lo <= lo < a_hi else np.full(
+                        (pages, pb[i].item_stride_bytes), _ABSENT | np.uint64(g.src_rank), dtype=np.uint64)
+                    k = g.bytes_per_page
+                    dst[:, g.dst_byte_offset: g.dst_byte_offset + k] = src[:, g.src_byte_offset: g.src_byte_offset + k]
+                    writes[:, g.dst_byte_offset: g.dst_byte_offset + k] += 1
+                overwritten += int((writes > 1).sum()) * n
+                if iv is None:
+                    want = globals_[i][:, : b.item_stride_bytes]
+                else:
+                    u = b.bytes_per_logical_unit
+                    want = globals_[i][:, iv[0] * u: iv[1] * u]
+                got = dst[:, : want.shape[1]]
+                bad = got != want
+                checked += want.size * n
+                if bad.any():
+                    mismatched += int(bad.sum()) * n
+                    if not first:
+                        pg, byte = map(int, np.argwhere(bad)[0])
+                        first = (f"decode rank {R}, buffer {b.buffer_index} ({b.buffer_kind.value}), layers "
+                                 f"{lo}-{hi - 1}, page {pg}, byte {byte}: got code {int(got[pg, byte]):#x}, want "
+                                 f"{int(want[pg, byte]):#x}")
     return RoundTrip(checked, mismatched, overwritten, tuple(not_sent), first)

@@ -2,7 +2,8 @@
 
 The figures are the notebook's (:func:`llmexplore.plots.transfer.byte_matrix_figure`,
 :func:`~llmexplore.plots.transfer.fanout_figure`, :func:`~llmexplore.plots.transfer.pairs_figure`) for the chosen
-model, prefill and decode TP x DP, page size, KV dtype, link, DP pairing and runtime; the status line is the
+model, prefill and decode TP x DP x PP (pipeline stages), speculative-decoding preset, page size, KV dtype, link,
+DP pairing and runtime; the status line is the
 notebook's finding (:func:`llmexplore.findings.transfer.plan_sentence`) and the prefill time the pipelined transfer
 overlaps (what the runtime preset prices). A layout pair the planner cannot serve (a decode
 DP group without a prefill group under version-1 pairing, a TP that does not fit the KV heads) is reported in
@@ -26,12 +27,17 @@ from ..transfer.planner import DP_PAIRINGS
 from ..units import DTYPE_BYTES
 from . import Draw, Explorer, choice_slider, dropdown, dtype_name, log_options, preset_name
 
-__all__ = ["TransferExplorer", "transfer_explorer", "pairs_around", "TPS", "DPS", "PAGE_SIZES", "PAIRINGS"]
+__all__ = ["TransferExplorer", "transfer_explorer", "pairs_around", "TPS", "DPS", "PPS", "PAGE_SIZES", "PAIRINGS",
+           "NO_SPEC"]
 
 #: choices of the TP and DP sliders (other values are added when asked for)
 TPS = [1, 2, 4, 8, 16, 32]
 DPS = [1, 2, 4, 8]
 PAGE_SIZES = log_options(1, 256)
+#: choices of the pipeline-stage sliders (each side)
+PPS = [1, 2, 3, 4, 8]
+#: the speculative dropdown's entry for plain decoding
+NO_SPEC = "none (plain decoding)"
 #: the DP pairing dropdown: version 1 pairs DP groups by index; "any" routes a request from any prefill group
 PAIRINGS = [("by index (version 1)", "index"), ("any prefill group", "any")]
 
@@ -55,7 +61,14 @@ class TransferExplorer(Explorer):
                                      prefill_dp=int(p["prefill_dp"]), decode_dp=int(p["decode_dp"]),
                                      page_size=int(p["page_size"]), kv_dtype=p["kv_dtype"],
                                      prompt_tokens=f["prompt_tokens"], link=p["link"], gpu=f["gpu"],
-                                     dp_pairing=p["dp_pairing"], runtime=p["runtime"])
+                                     dp_pairing=p["dp_pairing"], runtime=p["runtime"],
+                                     prefill_pp=int(p["prefill_pp"]), decode_pp=int(p["decode_pp"]),
+                                     speculative=self.speculative())
+
+    def speculative(self) -> str | None:
+        """The speculative preset of the dropdown (None: plain decoding)."""
+        spec = self.params()["speculative"]
+        return None if spec == NO_SPEC else spec
 
     def evaluate(self):
         p, f = self.params(), self.fixed
@@ -66,7 +79,9 @@ class TransferExplorer(Explorer):
         chosen = (int(p["prefill_tp"]), int(p["decode_tp"]))
         pairs = transfer_sweeps.layout_pairs(p["model"], pairs_around(s.model, *chosen), page_size=int(p["page_size"]),
                                              kv_dtype=p["kv_dtype"], prompt_tokens=f["prompt_tokens"],
-                                             link=p["link"], gpu=f["gpu"], runtime=p["runtime"])
+                                             link=p["link"], gpu=f["gpu"], runtime=p["runtime"],
+                                             prefill_pp=int(p["prefill_pp"]), decode_pp=int(p["decode_pp"]),
+                                             speculative=self.speculative())
         tr = s.traffic
         where = (f" — prefill DP group {tr.prefill_dp_group} → decode DP group {tr.decode_dp_group}"
                  if s.mt.prefill_layout.dp_size > 1 or s.mt.decode_layout.dp_size > 1 else "")
@@ -76,13 +91,16 @@ class TransferExplorer(Explorer):
             "fanout": Draw(transfer_plots.fanout_figure, ranks, {
                 "title": f"{s.label}: {transfer_findings.fanout_sentence(ranks, short=True)}"}),
             "pairs": Draw(transfer_plots.pairs_figure, pairs, {
-                "chosen": chosen, "title": f"{s.model.label}, DP 1, over {s.link.label}: "
+                "chosen": chosen, "title": f"{s.model.label}, DP 1"
+                                           + (f", PP {s.mt.prefill_pp} → {s.mt.decode_pp}" if s.mt.pipelined else "")
+                                           + f", over {s.link.label}: "
                                            f"{transfer_findings.pairs_sentence(pairs, short=True)}"}),
         }
         status = html.escape(transfer_findings.plan_sentence(summary, s))
         if np.isfinite(summary.get("prefill_ms", np.nan)):  # what the runtime prices: the prefill it hides behind
             status += (f" The prefill it overlaps takes {num(summary['prefill_ms'])} ms on prefill "
-                       f"TP{s.mt.prefill_layout.tp_size_per_dp}.")
+                       f"TP{s.mt.prefill_layout.tp_size_per_dp}"
+                       + (f" x PP{s.mt.prefill_pp} (pipelined)" if s.mt.prefill_pp > 1 else "") + ".")
         head, sep, rest = status.partition(": ")
         return draws, f"<b>{head}</b>{sep}{rest}", {"summary": summary, "matrix": matrix, "ranks": ranks,
                                                       "pairs": pairs}
@@ -91,10 +109,12 @@ class TransferExplorer(Explorer):
 def transfer_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, prefill_tp: int = 8, prefill_dp: int = 1,
                       decode_tp: int = 4, decode_dp: int = 1, page_size: int = 16, kv_dtype: str = "bf16",
                       link: str = "roce-400g", prompt_tokens: int = 4096, dp_pairing: str = "index",
-                      runtime: str = "default") -> TransferExplorer:
-    """Sliders for prefill and decode TP and DP and the page size; dropdowns for the model, KV dtype, link, DP
-    pairing and the runtime preset (``data/runtime.yaml``: it prices the prefill a pipelined transfer hides
-    behind); three live figures. ``gpu`` and ``prompt_tokens`` are fixed (the prefill time the pipelined
+                      runtime: str = "default", prefill_pp: int = 1, decode_pp: int = 1,
+                      speculative: str | None = None) -> TransferExplorer:
+    """Sliders for prefill and decode TP, DP and pipeline stages and the page size; dropdowns for the model, KV
+    dtype, link, DP pairing, speculative-decoding preset (``data/speculative.yaml``: its draft's KV and hidden
+    state move too) and the runtime preset (``data/runtime.yaml``: it prices the prefill a pipelined transfer
+    hides behind); three live figures. ``gpu`` and ``prompt_tokens`` are fixed (the prefill time the pipelined
     transfer overlaps, and the request that is timed).
 
     Unknown names raise :class:`~llmexplore.errors.SpecError`; sizes outside the sliders' usual range are
@@ -114,7 +134,12 @@ def transfer_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, pref
     prompt_tokens = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=1 << 24, unit="tokens")
     dp_pairing = _check.choice("dp_pairing", dp_pairing, DP_PAIRINGS)
     runtime = preset_name("runtime", "runtime", runtime)
+    for name, value in (("prefill_pp", prefill_pp), ("decode_pp", decode_pp)):
+        sizes[name] = _check.integer(name, value, lo=1, hi=transfer_sweeps.MAX_PP)
+    if speculative is not None:
+        speculative = preset_name("speculative", "speculative", speculative)
     gpus, groups = _count("GPU"), _count("group")
+    stages = (lambda v: "no pipeline" if v == 1 else f"{v} stages")
     controls = {
         "prefill_tp": choice_slider(TPS, sizes["prefill_tp"], "prefill TP", label=gpus),
         "prefill_dp": choice_slider(DPS, sizes["prefill_dp"], "prefill DP", label=groups),
@@ -126,7 +151,10 @@ def transfer_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, pref
         "link": dropdown(presets.names("links"), link, "link"),
         "dp_pairing": dropdown(PAIRINGS, dp_pairing, "DP pairing"),
         "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
+        "prefill_pp": choice_slider(PPS, sizes["prefill_pp"], "prefill PP", label=stages),
+        "decode_pp": choice_slider(PPS, sizes["decode_pp"], "decode PP", label=stages),
+        "speculative": dropdown([NO_SPEC, *presets.names("speculative")], speculative or NO_SPEC, "speculative"),
     }
-    rows = [["prefill_tp", "prefill_dp", "decode_tp", "decode_dp"], ["page_size", "model", "kv_dtype"],
-            ["link", "dp_pairing", "runtime"]]
+    rows = [["prefill_tp", "prefill_dp", "decode_tp", "decode_dp"], ["prefill_pp", "decode_pp", "speculative"],
+            ["page_size", "model", "kv_dtype"], ["link", "dp_pairing", "runtime"]]
     return TransferExplorer.build(controls, rows, fixed={"gpu": gpu, "prompt_tokens": prompt_tokens})

@@ -317,6 +317,12 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         # the runtime prices the prefill the pipelined transfer overlaps (the plan's bytes and links stay)
         (dict(RUNTIME="scalar"), {"RUNTIME": rec("plan", lambda p: p["prefill_ms"])}),
         (dict(PROMPT_RANGE=[1024, 65536]), {"PROMPT_RANGE": rec("serial_ms_by_prompt")}),
+        # pipeline stages (issue 21): the plan records the prefill's stages; 2 -> 3 stages over 80 layers make
+        # four stage pairs talk (one without pipelines)
+        (dict(PREFILL_PP=2, DECODE_PP=3),
+         {"PREFILL_PP": rec("plan", lambda p: p["prefill_pp"]), "DECODE_PP": rec("stage_pair_MB")}),
+        # an EAGLE-style draft head on Llama-3-70B: its draft layer's KV moves too
+        (dict(SPECULATIVE="eagle3-llama-3.1-8b"), {"SPECULATIVE": rec("plan", lambda p: p["draft_MB"])}),
     ],
     "50_ssd_offload": [
         # the deployment: the recorded label names model, GPU, ranks and KV dtype

@@ -93,7 +93,10 @@ def test_the_notebook_states_its_findings(run):
     assert said[0] == ("Prefill TP8 → decode TP4 of Llama-3-70B: each decode rank gathers from 2 prefill ranks; a "
                        "4,096-token request moves 1,342 MB, the busiest NIC (decode 0) carries 336 MB, 7.80 ms serial "
                        "over RoCE 400G, 0.122 ms exposed when pipelined layer by layer.")
-    assert len(said) == 6 and "rebuilds every decode page byte for byte" in said[3]
+    # without pipeline stages, one stage pair carries every layer (issue 21: the stage table of section 1)
+    assert said[1] == ("No pipeline stages: all 80 layers go from the one prefill stage to the one decode stage, "
+                       "1,342 MB per request.")
+    assert len(said) == 7 and "rebuilds every decode page byte for byte" in said[4]
     notes = [o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
              if "application/vnd.llmexplore.widget-note+json" in o.get("data", {})]
     assert len(notes) == 1 and notes[0].startswith("Prefill TP8 → decode TP4 of Llama-3-70B")

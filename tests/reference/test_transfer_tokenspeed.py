@@ -408,3 +408,40 @@ def test_replicated_decode_item_larger_than_prefill_item_rejected_by_ours():
     with pytest.raises(ours.UnsupportedPDLayoutError, match=r"decode_buffers\[0\]\.item_stride_bytes") as err:
         build(ours, spec)
     assert "1024" in str(err.value) and "512" in str(err.value)
+
+
+# ---- pipeline stages (issue 21): every stage pair is the runtime's version-1 plan between local ranks ---------
+
+@settings(DIFF, max_examples=80)
+@given(spec=valid_specs(max_tp=6, max_dp=2), data=st.data())
+def test_every_stage_pair_of_a_pipelined_plan_is_the_runtimes_plan(spec, data):
+    """A pipelined plan (llmexplore.transfer.pipeline: layer ranges intersected as TensorRT-LLM's
+    TargetRanksInfoForDP does) moves, between each prefill stage and decode stage that share layers, exactly the
+    fragments TokenSpeed's version-1 planner gives the two stages' local ranks, with the same wire bytes; its
+    sources are those of every stage it meets, offset by stage x ranks per stage."""
+    from llmexplore.transfer.pipeline import PipelineTransferPlanner
+
+    mine, ref = build(ours, spec), build(ts, spec)
+    layers = data.draw(st.integers(1, 10))
+
+    def split():
+        pp = data.draw(st.integers(1, min(layers, 4)))
+        cuts = sorted(data.draw(st.lists(st.integers(1, layers - 1), min_size=pp - 1, max_size=pp - 1,
+                                         unique=True))) if pp > 1 else []
+        return [b - a for a, b in zip([0, *cuts], [*cuts, layers])]
+
+    pipe = PipelineTransferPlanner(mine, prefill_stage_layers=split(), decode_stage_layers=split(),
+                                   buffer_layers=[(0, layers)] * len(mine.prefill_buffers))
+    wp, wd = mine.prefill_layout.world_size, mine.decode_layout.world_size
+    for R in range(pipe.decode_world):
+        plan = pipe.plan_for_decode_rank(R)
+        b_plan = ref.plan_for_decode_rank(R % wd)
+        met = [p.prefill_stage for p in pipe.pairs if p.decode_stage == R // wd]
+        assert plan.target_prefill_ranks == tuple(a * wp + p for a in met for p in b_plan.target_prefill_ranks)
+        assert [sp.prefill_stage for sp in plan.stage_plans] == met
+        for sp in plan.stage_plans:
+            if b_plan.plan_kind == "fragmented":
+                assert [fields(f) for f in sp.fragments] == [fields(f) for f in flat(b_plan)]
+                assert ours.encode_transfer_fragments(sp.fragments) == ts.encode_transfer_fragments(flat(b_plan))
+            else:  # identity: whole items from the same-position rank of that stage (the explicit form)
+                assert {f.src_rank for f in sp.fragments} == set(b_plan.target_prefill_ranks)

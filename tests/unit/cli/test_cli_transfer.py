@@ -94,3 +94,32 @@ def test_bad_input_is_one_line_naming_the_flag(capsys, argv, needles):
     assert out == "" and err.count("\n") == 1 and err.startswith("llmexplore: error: ")
     for needle in needles:
         assert needle in err, (needle, err)
+
+
+def test_transfer_with_pipeline_stages_and_speculative_decoding(capsys):
+    """--prefill-pp / --decode-pp / --speculative (issue 21): the JSON lists the stage pairs that talk and, per
+    decode rank, the version-1 fragments of each prefill stage it meets with their layers; a bad combination is
+    one line naming the flag."""
+    base = ["transfer", "--model", "llama-3-70b", "--prefill-tp", "8", "--decode-tp", "4"]
+    doc = _json(capsys, *base[1:], "--prefill-pp", "2", "--decode-pp", "3")
+    assert (doc["prefill_pp"], doc["decode_pp"], doc["stage_pairs"], doc["layouts"]) == (2, 3, 4, "TP8xPP2 → TP4xPP3")
+    assert [(p["prefill_stage"], p["decode_stage"], p["first_layer"], p["last_layer"]) for p in doc["stages"]] == [
+        (0, 0, 0, 26), (0, 1, 27, 39), (1, 1, 40, 53), (1, 2, 54, 79)]
+    assert len(doc["plans"]) == 12 and len(doc["fanout"]) == 16
+    plan = next(p for p in doc["plans"] if p["decode_rank"] == 4)
+    assert plan["target_prefill_ranks"] == [0, 1, 8, 9]
+    assert [(s["prefill_stage"], s["layers"]) for s in plan["stages"]] == [(0, [27, 40]), (1, [40, 54])]
+    assert doc["request_MB"] == pytest.approx(1342.17728) and doc["roundtrip_ok"] is True
+    spec = _json(capsys, "--model", "deepseek-v3", "--prefill-tp", "8", "--decode-tp", "4",
+                 "--speculative", "deepseek-mtp-1")
+    assert spec["speculative"] == "deepseek-mtp-1" and spec["draft_MB"] == pytest.approx(4 * 4096 * 1152 / 1e6)
+    assert [b["layer_range"] for b in spec["buffers"]] == [[0, 61], [61, 62]]
+    for extra, msg in ((["--decode-pp", "2", "--speculative", "ngram-5"],
+                        "--decode-pp (2) must be 1 when decoding speculatively with 'ngram-5'"),
+                       (["--prefill-pp", "81"], "--prefill-pp (81) must be at most the layers of llama-3-70b (80)"),
+                       (["--speculative", "deepseek-mtp-1"], "--speculative 'deepseek-mtp-1' drafts with an MTP "
+                                                             "module, and llama-3-70b has none")):
+        capsys.readouterr()
+        code = cli.main([*base, *extra])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and msg in err, err

@@ -611,3 +611,50 @@ def test_layout_explorer_turns_to_time_per_output_token_with_a_pipeline_or_specu
     assert "Best:" in app.status_text and "PP2" in app.figures["step"].layout.title.text
     app.controls["pp"].value = 1
     assert "per step" in app.status_text and app.figures["step"].layout.yaxis.title.text == "step time (ms)"
+
+
+def test_moe_explorer_turns_to_time_per_output_token_with_a_pipeline_or_speculation():
+    """The MoE explorer's pipeline slider and speculative dropdown (issue 21): the skew figure is the static builder's
+    for the same decoding (time per output token), the status line says per output token, the accepted length
+    given applies to its preset only, and PP with a draft is said in the status line, not raised."""
+    app = widgets.moe.moe_explorer(speculative="deepseek-mtp-1", accepted_length=1.7)
+    dec = sweeps.moe.decoding(sweeps.moe.config(tp=2, ep=8), 1, "deepseek-mtp-1", 1.7)
+    static = sweeps.moe.step_vs_skew(tp=2, ep=8, redundant=32, batch=256, skews=[2.6], **dec)
+    assert "deepseek-mtp-1 (1.70 tokens per step)" in app.status_text and "per output token" in app.status_text
+    first = static.iloc[0]
+    assert f"{plots.fmt(first.tpot_ms, 'ms')} per output token" in app.status_text
+    fig = app.figures["skew"]
+    assert fig.layout.yaxis.title.text == "time per output token (ms)"
+    assert "time per output token" in fig.layout.title.text
+    skews = np.unique(np.r_[np.linspace(1.0, 5.0, widgets.moe.N_SKEW), 2.6])  # the explorer's axis (E/k = 32 > 5)
+    _assert_shows(fig, plots.moe.skew_figure(sweeps.moe.step_vs_skew(tp=2, ep=8, redundant=32, batch=256,
+                                                                     skews=skews, **dec), skew_marker=2.6))
+    app.controls["pp"].value = 2
+    assert "Cannot evaluate: pp (2) must be 1 when decoding speculatively" in app.status_text
+    app.controls["speculative"].value = widgets.moe.NO_SPEC
+    assert "PP2" in app.status_text and "PP2" in app.figures["skew"].layout.title.text
+    app.controls["speculative"].value = "ngram-5"  # another preset runs at its own acceptance
+    assert "ngram-5 (1.37 tokens per step)" not in app.status_text  # still PP2: refused
+    app.controls["pp"].value = 1
+    assert "ngram-5 (1.37 tokens per step)" in app.status_text
+    app.controls["speculative"].value = widgets.moe.NO_SPEC
+    assert "per step" in app.status_text and app.figures["skew"].layout.yaxis.title.text == "step time (ms)"
+
+
+def test_transfer_explorer_pipeline_sliders_and_speculative_dropdown():
+    """The pipeline sliders and the speculative dropdown (issue 21): the byte matrix gains every stage's ranks, the
+    figures are the static builders' for the same stages, and a pipeline with a draft is said, not raised."""
+    app = widgets.transfer.transfer_explorer(prefill_pp=2, decode_pp=3)
+    s = sweeps.transfer.setup("llama-3-70b", prefill_tp=8, decode_tp=4, prefill_pp=2, decode_pp=3)
+    z = np.asarray(trace(app.figures["matrix"], "MB per request").z, float)
+    assert z.shape == (16, 12) and np.allclose(z, sweeps.transfer.byte_matrix(s).to_numpy())
+    _assert_shows(app.figures["fanout"], plots.transfer.fanout_figure(sweeps.transfer.prefill_rank_table(s)))
+    assert "2 prefill and 3 decode pipeline stages" in app.status_text and "x PP2 (pipelined)" in app.status_text
+    app.controls["speculative"].value = "eagle3-llama-3.1-8b"
+    assert app.status_text.startswith("Cannot evaluate: prefill_pp (2) must be 1 when decoding speculatively")
+    assert "Traceback" not in app.status.value
+    app.controls["prefill_pp"].value = 1
+    app.controls["decode_pp"].value = 1
+    assert "the draft layer's KV moves as one more layer" in app.status_text
+    app.controls["speculative"].value = widgets.transfer.NO_SPEC
+    assert app.status_text.startswith("Prefill TP8 → decode TP4 of Llama-3-70B")
