@@ -15,7 +15,6 @@ from .models.moe import decode as moe_model
 from .models.offload import cost as of
 from .models.step.engine import MAX_BATCH, MAX_CONTEXT, Deployment
 from .transfer.buffers import MAX_PAGE_TOKENS
-from .models.step.prefill import prefill_time
 from .errors import LlmexploreError, SpecError, UnknownPresetError
 from .sweeps import disagg, fidelity, layouts, moe, offload, plan, speculative, transfer
 from .units import dtype_bytes
@@ -362,15 +361,24 @@ def check_offload_parameters(p) -> dict[str, str]:
     range_param("BANDWIDTH_RANGE_GBPS", p["BANDWIDTH_RANGE_GBPS"], 0, 1e6, unit="GB/s", lo_open=True)
     range_param("LATENCY_RANGE_US", p["LATENCY_RANGE_US"], 0, 1e9, unit="µs", lo_open=True)
     range_param("QUEUE_WAIT_RANGE_MS", p["QUEUE_WAIT_RANGE_MS"], 0, 1e9, unit="ms")
+    int_param("PP", p["PP"], 1, 128)
+    if p["SPECULATIVE"] is not None:
+        preset_param("SPECULATIVE", "speculative", p["SPECULATIVE"])
     s = built("MODEL, GPU, TP", lambda: offload.setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp,
                                                       kv_dtype=p["KV_DTYPE"], block_tokens=p["BLOCK_TOKENS"],
                                                       runtime=p["RUNTIME"]),
               rename={"tp": "TP"})
-    full_ms = float(prefill_time(s.dep, int(p["PROMPT_TOKENS"]), 0)["prefill_s"]) * 1e3
+    # the longer names first: a message is renamed by the first argument it starts with
+    s = built("MODEL, PP, SPECULATIVE", lambda: offload.setup(m.name, p["GPU"], storage=p["STORAGE"], tp=tp,
+                                                              kv_dtype=p["KV_DTYPE"], block_tokens=p["BLOCK_TOKENS"],
+                                                              runtime=p["RUNTIME"], pp=p["PP"],
+                                                              speculative=p["SPECULATIVE"]),
+              rename={"pp x tp": "PP x TP", "pp": "PP", "speculative": "SPECULATIVE"})
+    full_ms = float(of.prefill_parts(s.dep, int(p["PROMPT_TOKENS"]), 0, **s.dec)["latency_s"]) * 1e3
     if float(p["TTFT_SLO_MS"]) <= full_ms:
         raise SpecError(f"TTFT_SLO_MS must exceed the prefill of one PROMPT_TOKENS = {int(p['PROMPT_TOKENS']):,}-token "
-                        f"prompt without a cache hit ({full_ms:,.0f} ms on {s.dep.ranks}x {s.dep.hardware.label}), "
-                        f"got {p['TTFT_SLO_MS']!r}: no pool could meet it")
+                        f"prompt without a cache hit ({full_ms:,.0f} ms on {s.dep.ranks}x {s.dep.hardware.label}"
+                        f"{f' x PP{s.pp}' if s.pp > 1 else ''}), got {p['TTFT_SLO_MS']!r}: no pool could meet it")
     return {}
 
 

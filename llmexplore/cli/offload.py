@@ -4,7 +4,9 @@ the break-even and what a queue wait buys by preloading.
 Marginal recompute time of a prefix's cached blocks on the GPUs vs the time to load them from a storage tier
 (block-granular, device -> host -> GPU, pipelined), the decision (load exactly when the prefix is at or above
 the break-even), which term sets the break-even, and the exposed load when loading starts while the request
-waits in the queue.
+waits in the queue. --pp recomputes on a pipeline of stages of --tp GPUs (each stage loads its own layers' KV;
+stages on different nodes through their own drives); --speculative adds the draft model's own KV layer (loaded
+and recomputed with the target's; n-gram lookup has none).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ __all__ = ["add", "run", "FLAGS"]
 #: API field names -> the flags of this command
 FLAGS = {**COMMON_FLAGS, "storage": "--storage", "prefix_tokens": "--prefix", "queue_wait_ms": "--queue-wait-ms",
          "tp": "--tp", "block_tokens": "--block-tokens", "read_GBps": "--read-GBps", "latency_us": "--latency-us",
-         "suffix_tokens": "--new-tokens"}
+         "suffix_tokens": "--new-tokens", "pp": "--pp", "speculative": "--speculative"}
 
 
 def add(sub) -> None:
@@ -48,6 +50,13 @@ def add(sub) -> None:
                    help="override the tier's per-read latency [us]")
     p.add_argument("--serial", action="store_true", help="the two hops one after the other (default: pipelined "
                                                           "per block)")
+    p.add_argument("--pp", default=1, action=Checked, check=int_in(1, 128), metavar="P",
+                   help="pipeline stages that recompute, each of --tp GPUs and each loading its own layers' KV "
+                        "(default: 1, no pipeline)")
+    p.add_argument("--speculative", default=None, action=Checked, check=preset_name("speculative"), metavar="NAME",
+                   help="decode with this speculative-decoding preset (data/speculative.yaml): its draft model's "
+                        "KV layer is loaded and recomputed with the target's (the accepted length changes nothing "
+                        "here)")
     dtype_runtime_options(p)
     band_option(p, default=False)
     p.add_argument("--json", action="store_true", help="JSON output (with --band: break_even_tokens_lo/_hi, "
@@ -69,7 +78,7 @@ def run(args) -> int:
         return so.setup(args.model, args.gpu, storage=args.storage, tp=args.tp, kv_dtype=args.kv_dtype,
                         weight_dtype=args.weight_dtype, runtime=rt, block_tokens=args.block_tokens,
                         pipelined=not args.serial, suffix_tokens=args.new_tokens, read_GBps=args.read_GBps,
-                        latency_us=args.latency_us)
+                        latency_us=args.latency_us, pp=args.pp, speculative=args.speculative)
 
     s = setup(args.runtime)
     rec = with_band(lambda rt: so.point_summary(s if rt is s.dep.runtime else setup(rt), args.prefix,
@@ -89,6 +98,13 @@ def run(args) -> int:
            else "the per-token bandwidth (per token, loading is dearer than recomputing; the quadratic attention "
                 "term of recompute catches up)")
     print(f"{s.label}")
+    if "stage_bytes_MB" in rec and s.pp > 1:
+        print(f"pipeline: {s.pp} stages on {rec['storage_nodes']} node{'s' if rec['storage_nodes'] > 1 else ''}; "
+              f"the worst stage loads {rec['stage_bytes_MB']:,.1f} MB, the worst node's storage path reads "
+              f"{rec['node_bytes_MB']:,.1f} MB")
+    if "draft_bytes_MB" in rec and s.speculative is not None:
+        print(f"draft: {rec['draft_bytes_MB']:,.1f} MB of {s.speculative.name}'s own KV loaded with the target's"
+              if rec["draft_bytes_MB"] else f"draft: {s.speculative.name} has no draft model, no KV of its own")
     print(f"prefix {rec['prefix_tokens']:,} tokens: {rec['blocks']} full blocks ({rec['cached_tokens']:,} tokens, "
           f"{rec['bytes_MB']:,.1f} MB) cached")
     print(f"recompute {rec['recompute_ms']:.3f} ms vs load {rec['load_ms']:.3f} ms "

@@ -3,7 +3,8 @@ loses (prefix x bandwidth, FP8), the break-even over bandwidth x latency, preloa
 staging replay under a budget, what a hit ratio saves, and measured against modelled load times.
 
 Every sentence reads the tables of :mod:`llmexplore.sweeps.offload` (the ones the figures draw); ``short=True``
-gives the figure's title.
+gives the figure's title. With a pipeline or a draft model (the setup's ``pp``, ``speculative``) the deployment
+phrase and every title say so, and section 1 says how far the break-even moved from plain decoding's.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import numpy as np
 import pandas as pd
 
 from ..models.offload.cost import MAX_PREFIX
-from ..sweeps.offload import OffloadSetup
+from ..sweeps.offload import SHIFT_COLUMNS, OffloadSetup, decoding_of
 from . import join, num
 
-__all__ = ["tokens", "deployment_phrase", "break_even_sentence", "summary_table", "regime_sentence",
+__all__ = ["tokens", "deployment_phrase", "decoding_tag", "shift_clause", "saved_phrase", "break_even_sentence", "summary_table", "regime_sentence",
            "precision_pivot", "precision_sentence", "map_sentence", "preload_sentence", "staging_sentence", "hit_ratio_sentence",
            "measured_sentence", "NO_MEASUREMENT", "DEEPSEEK_DISK_HIT_RATIO"]
 
@@ -50,10 +51,63 @@ def _device(kind: str) -> str:
 
 
 def deployment_phrase(s: OffloadSetup) -> str:
-    """``"Llama-3-70B on 8x H100 SXM 80GB"`` (with the KV dtype when it is not BF16)."""
+    """``"Llama-3-70B on 8x H100 SXM 80GB"`` (with the KV dtype when it is not BF16, and the pipeline or the
+    speculative preset: ``", PP2 (2 stages on 2 nodes, each reading its own layers)"``)."""
     d = s.dep
     kv = "" if d.kv_dtype == "bf16" else f" (KV {d.kv_dtype})"
-    return f"{d.model.label} on {d.ranks}x {d.hardware.label}{kv}"
+    return f"{d.model.label} on {d.ranks}x {d.hardware.label}{kv}" + decoding_of(s, ", ")
+
+
+def decoding_tag(s: OffloadSetup) -> str:
+    """A title's lead: '' for plain decoding, ``"PP2: "``, ``"deepseek-mtp-1 draft KV: "`` or ``"ngram-5 (no
+    draft KV): "``."""
+    if s.pp > 1:
+        return f"PP{s.pp}: "
+    if s.speculative is None:
+        return ""
+    return f"{s.speculative.name} " + ("(no draft KV): " if s.speculative.method == "ngram" else "draft KV: ")
+
+
+def _what_moves(s: OffloadSetup) -> str:
+    if s.pp > 1:
+        from ..models.offload.cost import placement
+
+        where = placement(s.dep, s.pp)
+        path = {"dram": "PCIe links", "ssd": "drive", "network": "NIC"}.get(s.tier.kind, "storage path")
+        if s.tier.kind == "dram":
+            return (f"with {s.pp} pipeline stages, each GPU copying only its stage's layers over its own PCIe link")
+        return (f"with {s.pp} pipeline stages in one node (its one {path} reads every layer, each GPU copies its "
+                "stage's share)" if where["shared"] else
+                f"with {s.pp} pipeline stages on {where['nodes']} nodes, each reading its own layers through its own "
+                f"node's {path}")
+    return f"with {s.speculative.name}'s draft layer loaded and recomputed"
+
+
+def shift_clause(table: pd.DataFrame, s: OffloadSetup, *, short: bool = False) -> str:
+    """How the pipeline or the draft layer moved the chosen tier's break-even from plain decoding's, and why (the
+    per-token costs a and c of the closed form); '' for a plain setup or a table without the plain columns.
+    ``table``: :func:`~llmexplore.sweeps.offload.break_even_shift` of ``s``."""
+    if s.is_plain or not set(SHIFT_COLUMNS) <= set(table.columns):
+        return ""
+    row = table[table["tier"] == s.tier.name]
+    if row.empty:
+        return ""
+    r = row.iloc[0]
+    be, be0 = float(r["break_even_tokens"]), float(r["plain_break_even_tokens"])
+    if short:
+        base = "PP1" if s.pp > 1 else "no draft"
+        return (f" ({_tier_short(s.tier.label)} with {base}: "
+                + (f"{be0:,.0f})" if np.isfinite(be0) else "never)"))
+    moved = ("the break-even of {t} stays at {a}" if be == be0 else "the break-even of {t} moves from {a} to {b}")
+    text = moved.format(t=s.tier.label, a=tokens(be0, one_block=s.block_tokens), b=tokens(be, one_block=s.block_tokens))
+    text = (f"{_what_moves(s)[0].upper()}{_what_moves(s)[1:]}, {text}: loading costs {_us(r['c_us_per_token'])} per "
+            f"token instead of {_us(r['plain_c_us_per_token'])}")
+    if "recompute_us_per_token_at_ref" in r:
+        d = float(r["recompute_us_per_token_at_ref"] - r["plain_recompute_us_per_token_at_ref"])
+        why = "the stage-to-stage sends" if s.pp > 1 else "the draft's prefill"
+        text += (f", and recomputing a {r['ref_tokens']:,.0f}-token prefix {_us(r['recompute_us_per_token_at_ref'])} "
+                 f"per token ({why}: {'+' if d >= 0 else '−'}{_us(abs(d))})")
+    return text + f"; the {r['set_by']} sets it (plain decoding: the {r['plain_set_by']})"
 
 
 def _tier_short(label: str) -> str:
@@ -74,7 +128,8 @@ def break_even_sentence(table: pd.DataFrame, s: OffloadSetup, *, short: bool = F
     if short:
         parts = [f"{_tier_short(r.tier_label)} " + ("never" if not np.isfinite(r.break_even_tokens)
                                                     else f"{r.break_even_tokens:,.0f}") for r in table.itertuples()]
-        return f"{s.dep.model.label}: loading pays from (tokens) " + ", ".join(parts)
+        return (f"{decoding_tag(s)}{s.dep.model.label}: loading pays from (tokens) " + ", ".join(parts)
+                + shift_clause(table, s, short=True))
     mine = table[table["tier"] == s.tier.name]
     row = mine.iloc[0] if len(mine) else None
     head = deployment_phrase(s)
@@ -105,7 +160,8 @@ def break_even_sentence(table: pd.DataFrame, s: OffloadSetup, *, short: bool = F
                 if not key.startswith("never") else f"from {join(labels)} it never pays (up to 2M tokens)"
                 for key, labels in groups.items()]
         text += "; " + "; ".join(said)
-    return text + "."
+    shift = shift_clause(table, s)
+    return text + "." + (f" {shift}." if shift else "")
 
 
 def summary_table(point: dict, s: OffloadSetup) -> pd.DataFrame:
@@ -125,6 +181,14 @@ def summary_table(point: dict, s: OffloadSetup) -> pd.DataFrame:
          f"{num(point['exposed_load_ms'])} ms exposed; break-even {tokens(point['preload_break_even_tokens'])}; "
          f"decision {point['decision_with_preload']}"),
     ]
+    if "stage_bytes_MB" in point and s.pp > 1:
+        rows.insert(3, ("what each stage loads", f"{num(point['stage_bytes_MB'])} MB (the worst stage's layers); the "
+                                                 f"worst node's storage path reads {num(point['node_bytes_MB'])} MB "
+                                                 f"({point['storage_nodes']} node"
+                                                 f"{'s' if point['storage_nodes'] > 1 else ''})"))
+    if "draft_bytes_MB" in point and s.speculative is not None:
+        rows.insert(3, ("the draft's own KV", f"{num(point['draft_bytes_MB'])} MB loaded with the target's"
+                        if point["draft_bytes_MB"] else "none (n-gram lookup has no draft model)"))
     return pd.DataFrame(rows, columns=["quantity", "value"])
 
 
@@ -149,14 +213,14 @@ def regime_sentence(grid: dict, s: OffloadSetup, *, prefix_tokens: int, short: b
     ok = np.isfinite(need) & (P >= s.block_tokens)
     tier_bw = s.tier.read_GBps
     if not ok.any():
-        return ("Recompute wins everywhere on this map" if short else
+        return (f"{decoding_tag(s)}Recompute wins everywhere on this map" if short else
                 f"With {s.tier.label}'s latency, recompute wins at every prefix and bandwidth of the map.")
     i_short = int(np.flatnonzero(ok)[0])
     i_at = int(np.argmin(np.abs(P - prefix_tokens)))
     loses = P[(P >= s.block_tokens) & ~(np.asarray(grid["load_wins"], bool)[:, int(np.argmin(np.abs(
         np.asarray(grid["bandwidth_GBps"], float) - tier_bw)))])]
     if short:
-        text = (f"Loading needs ≥ {num(need[i_short])} GB/s at {P[i_short]:,.0f} tokens"
+        text = (f"{decoding_tag(s)}Loading needs ≥ {num(need[i_short])} GB/s at {P[i_short]:,.0f} tokens"
                 + (f", ≥ {num(need[i_at])} GB/s at {P[i_at]:,.0f}" if np.isfinite(need[i_at]) and i_at != i_short
                    else ""))
         return text
@@ -201,7 +265,7 @@ def precision_sentence(table: pd.DataFrame, s: OffloadSetup, *, short: bool = Fa
         def count(v):
             x = float(t.loc[v, "break_even_tokens"])
             return "never" if not np.isfinite(x) else f"{x:,.0f}"
-        return f"{_tier_short(s.tier.label)} break-even (tokens): " + ", ".join(f"{v} {count(v)}" for v in t.index)
+        return f"{decoding_tag(s)}{_tier_short(s.tier.label)} break-even (tokens): " + ", ".join(f"{v} {count(v)}" for v in t.index)
     parts = []
     if "FP8 KV" in t.index:
         r = t.loc["FP8 KV"]
@@ -237,8 +301,8 @@ def map_sentence(bmap: dict, s: OffloadSetup, *, short: bool = False) -> str:
     span = (f"{tok.min():,.0f}–{tok.max():,.0f} tokens" if tok.max() <= MAX_PREFIX else
             f"{tok.min():,.0f} to over {MAX_PREFIX:,} tokens")
     if short:
-        return (f"Break-even {span}; the latency sets it above {num(boundary)} GB/s" if np.isfinite(boundary) else
-                f"Break-even {span}, set by the bandwidth everywhere")
+        return decoding_tag(s) + (f"Break-even {span}; the latency sets it above {num(boundary)} GB/s"
+                                  if np.isfinite(boundary) else f"Break-even {span}, set by the bandwidth everywhere")
     if not np.isfinite(boundary):
         return (f"Over {num(bw[0])}–{num(bw[-1])} GB/s and {num(lat[0])}–{num(lat[-1])} µs the bandwidth sets the "
                 f"break-even everywhere: {span.replace('–', ' to ')}.")
@@ -268,8 +332,9 @@ def preload_sentence(curve: pd.DataFrame, queue: dict, point: dict, s: OffloadSe
     W = float(queue["mean_wait_ms"])
     P = point["prefix_tokens"]
     if short:
-        return (f"Preloading: break-even {tokens(be0)} → {tokens(floor)} from a {num(reach.iloc[0])} ms wait"
-                if floor < be0 else f"Preloading leaves the break-even at {tokens(be0)}")
+        return decoding_tag(s) + (f"Preloading: break-even {tokens(be0)} → {tokens(floor)} from a "
+                                  f"{num(reach.iloc[0])} ms wait" if floor < be0 else
+                                  f"Preloading leaves the break-even at {tokens(be0)}")
     if s.tier.kind == "dram":
         return (f"{s.tier.label} holds its blocks in host memory already: preloading has nothing to stage, and the "
                 f"break-even stays at {tokens(be0, one_block=s.block_tokens)}.")
@@ -291,18 +356,22 @@ def preload_sentence(curve: pd.DataFrame, queue: dict, point: dict, s: OffloadSe
     return text + "."
 
 
-def staging_sentence(replay: dict, *, short: bool = False) -> str:
+def staging_sentence(replay: dict, *, short: bool = False, setup: OffloadSetup | None = None) -> str:
     """Section 5: the staging replay: how many requests were preloaded, the peak staged bytes against the
     budget, and TTFT with and without preloading. ``replay``: :func:`~llmexplore.sweeps.offload.staging_replay`."""
     r, occ, budget = replay["requests"], replay["occupancy"], replay["budget_GB"]
     with_, without = r["ttft_ms"].to_numpy(float), r["ttft_no_preload_ms"].to_numpy(float)
     peak = float(occ["staged_GB"].max())
+    tag = decoding_tag(setup) if setup is not None else ""
     if short:
-        return (f"Staged ≤ {num(peak)} of {num(budget)} GB; mean TTFT {num(without.mean())} → {num(with_.mean())} ms "
-                "with preloading")
+        return (f"{tag}Staged ≤ {num(peak)} of {num(budget)} GB; mean TTFT {num(without.mean())} → "
+                f"{num(with_.mean())} ms with preloading")
     n = len(r)
+    where = ("one prefill instance" if setup is None or setup.pp == 1 else
+             f"one prefill pipeline of {setup.pp} stages (a new prompt every stage's share, each answered after the "
+             "whole pipeline's latency)")
     rate = n / float(r["arrival_s"].max()) if n > 1 and r["arrival_s"].max() > 0 else np.nan
-    return (f"Replaying {n:,} requests (about {num(rate)} req/s) through one prefill instance with a "
+    return (f"Replaying {n:,} requests (about {num(rate)} req/s) through {where} with a "
             f"{num(budget)} GB staging budget: the planner preloads {100 * r['preloaded'].mean():.0f}% of them, the "
             f"staged bytes peak at {num(peak)} GB (never above the budget), and the mean TTFT falls from "
             f"{num(without.mean())} ms to {num(with_.mean())} ms (p90 {num(np.percentile(without, 90))} → "
@@ -323,28 +392,46 @@ def hit_ratio_sentence(gpus: pd.DataFrame, saved: pd.DataFrame, s: OffloadSetup,
     pct = f"{100 * h:.3g}%"
     other = gpus[(gpus["tier"] != s.tier.name) & np.isclose(gpus["hit_ratio"], h)] if "tier" in gpus else gpus.iloc[:0]
     if short:
-        text = (f"{pct} hit ratio on {_tier_short(s.tier.label)}: {_gpus(row['gpus'])} GPUs vs {_gpus(none['gpus'])}, "
-                f"{num(row['saved_gpu_ms'] / 1e3)} GPU-s saved per request")
+        text = (f"{decoding_tag(s)}{pct} hit ratio on {_tier_short(s.tier.label)}: {_gpus(row['gpus'])} GPUs vs "
+                f"{_gpus(none['gpus'])}, "
+                f"{saved_phrase(row['saved_gpu_ms'], short=True)}")
         return text + "".join(f"; {_tier_short(r.tier_label)}: {_gpus(r.gpus)} GPUs" for r in other.itertuples())
     text = (f"At a hit ratio of {pct} of {int(prompt_tokens):,}-token prompts, {row['cached_tokens']:,.0f} tokens of "
             "each prompt are cached")
     if row["loaded"]:
-        text += (f" and loaded from {s.tier.label}: each request saves {num(row['saved_gpu_ms'] / 1e3)} GPU-seconds of "
-                 f"prefill, and at {num(rate_per_s)} req/s the pool needs {_gpus(row['gpus'])} GPUs instead of "
+        text += (f" and loaded from {s.tier.label}: each request {saved_phrase(row['saved_gpu_ms'])}"
+                 + (" (the loads hold every stage of the pipeline, each of which recomputes only its share: faster "
+                    "for the request, dearer in GPU time)" if row["saved_gpu_ms"] < 0 and s.pp > 1 else "")
+                 + f", and at {num(rate_per_s)} req/s the pool needs {_gpus(row['gpus'])} GPUs instead of "
                  f"{_gpus(none['gpus'])}")
     else:
         text += (f", below the break-even of {s.tier.label}: the gate recomputes them, and at {num(rate_per_s)} "
                  f"req/s the pool still needs {_gpus(row['gpus'])} GPUs")
     others = saved[(np.isclose(saved["hit_ratio"], h)) & (saved["tier"] != s.tier.name) & saved["loaded"]]
     if len(others):
-        text += "; the same hit saves " + join([f"{num(r.saved_gpu_ms / 1e3)} GPU-s per request from {r.tier_label}"
-                                                for r in others.itertuples()])
+        text += "; the same hit saves " + join([(f"{num(r.saved_gpu_ms / 1e3)} GPU-s per request" if r.saved_gpu_ms >= 0
+                                                 else f"−{num(-r.saved_gpu_ms / 1e3)} GPU-s (a loss) per request")
+                                                + f" from {r.tier_label}" for r in others.itertuples()])
     if len(other):
         text += ("; at the same rate " + join([f"{r.tier_label} needs {_gpus(r.gpus)} GPUs" for r in other.itertuples()])
                  + " (dashed)")
     text += (f". Each distinct prompt's cached tokens take {num(row['storage_GB_per_prompt'])} GB of storage (KV bytes "
-             "per token × cached tokens).")
+             "per token × cached tokens" + (", the draft layer's included" if s.speculative is not None
+                                            and s.speculative.method != "ngram" else "") + ").")
+    if s.pp > 1:
+        text += (f" The pool's instances are pipelines of {s.pp} × {s.dep.ranks} GPUs, sized with their service time "
+                 "(a new prompt every stage's share) and their latency (the TTFT after the queue).")
     return text
+
+
+def saved_phrase(ms: float, *, short: bool = False) -> str:
+    """``"saves 5.78 GPU-seconds of prefill"`` or, when loading costs more GPU time than it saves (a pipeline's
+    loads hold every stage), ``"costs 0.902 GPU-seconds more prefill"``; short: ``"5.78 GPU-s saved per
+    request"``."""
+    x = float(ms) / 1e3
+    if short:
+        return f"{num(x)} GPU-s saved per request" if x >= 0 else f"{num(-x)} GPU-s more per request"
+    return f"saves {num(x)} GPU-seconds of prefill" if x >= 0 else f"costs {num(-x)} GPU-seconds more prefill"
 
 
 def _gpus(x: float) -> str:

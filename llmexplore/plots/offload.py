@@ -21,7 +21,8 @@ from .tables import PeopleTable, people_table
 __all__ = ["RECOMPUTE", "BREAK_EVEN", "LOAD_WINS", "RECOMPUTE_WINS", "EXPOSED", "NO_PRELOAD", "H2D", "BUDGET",
            "STAGED", "WITH_PRELOAD", "WITHOUT_PRELOAD", "MEASURED", "PARITY", "tier_color", "load_name",
            "cost_curves_figure", "regime_figure", "break_even_map_figure", "preload_figure", "staging_figure",
-           "hit_ratio_figure", "measured_figure", "measured_view", "break_even_people_table", "BREAK_EVEN_HEADERS"]
+           "hit_ratio_figure", "measured_figure", "measured_view", "break_even_people_table", "BREAK_EVEN_HEADERS",
+           "SHIFT_HEADERS"]
 
 RECOMPUTE = "recompute on the GPUs"
 BREAK_EVEN = "break-even (loading pays from here)"
@@ -394,7 +395,17 @@ BREAK_EVEN_HEADERS = {
 }
 
 
+#: headers of the columns :func:`llmexplore.sweeps.offload.break_even_shift` adds (plain decoding's values)
+SHIFT_HEADERS = {"plain_c_us_per_token": "load, plain [µs/token]",
+                 "plain_break_even_tokens": "break-even, plain [tokens]", "plain_set_by": "set by, plain"}
+
+
 def break_even_people_table(table: pd.DataFrame, *, caption: str = "") -> PeopleTable:
     """:func:`llmexplore.sweeps.offload.break_even_table` for people: one row per tier, the per-token costs,
-    the exact break-even (the gate) next to the closed form, and which term sets it."""
-    return people_table(table, BREAK_EVEN_HEADERS, caption=caption)
+    the exact break-even (the gate) next to the closed form, and which term sets it; for a
+    :func:`~llmexplore.sweeps.offload.break_even_shift` also plain decoding's load cost and break-even beside them
+    (how far a pipeline or a draft layer moved it)."""
+    headers = dict(BREAK_EVEN_HEADERS)
+    if all(c in table for c in SHIFT_HEADERS):
+        headers.update(SHIFT_HEADERS)
+    return people_table(table, headers, caption=caption)

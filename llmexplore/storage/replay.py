@@ -28,7 +28,13 @@ with the modelled host-to-GPU hop added the way the model adds it: pipelined ``m
 scaled up by the byte ratio for ``measured_load_s`` (reads of MiB blocks are bandwidth-bound), and
 ``modelled_read_s`` is of the bytes really read.
 
-TTFT on one prefill instance serving the trace first come, first served (``ttft = wait + service``):
+With ``pp`` (pipeline stages) or ``speculative`` (a draft model's KV layer) the models' side follows
+:mod:`llmexplore.models.offload.cost`: the gate, the modelled load and the recompute are the pipeline's or the
+draft's, and the block written and read is what one node's drive reads per block (its stages' layers, the draft's
+included: ``hop_times``' ``node_B``); what is measured, the reader's real reads of those files, is unchanged.
+
+TTFT on one prefill instance serving the trace first come, first served (``ttft = wait + service``, plus a
+pipeline's latency beyond its service time):
 ``ttft_recompute_s`` (no offload: every prompt prefilled whole, the model's prefill time),
 ``ttft_offload_s`` (a loaded request waits for its load, then prefills the rest) and ``ttft_preload_s`` (the
 load starts at arrival, during the queue wait; only the part that outlasts the wait is exposed). Decode and
@@ -51,7 +57,6 @@ import numpy as np
 from .. import _check
 from ..errors import SpecError
 from ..models.offload import cost as of
-from ..models.step.prefill import prefill_time
 from .blocks import BlockStore, file_bytes
 from .reader import StagingReader
 
@@ -121,7 +126,7 @@ def _fifo(arrival: np.ndarray, service: np.ndarray, load: np.ndarray | None = No
 def replay(dep, tier, trace: Trace, workdir: str | os.PathLike, *, block_tokens: int = of.DEFAULT_BLOCK_TOKENS,
            pipelined: bool = True, suffix_tokens: int = 256, block_bytes: int | None = None,
            max_inflight: int | None = None, budget_bytes: int | None = None, warm: bool = False,
-           gate: bool = True, seed: int = 0) -> dict[str, Any]:
+           gate: bool = True, seed: int = 0, pp=1, speculative=None) -> dict[str, Any]:
     """Replay ``trace`` against a block store under ``workdir`` (module docstring); returns ``{"requests": {name:
     array}, "summary": {...}}``.
 
@@ -133,7 +138,7 @@ def replay(dep, tier, trace: Trace, workdir: str | os.PathLike, *, block_tokens:
     files or 64 MiB, whichever is more); ``warm``: write every shared prefix before the first request;
     ``gate=False``: read every cached prefix, whatever the gate says (to measure load times over prefix
     lengths; the TTFT columns still follow the gate's ``decision``). Files are left in ``workdir`` (the caller
-    owns it).
+    owns it). ``pp`` / ``speculative``: the models' pipeline and draft layer (module docstring).
     """
     B = _check.integer("block_tokens", block_tokens, lo=1, hi=1 << 16, unit="tokens")
     pipelined = _check.boolean("pipelined", pipelined)
@@ -143,18 +148,23 @@ def replay(dep, tier, trace: Trace, workdir: str | os.PathLike, *, block_tokens:
     if not isinstance(trace, Trace):
         raise SpecError(f"trace must be a Trace (synthetic_trace), got {type(trace).__name__}")
     kv_dtype = dep.kv_dtype
-    real_B = of.block_bytes(dep.model, kv_dtype, B)
+    pp, spec = of.decoding(dep, pp, speculative)
+    dec = {"pp": pp, "speculative": spec}
+    hop = of.hop_times(dep, tier, kv_dtype=kv_dtype, block_tokens=B, **dec)
+    real_B = int(round(hop["node_B"]))  # what one node's drive reads per block (the whole block at pp = 1)
     blk_B = real_B if block_bytes is None else _check.integer("block_bytes", block_bytes, lo=1, hi=1 << 36, unit="B")
     qd = min(tier.queue_depth, 16) if max_inflight is None else max_inflight
     budget = max(4 * file_bytes(blk_B), 64 << 20) if budget_bytes is None else budget_bytes
-    store = BlockStore(workdir, block_tokens=B, namespace=f"{dep.model.name}/{kv_dtype}/{B}")
+    space = f"{dep.model.name}/{kv_dtype}/{B}" + (f"/pp{pp}" if pp > 1 else "") + (
+        f"/{spec.name}" if hop["draft_B"] else "")
+    store = BlockStore(workdir, block_tokens=B, namespace=space)
     rng = np.random.default_rng(_check.integer("seed", seed, lo=0))
 
     def payload(_i, _key):
         return rng.bytes(blk_B)
 
-    be = of.break_even(dep, tier, kv_dtype=kv_dtype, block_tokens=B, pipelined=pipelined, suffix_tokens=suffix_tokens)
-    hop = of.hop_times(dep, tier, kv_dtype=kv_dtype, block_tokens=B)
+    be = of.break_even(dep, tier, kv_dtype=kv_dtype, block_tokens=B, pipelined=pipelined, suffix_tokens=suffix_tokens,
+                       **dec)
     t2 = hop["h2d_s"]
     read_per_block = tier.block_overhead_us * 1e-6 + blk_B / (tier.effective_GBps() * 1e9)
     n_req = len(trace)
@@ -198,25 +208,28 @@ def replay(dep, tier, trace: Trace, workdir: str | os.PathLike, *, block_tokens:
                 cols["measured_load_s"][i] = (max(R_real + t2, R_real / n + n * t2) if pipelined
                                               else R_real + n * t2)
                 cols["modelled_load_s"][i] = float(of.load_s(dep, tier, cached, kv_dtype=kv_dtype, block_tokens=B,
-                                                             pipelined=pipelined)["load_s"])
+                                                             pipelined=pipelined, **dec)["load_s"])
             cols["loaded_tokens"][i] = loaded if load else 0
             store.put_prefix(toks, payload)  # the prefill's blocks, for the requests after this one
         reader_stats = reader.stats()
     written = store.size_bytes()
     prompt = trace.prompt_tokens
     loaded_tokens = cols["loaded_tokens"]
-    cols["recompute_s"] = of.recompute_s(dep, cols["cached_tokens"], suffix_tokens=suffix_tokens)
-    full = prefill_time(dep, prompt, 0)["prefill_s"]
-    rest = prefill_time(dep, prompt, loaded_tokens)["prefill_s"]
+    cols["recompute_s"] = of.recompute_s(dep, cols["cached_tokens"], suffix_tokens=suffix_tokens, **dec)
+    whole = of.prefill_parts(dep, prompt, 0, **dec)
+    left = of.prefill_parts(dep, prompt, loaded_tokens, **dec)
+    full, rest = whole["service_s"], left["service_s"]
     is_load = decision == "load"
     load_time = np.where(is_load, np.nan_to_num(cols["measured_load_s"]), 0.0)
+    # a pipeline answers a prompt its latency after it starts, and holds the server for its service time
+    beyond = np.where(is_load, left["latency_s"] - rest, whole["latency_s"] - full)
     requests = {
         "request": np.arange(n_req), "arrival_s": trace.arrival_s, "prefix_id": trace.prefix_id,
         "prefix_tokens": trace.prefix_tokens, "prompt_tokens": prompt, **cols, "decision": decision.astype(str),
         "prefill_full_s": full, "prefill_rest_s": np.where(is_load, rest, full),
-        "ttft_recompute_s": _fifo(trace.arrival_s, full),
-        "ttft_offload_s": _fifo(trace.arrival_s, np.where(is_load, rest + load_time, full)),
-        "ttft_preload_s": _fifo(trace.arrival_s, np.where(is_load, rest, full), load_time),
+        "ttft_recompute_s": _fifo(trace.arrival_s, full) + (whole["latency_s"] - full),
+        "ttft_offload_s": _fifo(trace.arrival_s, np.where(is_load, rest + load_time, full)) + beyond,
+        "ttft_preload_s": _fifo(trace.arrival_s, np.where(is_load, rest, full), load_time) + beyond,
     }
     summary = {
         "break_even_tokens": be["tokens"], "set_by": be["set_by"], "tier": tier.name, "model": dep.model.name,
@@ -247,10 +260,12 @@ def replay_for_notebook(setup, workdir: str | os.PathLike, *, n_requests: int = 
         prefix_tokens = (4 * B, 16 * B, 48 * B)
     trace = synthetic_trace(n_requests, prefix_tokens, suffix_tokens=setup.suffix_tokens, rate_per_s=rate_per_s,
                             seed=seed)
-    real = of.block_bytes(setup.dep.model, setup.dep.kv_dtype, B)
+    dec = {"pp": getattr(setup, "pp", 1), "speculative": getattr(setup, "speculative", None)}
+    real = int(round(of.hop_times(setup.dep, setup.tier, block_tokens=B, **dec)["node_B"]))
     cap = _check.integer("max_block_bytes", max_block_bytes, lo=4096, hi=1 << 36, unit="B")
     out = replay(setup.dep, setup.tier, trace, workdir, block_tokens=B, pipelined=setup.pipelined,
-                 suffix_tokens=setup.suffix_tokens, block_bytes=min(real, cap), warm=True, gate=False, seed=seed)
+                 suffix_tokens=setup.suffix_tokens, block_bytes=min(real, cap), warm=True, gate=False, seed=seed,
+                 **dec)
     req = dict(out["requests"])
     req["modelled_ms"] = req["modelled_read_s"] * 1e3
     req["measured_ms"] = req["measured_read_s"] * 1e3

@@ -6,6 +6,12 @@ decision (:func:`point_summary`), cost curves per tier (:func:`cost_curves`) wit
 (:func:`break_even_table`), the winner over prefix x bandwidth (:func:`regime_grid`), the break-even over
 bandwidth x latency (:func:`break_even_map`), the preload benefit against the queue wait (:func:`preload_curve`),
 a staging replay (:func:`staging_replay`) and the GPUs a hit ratio saves (:func:`gpus_vs_hit_ratio`).
+
+The setup's ``pp`` (pipeline stages of ``tp`` GPUs) and ``speculative`` (a draft model's own KV layer) reach every
+table (docs/models.md §6.6): recompute is the pipelined prefill's latency (with the draft's prefill), loads are the
+worst stage's (stages on different nodes read through their own drives), and the prefill pools are sized with
+the pipeline's service time (a new prompt every stage's share) and its latency (TTFT), in instances of pp x tp
+GPUs. :func:`break_even_shift` sets the break-evens beside plain decoding's.
 """
 
 from __future__ import annotations
@@ -22,15 +28,17 @@ from ..models.offload import cost as of
 from ..models.offload import preload as pre
 from ..models.queueing import at_stat
 from ..deployment import MAX_RANKS
+from ..deployment import check_pp
 from ..models.step.engine import Deployment
-from ..models.step.prefill import prefill_time
-from ..specs import StorageTier
+from ..models.step.pipeline import hop_link
+from ..specs import SpecDecode, StorageTier
 from ..units import dtype_bytes
 from . import tidy
 
 __all__ = ["OffloadSetup", "setup", "best_saving_tier", "custom_tier", "point_summary", "cost_curves", "break_even_table",
            "regime_grid", "break_even_map", "preload_curve", "staging_replay", "gpus_vs_hit_ratio",
-           "precision_table", "pool_queue", "saved_by_tier", "grid_with", "measured_load", "measured_replay",]
+           "precision_table", "pool_queue", "saved_by_tier", "grid_with", "measured_load", "measured_replay",
+           "plain", "break_even_shift", "decoding_of", "SHIFT_COLUMNS", "SHIFT_REF_COLUMNS"]
 
 
 @dataclass(frozen=True)
@@ -42,16 +50,54 @@ class OffloadSetup:
     block_tokens: int = of.DEFAULT_BLOCK_TOKENS
     pipelined: bool = True
     suffix_tokens: int = 256
+    pp: int = 1
+    speculative: SpecDecode | None = None
+
+    @property
+    def dec(self) -> dict:
+        """``pp`` and ``speculative`` for the models of :mod:`llmexplore.models.offload`."""
+        return {"pp": self.pp, "speculative": self.speculative}
 
     @property
     def kw(self) -> dict:
-        return {"block_tokens": self.block_tokens, "pipelined": self.pipelined}
+        return {"block_tokens": self.block_tokens, "pipelined": self.pipelined, **self.dec}
+
+    @property
+    def is_plain(self) -> bool:
+        """No pipeline and no draft model (n-gram lookup changes nothing here: it has no draft KV)."""
+        return self.pp == 1 and (self.speculative is None or self.speculative.method == "ngram")
+
+    @property
+    def instance_gpus(self) -> int:
+        """GPUs of one instance: pp stages of tp GPUs."""
+        return self.pp * self.dep.ranks
 
     @property
     def label(self) -> str:
         d = self.dep
-        return (f"{d.model.label} on {d.ranks}x {d.hardware.label} (KV {d.kv_dtype}), {self.tier.label}, "
-                f"{self.block_tokens}-token blocks")
+        return (f"{d.model.label} on {d.ranks}x {d.hardware.label} (KV {d.kv_dtype}){decoding_of(self, ', ')}, "
+                f"{self.tier.label}, {self.block_tokens}-token blocks")
+
+
+def decoding_of(s: OffloadSetup, lead: str = "") -> str:
+    """'' for plain decoding; else ``lead`` + 'PP2 (2 stages on 2 nodes, each reading its own layers)' or the
+    speculative preset and what it changes here ('deepseek-mtp-1 (its MTP layer's KV loaded and recomputed)',
+    'ngram-5 (no draft KV: nothing changes)')."""
+    if s.pp > 1:
+        where = of.placement(s.dep, s.pp)
+        return lead + (f"PP{s.pp} ({s.pp} stages in one node, sharing its storage)" if where["shared"] else
+                       f"PP{s.pp} ({s.pp} stages on {where['nodes']} nodes, each reading its own layers)")
+    sp = s.speculative
+    if sp is None:
+        return ""
+    what = {"mtp": "its MTP layer's KV loaded and recomputed", "draft_head": "its draft head's KV loaded and "
+            "recomputed", "ngram": "no draft KV: nothing changes"}[sp.method]
+    return lead + f"{sp.name} ({what})"
+
+
+def plain(s: OffloadSetup) -> OffloadSetup:
+    """The same setup without a pipeline or speculation (the baseline a shift is measured from)."""
+    return dataclasses.replace(s, pp=1, speculative=None)
 
 
 def custom_tier(base, *, read_GBps: float | None = None, latency_us: float | None = None) -> StorageTier:
@@ -73,8 +119,12 @@ def custom_tier(base, *, read_GBps: float | None = None, latency_us: float | Non
 def setup(model="llama-3-70b", gpu="h100-sxm", *, storage="nvme-gen4", tp: int = 8, kv_dtype: str = "bf16",
           weight_dtype: str | None = None, runtime="default", block_tokens: int = of.DEFAULT_BLOCK_TOKENS,
           pipelined: bool = True, suffix_tokens: int = 256, read_GBps: float | None = None,
-          latency_us: float | None = None) -> OffloadSetup:
-    """Build an :class:`OffloadSetup` from preset names (validated: errors name the argument and the rule)."""
+          latency_us: float | None = None, pp: int = 1, speculative=None) -> OffloadSetup:
+    """Build an :class:`OffloadSetup` from preset names (validated: errors name the argument and the rule):
+    ``pp`` pipeline stages of ``tp`` GPUs recompute (``pp x tp`` at most the largest instance the models price, pp
+    at most the model's layers, a scale-out link when the stages span nodes); ``speculative`` (a preset of
+    data/speculative.yaml or None) adds its draft model's KV layer (an MTP preset needs the model's MTP module;
+    not with a pipeline: :func:`llmexplore.models.step.per_token.check_decoding`)."""
     tp = _check.integer("tp", tp, lo=1, hi=MAX_RANKS)
     dtype_bytes(kv_dtype, "kv_dtype")
     tier = custom_tier(storage, read_GBps=read_GBps, latency_us=latency_us)
@@ -86,7 +136,15 @@ def setup(model="llama-3-70b", gpu="h100-sxm", *, storage="nvme-gen4", tp: int =
     except SpecError as exc:
         text = str(exc)
         raise SpecError("tp" + text[len("ranks"):] if text.startswith("ranks ") else text) from None
-    return OffloadSetup(dep, tier, block_tokens, pipelined, suffix_tokens)
+    pp = check_pp(dep.model, pp, tp, field="pp", ranks_field="tp")
+    try:
+        pp, spec = of.decoding(dep, pp, speculative)
+        if pp > 1:
+            hop_link(dep, pp)  # stages on several nodes need a scale-out link for their activations
+    except SpecError as exc:
+        text = str(exc)
+        raise SpecError("pp x tp" + text[len("pp x ranks"):] if text.startswith("pp x ranks") else text) from None
+    return OffloadSetup(dep, tier, block_tokens, pipelined, suffix_tokens, pp, spec)
 
 
 def point_summary(s: OffloadSetup, prefix_tokens: int, *, queue_wait_ms: float = 0.0) -> dict:
@@ -114,7 +172,15 @@ def point_summary(s: OffloadSetup, prefix_tokens: int, *, queue_wait_ms: float =
            "preload_break_even_tokens": be_pre, "decision_with_preload": with_wait,
            "effective_read_GBps": s.tier.effective_GBps(),
            "a_us_per_token": be["a_s_per_token"] * 1e6, "c_us_per_token": be["c_s_per_token"] * 1e6}
+    if not s.is_plain or s.speculative is not None:  # keys added only where they speak
+        h = of.hop_times(s.dep, s.tier, **s.dec, block_tokens=s.block_tokens)
+        n = int(c["blocks"])
+        rec.update({"pp": s.pp, "speculative": s.speculative.name if s.speculative else None,
+                    "decoding": decoding_of(s), "storage_nodes": int(h["nodes"]),
+                    "stage_bytes_MB": n * h["stage_B"] / 1e6, "node_bytes_MB": n * h["node_B"] / 1e6,
+                    "draft_bytes_MB": n * h["draft_B"] / 1e6})
     return rec
+
 
 
 def _tiers(tiers) -> list[StorageTier]:
@@ -132,7 +198,7 @@ def cost_curves(s: OffloadSetup, prefixes, tiers=None) -> pd.DataFrame:
     frames = []
     for t in _tiers(tiers):
         ld = of.load_s(s.dep, t, P, **s.kw)
-        rc = of.recompute_s(s.dep, ld["cached_tokens"], suffix_tokens=s.suffix_tokens)
+        rc = of.recompute_s(s.dep, ld["cached_tokens"], suffix_tokens=s.suffix_tokens, **s.dec)
         frames.append(pd.DataFrame({"prefix_tokens": P, "tier": t.name, "tier_label": t.label,
                                     **tidy({"recompute_s": rc, "load_s": ld["load_s"]}),
                                     "winner": np.where(ld["load_s"] < rc, "load", "recompute")}))
@@ -155,6 +221,38 @@ def break_even_table(s: OffloadSetup, tiers=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: columns :func:`break_even_shift` adds: plain decoding's values beside the setup's
+SHIFT_COLUMNS = ("plain_break_even_tokens", "plain_closed_form_tokens", "plain_set_by", "plain_a_us_per_token",
+                 "plain_c_us_per_token")
+#: and the recompute per token of both at one prefix (``ref_tokens``: plain decoding's break-even, at most 2^20)
+SHIFT_REF_COLUMNS = ("ref_tokens", "recompute_us_per_token_at_ref", "plain_recompute_us_per_token_at_ref")
+
+
+def break_even_shift(s: OffloadSetup, table: pd.DataFrame | None = None, tiers=None) -> pd.DataFrame:
+    """:func:`break_even_table` of ``s`` (``table``, when the caller has it) with plain decoding's break-even and
+    per-token costs beside each tier's (:data:`SHIFT_COLUMNS`, from :func:`plain` of ``s``): how a pipeline or a
+    draft layer moves the break-even. The closed form says how: a pipeline whose stages sit on different nodes
+    divides c by the nodes' share and adds its stage-to-stage sends to a; a draft layer adds its bytes to c and
+    its prefill to a (:data:`SHIFT_REF_COLUMNS` compare the recompute per token at one prefix, since each
+    fitted a covers its own break-even's range). For a plain setup the table comes back as it is (nothing to compare, nothing recomputed)."""
+    table = break_even_table(s, tiers) if table is None else table
+    if s.is_plain:
+        return table
+    base = break_even_table(plain(s), list(table["tier"]) if tiers is None else tiers).set_index("tier")
+    out = table.copy()
+    for col in SHIFT_COLUMNS:
+        out[col] = out["tier"].map(base[col[len("plain_"):]])
+    # the fitted a of each break-even covers its own range; recompute per token at one prefix compares like with
+    # like: at plain decoding's break-even (at most 2^20 tokens), exact on the model's curves
+    B = s.block_tokens
+    ref = np.minimum(np.where(np.isfinite(out["plain_break_even_tokens"]), out["plain_break_even_tokens"], 1 << 20),
+                     (1 << 20) // B * B)
+    out["ref_tokens"] = ref
+    out["recompute_us_per_token_at_ref"] = of.recompute_s(s.dep, ref, suffix_tokens=s.suffix_tokens, **s.dec) / ref * 1e6
+    out["plain_recompute_us_per_token_at_ref"] = of.recompute_s(s.dep, ref, suffix_tokens=s.suffix_tokens) / ref * 1e6
+    return out
+
+
 def regime_grid(s: OffloadSetup, prefixes, bandwidths_GBps) -> dict[str, np.ndarray]:
     """Who wins over prefix length x the tier's read bandwidth (its latency and second hop kept): arrays
     ``prefix_tokens`` [n], ``bandwidth_GBps`` [m], ``saving_ms`` [n, m] (recompute - load, > 0: loading wins)
@@ -166,8 +264,9 @@ def regime_grid(s: OffloadSetup, prefixes, bandwidths_GBps) -> dict[str, np.ndar
     _check.grid_size("prefixes x bandwidths_GBps", (P.size, 1), (1, bw.size))
     B = s.block_tokens
     n = np.floor(P / B)
-    rc = of.recompute_s(s.dep, n * B, suffix_tokens=s.suffix_tokens)
-    c, t_g0 = of.linear_load(of.hop_times(s.dep, s.tier, block_tokens=B, read_GBps=bw), B, s.pipelined)  # [m]
+    rc = of.recompute_s(s.dep, n * B, suffix_tokens=s.suffix_tokens, **s.dec)
+    c, t_g0 = of.linear_load(of.hop_times(s.dep, s.tier, block_tokens=B, read_GBps=bw, **s.dec), B,
+                             s.pipelined)  # [m]
     g = np.where(n[:, None] > 0, t_g0[None, :] + c[None, :] * (n * B)[:, None], 0.0)
     saving = rc[:, None] - g
     return {"prefix_tokens": P, "bandwidth_GBps": bw, "saving_ms": saving * 1e3,
@@ -186,7 +285,7 @@ def break_even_map(s: OffloadSetup, bandwidths_GBps, latencies_us) -> dict[str, 
     be = of.break_even(s.dep, s.tier, suffix_tokens=s.suffix_tokens, **s.kw)
     a, b, t_f0 = be["a_s_per_token"], be["b_s_per_token2"], be["t_f0_s"]
     c, t_g0 = of.linear_load(of.hop_times(s.dep, s.tier, block_tokens=B, read_GBps=bw[None, :],
-                                          latency_us=lat[:, None]), B, s.pipelined)  # [k, m]
+                                          latency_us=lat[:, None], **s.dec), B, s.pipelined)  # [k, m]
     c = np.broadcast_to(c, t_g0.shape)
     tokens = np.maximum(np.ceil(of.closed_form_tokens(a, b, c, t_g0 - t_f0) / B), 1.0) * B
     return {"bandwidth_GBps": bw, "latency_us": lat, "tokens": tokens,
@@ -200,7 +299,7 @@ def preload_curve(s: OffloadSetup, prefix_tokens: int, waits_ms) -> pd.DataFrame
     W = _check.real_array("waits_ms", np.atleast_1d(waits_ms), lo=0, hi=1e9, unit="ms") / 1e3
     ex = pre.exposed_load_s(s.dep, s.tier, P, W, **s.kw)
     cached = np.floor(P / s.block_tokens) * s.block_tokens
-    rc = of.recompute_s(s.dep, cached, suffix_tokens=s.suffix_tokens)
+    rc = of.recompute_s(s.dep, cached, suffix_tokens=s.suffix_tokens, **s.dec)
     be = pre.break_even_preload(s.dep, s.tier, W, suffix_tokens=s.suffix_tokens, **s.kw)
     return pd.DataFrame({"queue_wait_ms": W * 1e3, **tidy({"exposed_s": ex["exposed_s"], "load_s": ex["load_s"],
                                                           "mem_s": ex["mem_s"], "benefit_s": ex["benefit_s"],
@@ -212,7 +311,9 @@ def staging_replay(s: OffloadSetup, *, requests: int = 200, rate_per_s: float = 
                    new_tokens: int = 256, budget_GB: float = 8.0, lookahead: int = 16, seed: int = 0) -> dict:
     """Replay a Poisson queue of ``requests`` at ``rate_per_s`` whose prompts reuse a cached prefix (drawn from
     ``prefixes``) plus ``new_tokens``, through one prefill instance with lookahead preloading under a staging
-    budget of ``budget_GB``; and the same queue with no staging budget. Returns ``occupancy`` (DataFrame:
+    budget of ``budget_GB``; and the same queue with no staging budget. A pipeline instance accepts a prompt
+    every service time and answers it after its latency (:func:`~llmexplore.models.offload.cost.prefill_parts`).
+    Returns ``occupancy`` (DataFrame:
     ``time_s``, ``staged_GB``) and ``requests`` (DataFrame per request: ``prefix_tokens``, ``ttft_ms`` with and
     without preloading, ``preloaded``, ``recomputed``)."""
     requests = _check.integer("requests", requests, lo=1, hi=5000)
@@ -224,10 +325,11 @@ def staging_replay(s: OffloadSetup, *, requests: int = 200, rate_per_s: float = 
     arrivals = np.cumsum(rng.exponential(1.0 / rate, requests))
     P = rng.choice(pref, requests)
     cached = np.floor(P / s.block_tokens) * s.block_tokens
-    service = prefill_time(s.dep, P + new_tokens, cached)["prefill_s"]  # the prefill left once the blocks are in
-    kw = dict(block_tokens=s.block_tokens, lookahead=lookahead, suffix_tokens=s.suffix_tokens)
-    with_pre = pre.simulate_staging(s.dep, s.tier, arrivals, P, service, budget, **kw)
-    without = pre.simulate_staging(s.dep, s.tier, arrivals, P, service, 0.0, **kw)
+    left = of.prefill_parts(s.dep, P + new_tokens, cached, **s.dec)  # the prefill left once the blocks are in
+    kw = dict(block_tokens=s.block_tokens, lookahead=lookahead, suffix_tokens=s.suffix_tokens,
+              latency_s=left["latency_s"], **s.dec)
+    with_pre = pre.simulate_staging(s.dep, s.tier, arrivals, P, left["service_s"], budget, **kw)
+    without = pre.simulate_staging(s.dep, s.tier, arrivals, P, left["service_s"], 0.0, **kw)
     occupancy = pd.DataFrame({"time_s": with_pre["time_s"], "staged_GB": with_pre["staged_B"] / 1e9})
     per = pd.DataFrame({"arrival_s": arrivals, "prefix_tokens": P, "ttft_ms": with_pre["ttft_s"] * 1e3,
                         "ttft_no_preload_ms": without["ttft_s"] * 1e3, "preloaded": with_pre["preloaded"],
@@ -240,41 +342,51 @@ def gpus_vs_hit_ratio(s: OffloadSetup, hit_ratios, *, rate_per_s: float = 10.0, 
     """What a prefix-cache hit ratio buys at a request rate: per tier (the setup's own first, then the preset
     tiers named in ``tiers`` to compare it with) and hit ratio h (the share of each prompt's tokens served
     from the tier), the prefill time per request (the gate picks load or recompute for the cached h x prompt),
-    the GPU-seconds it saves, the instances (of ``tp`` GPUs) needed so that the M/D/1 waiting time at
+    the GPU-seconds it saves, the instances (of pp x ``tp`` GPUs) needed so that the M/D/1 waiting time at
     ``statistic`` plus the prefill stays within ``ttft_slo_ms``, and the storage the cached tokens take (bytes
-    per token x tokens per prompt, per distinct prompt). Columns ``tier`` and ``tier_label`` name the tier."""
+    per token x tokens per prompt, per distinct prompt). Columns ``tier`` and ``tier_label`` name the tier.
+
+    A pipeline's instance is a server of service time D = its prefill's service (the stage's share, plus the
+    load that holds each stage [assumption, as one instance is held at pp = 1]) whose requests leave after its
+    latency: M/D/1 at D, TTFT = wait + latency (``prefill_ms``; ``service_ms`` is D). A request's GPU time is D
+    on each of the instance's pp x tp GPUs."""
     h = _check.real_array("hit_ratios", np.atleast_1d(hit_ratios), lo=0, hi=1)
     rate = _check.number("rate_per_s", rate_per_s, lo=0, lo_open=True, hi=1e6, unit="1/s")
     S = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=of.MAX_PREFIX, unit="tokens")
     slo = _check.number("ttft_slo_ms", ttft_slo_ms, lo=0, lo_open=True, hi=1e9, unit="ms") / 1e3
     B = s.block_tokens
     P = np.floor(h * S / B) * B
-    full = prefill_time(s.dep, S, 0)["prefill_s"]
-    rest = prefill_time(s.dep, S, np.minimum(P, S - 1))["prefill_s"]
-    kv_tok = s.dep.model.kv_bytes_per_token(s.dep.kv_dtype)
+    full = of.prefill_parts(s.dep, S, 0, **s.dec)
+    rest = of.prefill_parts(s.dep, S, np.minimum(P, S - 1), **s.dec)
+    kv_tok = s.dep.model.kv_bytes_per_token(s.dep.kv_dtype) + of.draft_block_bytes(
+        s.dep.model, s.speculative, s.dep.kv_dtype, B) / B
+    gpus = s.instance_gpus
     chosen = [s.tier] + [t for t in (_tiers(tiers) if tiers is not None else []) if t.name != s.tier.name]
-    found: dict[float, float] = {}  # hit ratios below the break-even share one service time: search once
+    found: dict[tuple, float] = {}  # hit ratios below the break-even share one service time: search once
     frames = []
     for tier in dict((t.name, t) for t in chosen).values():
         ld = of.load_s(s.dep, tier, P, **s.kw)
         be = of.break_even(s.dep, tier, suffix_tokens=s.suffix_tokens, **s.kw)["tokens"]
         load = P >= be
-        service = np.where(load, rest + ld["load_s"], full)
+        service = np.where(load, rest["service_s"] + ld["load_s"], full["service_s"])
+        latency = np.where(load, rest["latency_s"] + ld["load_s"], full["latency_s"])
         instances = np.zeros(h.shape)
-        for i, D in enumerate(service):
-            if float(D) not in found:
+        for i, (D, T) in enumerate(zip(service, latency)):
+            key = (float(D), float(T))
+            if key not in found:
                 c = max(1, int(np.ceil(rate * D * 1.0001)))
                 while c < 100_000:
                     w = at_stat.queue_wait(statistic, rate / c, D)
-                    if float(w) + D <= slo:
+                    if float(w) + T <= slo:
                         break
                     c += 1
-                found[float(D)] = c if c < 100_000 else np.inf
-            instances[i] = found[float(D)]
+                found[key] = c if c < 100_000 else np.inf
+            instances[i] = found[key]
         frames.append(pd.DataFrame({"tier": tier.name, "tier_label": tier.label, "hit_ratio": h, "cached_tokens": P,
                                     "loaded": load,
-                                    **tidy({"prefill_s": service, "saved_gpu_s": (full - service) * s.dep.ranks}),
-                                    "instances": instances, "gpus": instances * s.dep.ranks,
+                                    **tidy({"prefill_s": latency, "service_s": service,
+                                            "saved_gpu_s": (full["service_s"] - service) * gpus}),
+                                    "instances": instances, "gpus": instances * gpus,
                                     "storage_GB_per_prompt": P * kv_tok / 1e9}))
     return pd.concat(frames, ignore_index=True)
 
@@ -322,21 +434,23 @@ def precision_table(s: OffloadSetup, tiers=None) -> pd.DataFrame:
 def pool_queue(s: OffloadSetup, rate_per_s: float, *, prompt_tokens: int = 8192, hit_ratio: float = 0.0,
                ttft_slo_ms: float = 2000.0, statistic: str = "p90") -> dict:
     """The prefill pool of :func:`gpus_vs_hit_ratio` at one hit ratio and the queue wait in it: ``instances``
-    (of ``tp`` GPUs, sized so that the M/D/1 wait at ``statistic`` plus the prefill stays within the SLO),
+    (of pp x ``tp`` GPUs, sized so that the M/D/1 wait at ``statistic`` plus the prefill stays within the SLO),
     ``gpus``, ``instance_rate_per_s`` (each instance's share of ``rate_per_s``), ``service_ms`` (one prefill,
-    load included), ``utilisation`` and the waits ``mean_wait_ms`` and ``p90_wait_ms`` (M/D/1, ``inf`` when
+    load included: how often the instance accepts a prompt, a pipeline's stage share), ``latency_ms`` (the
+    prefill's latency, equal at pp = 1), ``utilisation`` and the waits ``mean_wait_ms`` and ``p90_wait_ms`` (M/D/1, ``inf`` when
     no pool meets the SLO): the time a waiting request's blocks have to be preloaded."""
     h = _check.probability("hit_ratio", hit_ratio)
     row = gpus_vs_hit_ratio(s, [h], rate_per_s=rate_per_s, prompt_tokens=prompt_tokens, ttft_slo_ms=ttft_slo_ms,
                             statistic=statistic).iloc[0]
-    n, D = float(row["instances"]), float(row["prefill_ms"]) / 1e3
+    n, D = float(row["instances"]), float(row["service_ms"]) / 1e3
     lam = float(rate_per_s) / n if np.isfinite(n) else np.inf
     waits = {}
     for stat in ("mean", "p90"):
         waits[f"{stat}_wait_ms"] = float(at_stat.queue_wait(stat, lam, D)) * 1e3 if np.isfinite(lam) else np.inf
     return {"hit_ratio": h, "prompt_tokens": int(prompt_tokens), "cached_tokens": float(row["cached_tokens"]),
             "loaded": bool(row["loaded"]), "instances": n, "gpus": float(row["gpus"]),
-            "instance_rate_per_s": lam, "service_ms": D * 1e3, "utilisation": lam * D if np.isfinite(lam) else np.inf,
+            "instance_rate_per_s": lam, "service_ms": D * 1e3, "latency_ms": float(row["prefill_ms"]),
+            "utilisation": lam * D if np.isfinite(lam) else np.inf,
             **waits, "statistic": statistic, "ttft_slo_ms": float(ttft_slo_ms)}
 
 
@@ -344,22 +458,25 @@ def saved_by_tier(s: OffloadSetup, hit_ratios, *, prompt_tokens: int = 8192, tie
     """The prefill GPU time a hit ratio saves per request, per tier (no queueing): for each tier and hit ratio
     h the gate loads the h x prompt cached tokens (full blocks) or recomputes them; ``prefill_ms`` (one
     request, load included), ``saved_gpu_ms`` (GPU-milliseconds over the ``tp`` GPUs against no cache),
-    ``loaded``, ``cached_tokens`` and ``break_even_tokens``."""
+    ``loaded``, ``cached_tokens`` and ``break_even_tokens``. With a pipeline ``prefill_ms`` is the latency and
+    the GPU time the service time on each of its pp x tp GPUs (:func:`gpus_vs_hit_ratio`)."""
     h = _check.real_array("hit_ratios", np.atleast_1d(hit_ratios), lo=0, hi=1)
     S = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=of.MAX_PREFIX, unit="tokens")
     B = s.block_tokens
     P = np.floor(h * S / B) * B
-    full = float(prefill_time(s.dep, S, 0)["prefill_s"])
-    rest = prefill_time(s.dep, S, np.minimum(P, S - 1))["prefill_s"]
+    full = {k: float(v) for k, v in of.prefill_parts(s.dep, S, 0, **s.dec).items()}
+    rest = of.prefill_parts(s.dep, S, np.minimum(P, S - 1), **s.dec)
     frames = []
     for t in _tiers(tiers):
         ld = of.load_s(s.dep, t, P, **s.kw)
         be = of.break_even(s.dep, t, suffix_tokens=s.suffix_tokens, **s.kw)["tokens"]
         load = (P >= be) & (P > 0)
-        service = np.where(load, rest + ld["load_s"], full)
+        service = np.where(load, rest["service_s"] + ld["load_s"], full["service_s"])
+        latency = np.where(load, rest["latency_s"] + ld["load_s"], full["latency_s"])
         frames.append(pd.DataFrame({"hit_ratio": h, "tier": t.name, "tier_label": t.label, "cached_tokens": P,
                                     "loaded": load, "break_even_tokens": be,
-                                    **tidy({"prefill_s": service, "saved_gpu_s": (full - service) * s.dep.ranks})}))
+                                    **tidy({"prefill_s": latency, "saved_gpu_s": (full["service_s"] - service)
+                                            * s.instance_gpus})}))
     return pd.concat(frames, ignore_index=True)
 
 

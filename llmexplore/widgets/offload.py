@@ -7,7 +7,10 @@ The figures are the notebook's (:func:`llmexplore.plots.offload.cost_curves_figu
 read bandwidth and latency the sliders override (:func:`llmexplore.sweeps.offload.custom_tier`); choosing another
 tier sets those two sliders to its preset values. The status line is the notebook's finding for the chosen prefix
 and the share of a prompt a hit ratio caches. A deployment the models reject (a TP that does not divide the
-heads, a model that does not fit) is reported in the status line.
+heads, a model that does not fit, an MTP draft on a model without an MTP module, a pipeline with a draft) is
+reported in the status line. The pipeline slider and the speculative dropdown set the setup's ``pp`` and
+``speculative`` (:func:`llmexplore.sweeps.offload.setup`): the figures and the status line are then the
+pipeline's or the draft's, as in the notebook.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..units import DTYPE_BYTES
 from . import Draw, Explorer, choice_slider, dropdown, dtype_name, log_options, nice_options, preset_name
 
 __all__ = ["OffloadExplorer", "offload_explorer", "PREFIXES", "HIT_RATIOS", "WAITS_MS", "BANDWIDTHS", "LATENCIES",
-           "TPS"]
+           "TPS", "PPS", "NO_SPEC"]
 
 #: choices of the sliders (other values are added when asked for)
 PREFIXES = log_options(256, 1 << 20)
@@ -38,6 +41,9 @@ WAITS_MS = [0.0] + nice_options(1, 10_000)
 BANDWIDTHS = nice_options(0.5, 100)
 LATENCIES = nice_options(1, 100_000)
 TPS = [1, 2, 4, 8, 16]
+PPS = [1, 2, 4, 8]
+#: the speculative dropdown's entry for no speculative decoding
+NO_SPEC = "none (no draft)"
 #: the grids the figures are drawn on (coarse enough for a redraw well under 0.1 s)
 CURVE_PREFIXES = log_grid(256, 1 << 20, 90, integer=True)
 MAP_PREFIXES = log_grid(256, 1 << 20, 160, integer=True)
@@ -60,18 +66,20 @@ class OffloadExplorer(Explorer):
         lat = None if float(p["latency_us"]) == base.latency_us else float(p["latency_us"])
         return offload_sweeps.setup(p["model"], p["gpu"], storage=p["storage"], tp=int(p["tp"]),
                                     kv_dtype=p["kv_dtype"], block_tokens=f["block_tokens"], read_GBps=bw,
-                                    latency_us=lat, runtime=p["runtime"])
+                                    latency_us=lat, runtime=p["runtime"], pp=int(p["pp"]),
+                                    speculative=None if p["speculative"] == NO_SPEC else p["speculative"])
 
     def _tables(self, s: offload_sweeps.OffloadSetup) -> dict:
         """The tables that do not depend on the prefix, the wait or the hit ratio (remembered per deployment and
         tier, so moving those sliders only recomputes the point and the preload curve)."""
         key = (s.dep.model.name, s.dep.hardware.name, s.dep.ranks, s.dep.kv_dtype, s.dep.runtime.name,
-               s.tier.name, s.tier.read_GBps, s.tier.latency_us)
+               s.tier.name, s.tier.read_GBps, s.tier.latency_us, s.pp,
+               s.speculative.name if s.speculative else None)
         hit = self.fixed.setdefault("_cache", {}).get(key)
         if hit is None:
             tiers = [s.tier if n == self.params()["storage"] else presets.storage(n) for n in presets.names("storage")]
             hit = {"curves": offload_sweeps.cost_curves(s, CURVE_PREFIXES, tiers),
-                   "table": offload_sweeps.break_even_table(s, tiers),
+                   "table": offload_sweeps.break_even_shift(s, offload_sweeps.break_even_table(s, tiers), tiers),
                    "grid": offload_sweeps.regime_grid(s, MAP_PREFIXES, MAP_BANDWIDTHS),
                    "map": offload_sweeps.break_even_map(s, MAP_BANDWIDTHS, MAP_LATENCIES)}
             cache = self.fixed["_cache"]
@@ -114,8 +122,11 @@ class OffloadExplorer(Explorer):
                   f"{point['set_by']}); after a {num(W)} ms queue wait {num(point['exposed_load_ms'])} ms of the load "
                   f"stays exposed → {point['decision_with_preload']}. A hit ratio of {100 * h:.3g}% of a "
                   f"{f['prompt_tokens']:,}-token prompt caches {saved['cached_tokens']:,.0f} tokens: "
-                  + (f"loaded, {num(saved['saved_gpu_ms'] / 1e3)} GPU-s saved per request." if saved["loaded"] else
+                  + (f"loaded, {offload_findings.saved_phrase(saved['saved_gpu_ms'], short=True)}." if saved["loaded"] else
                      "recomputed (below the break-even), nothing saved."))
+        shift = offload_findings.shift_clause(t["table"], s)
+        if shift:
+            status += " " + html.escape(shift) + "."
         return draws, status, {"point": point, **t, "preload": curve, "saved": saved.to_dict()}
 
     def update(self, change=None) -> None:
@@ -146,11 +157,12 @@ def _percent(v: float) -> str:
 def offload_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, storage: str = "nvme-gen4", tp: int = 8,
                      kv_dtype: str = "bf16", prefix: int = 32768, hit_ratio: float = 0.563,
                      queue_wait_ms: float = 20.0, read_GBps: float | None = None, latency_us: float | None = None,
-                     block_tokens: int = 256, prompt_tokens: int = 32768, runtime: str = "default"
-                     ) -> OffloadExplorer:
-    """Sliders for the prefix length, hit ratio, queue wait, TP and the tier's read bandwidth and latency
-    (defaults: the tier's presets); dropdowns for the model, GPU, storage tier, KV dtype and the runtime preset
-    (``data/runtime.yaml``: how the recompute is priced); four live figures.
+                     block_tokens: int = 256, prompt_tokens: int = 32768, runtime: str = "default", pp: int = 1,
+                     speculative: str | None = None) -> OffloadExplorer:
+    """Sliders for the prefix length, hit ratio, queue wait, TP, pipeline stages and the tier's read bandwidth and
+    latency (defaults: the tier's presets); dropdowns for the model, GPU, storage tier, KV dtype, the runtime preset
+    (``data/runtime.yaml``: how the recompute is priced) and speculative decoding (``data/speculative.yaml``: a
+    draft model's KV layer is loaded and recomputed with the target's); four live figures.
     ``block_tokens`` and ``prompt_tokens`` (the prompt a hit ratio is a share of) are fixed.
 
     Unknown names raise :class:`~llmexplore.errors.SpecError`; values outside the sliders' usual range are
@@ -172,6 +184,9 @@ def offload_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, stora
                                                                            unit="µs")
     block_tokens = _check.integer("block_tokens", block_tokens, lo=1, hi=1 << 16, unit="tokens")
     prompt_tokens = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=MAX_PREFIX, unit="tokens")
+    pp = _check.integer("pp", pp, lo=1, hi=128)
+    if speculative is not None:
+        speculative = preset_name("speculative", "speculative", speculative)
     controls = {
         "prefix": choice_slider(PREFIXES, prefix, "cached prefix", "tokens"),
         "hit_ratio": choice_slider(HIT_RATIOS, hit_ratio, "hit ratio", label=_percent),
@@ -186,7 +201,9 @@ def offload_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, stora
         "storage": dropdown(presets.names("storage"), storage, "storage tier"),
         "kv_dtype": dropdown(list(DTYPE_BYTES), kv_dtype, "KV cache"),
         "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
+        "pp": choice_slider(PPS, pp, "pipeline", label=lambda v: "no pipeline" if v == 1 else f"{v} stages"),
+        "speculative": dropdown([NO_SPEC, *presets.names("speculative")], speculative or NO_SPEC, "speculative"),
     }
     rows = [["prefix", "hit_ratio", "queue_wait_ms"], ["storage", "read_GBps", "latency_us"],
-            ["model", "gpu", "tp", "kv_dtype", "runtime"]]
+            ["model", "gpu", "tp", "kv_dtype", "runtime"], ["pp", "speculative"]]
     return OffloadExplorer.build(controls, rows, fixed={"block_tokens": block_tokens, "prompt_tokens": prompt_tokens})

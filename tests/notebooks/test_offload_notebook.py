@@ -125,3 +125,22 @@ def test_the_notebook_states_its_findings(run):
              if "application/vnd.llmexplore.widget-note+json" in o.get("data", {})]
     assert len(notes) == 1 and notes[0].startswith("Llama-3-70B on 8x H100 SXM 80GB, NVMe SSD, PCIe Gen4 x4: a "
                                                    "32,768-token prefix")
+
+
+def test_a_pipeline_of_two_nodes_halves_what_each_drive_reads(run_notebook):
+    """PP = 2 (issue 21): two stages of 8 H100s are two nodes; each stage loads its 40 layers through its own node's
+    drive and its own GPUs' PCIe links, so the load of the prefix is that of half-size blocks (computed here from the
+    config and the preset's fields), the Gen4 break-even falls to one block and the notebook says it moved."""
+    path, rec = run_notebook("50_ssd_offload.ipynb", PP=2)
+    gen4 = presets.storage("nvme-gen4")
+    want, _ = _load_ms(gen4, BLOCK_B / 2, PREFIX // BLOCK, 1 / TP)
+    p = rec["point"]
+    assert p["load_ms"] == pytest.approx(want, rel=1e-9)
+    assert p["stage_bytes_MB"] == pytest.approx(PREFIX // BLOCK * BLOCK_B / 2 / 1e6, rel=1e-12)
+    assert p["storage_nodes"] == 2 and p["decision"] == "load"
+    assert rec["break_even_tokens"]["nvme-gen4"] == BLOCK
+    assert rec["break_even_tokens"]["nfs"] < 338_432  # its plain break-even: each node's NIC reads half the bytes
+    assert all(g % (2 * TP) == 0 for g in rec["gpus_by_hit_ratio"].values())  # pools of 2 x 8-GPU pipelines
+    said = _said(path)
+    assert "PP2 (2 stages on 2 nodes, each reading its own layers)" in said[0]
+    assert "the break-even of NVMe SSD, PCIe Gen4 x4 moves from 40,192 tokens to 256 tokens (one block)" in said[0]

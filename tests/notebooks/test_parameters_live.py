@@ -350,6 +350,10 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
          {"PREFIX_MAX": fig("cost_curves_figure(", "x"), "NEAR_PREFIX_MAX": rec("curve_near"),
           "BANDWIDTH_RANGE_GBPS": rec("map_tokens_range"), "LATENCY_RANGE_US": fig("break_even_map_figure(", "y"),
           "QUEUE_WAIT_RANGE_MS": rec("preload_break_even_tokens")}),
+        # a pipeline of two 8-GPU stages on two nodes: each node's drive reads half the blocks (the load halves);
+        # an EAGLE draft head adds its own KV layer to every block (the bytes grow by 1/80)
+        (dict(PP=2), {"PP": rec("point", lambda p: p["load_ms"])}),
+        (dict(SPECULATIVE="eagle3-llama-3.1-8b"), {"SPECULATIVE": rec("point", lambda p: p["bytes_MB"])}),
     ],
     "60_deployment_planner": [
         # the question: its recorded text names each part (the planner answers that question), and the TPOT
@@ -429,6 +433,13 @@ REJECTED = [
     ("20_pd_disaggregation", dict(TRANSFER_GBPS=400),
      r"TRANSFER_GBPS must be a grid extent \[first, last\] \[GB/s\], got 400"),
     ("50_ssd_offload", dict(TTFT_SLO_MS=500.0), r"TTFT_SLO_MS must exceed the prefill of one PROMPT_TOKENS"),
+    ("50_ssd_offload", dict(PP=81), r"PP \(81\) must be at most the layers of llama-3-70b \(80\)"),
+    ("50_ssd_offload", dict(PP=80, TP=16), r"PP x TP \(80 x 16 = 1280\) must be at most 1024 GPUs per instance"),
+    ("50_ssd_offload", dict(PP=2, SPECULATIVE="eagle3-llama-3.1-8b"),
+     r"PP \(2\) must be 1 when decoding speculatively with 'eagle3-llama-3.1-8b'"),
+    ("50_ssd_offload", dict(SPECULATIVE="deepseek-mtp-1"),
+     r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
+    ("50_ssd_offload", dict(SPECULATIVE="medusa"), r"SPECULATIVE must name a preset in data/speculative.yaml"),
     ("60_deployment_planner", dict(STAT="p95"), r"STAT must be one of mean, p50, p90, p99"),
     ("60_deployment_planner", dict(PIPELINE_SIZES=[200]), r"PIPELINE_SIZES must be an integer in \[1, 128\]"),
     ("60_deployment_planner", dict(SPECULATIVE="deepseek-mtp-1"),

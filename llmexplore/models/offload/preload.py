@@ -21,6 +21,11 @@ density with skipping gives a total benefit that never falls when the budget gro
 changes status when the budget grows is denser than everything it displaces and larger than the room they
 used). :func:`simulate_staging` replays a queue through one prefill server with the planner re-run at every
 arrival and departure, recording the staged bytes over time.
+
+Every function takes ``pp`` (pipeline stages) and ``speculative`` (a draft's layer loaded and recomputed with the
+target's) as :mod:`llmexplore.models.offload.cost` does: g and g_mem are the worst stage's, the staged bytes one
+copy of every layer (each node stages its own stages' layers), and a pipeline replays as a server that accepts a
+new prompt every service time while each prompt's TTFT is its latency.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from ... import _check
 from ...errors import SpecError
 from ...specs import StorageTier
 from ..step.engine import Deployment
-from .cost import DEFAULT_BLOCK_TOKENS, MAX_PREFIX, _block, hop_times, load_s, recompute_s
+from .cost import DEFAULT_BLOCK_TOKENS, MAX_PREFIX, _block, hop_times, load_s, recompute_parts, recompute_s
 
 __all__ = ["exposed_load_s", "break_even_preload", "Candidate", "PreloadChoice", "plan_preloads",
            "simulate_staging"]
@@ -43,17 +48,19 @@ __all__ = ["exposed_load_s", "break_even_preload", "Candidate", "PreloadChoice",
 
 
 def exposed_load_s(dep: Deployment, tier: StorageTier, prefix_tokens, wait_s, *, kv_dtype: str | None = None,
-                   block_tokens: int = DEFAULT_BLOCK_TOKENS, pipelined: bool = True) -> dict[str, np.ndarray]:
+                   block_tokens: int = DEFAULT_BLOCK_TOKENS, pipelined: bool = True, pp=1,
+                   speculative=None) -> dict[str, np.ndarray]:
     """Load time left on the critical path when loading starts ``wait_s`` before the request runs [s]
     (broadcast over ``prefix_tokens`` and ``wait_s``): ``exposed_s``, ``load_s`` (no preload), ``mem_s`` (the
     host -> GPU hop alone), ``benefit_s`` and ``staged_B`` (host bytes the preload holds, one copy)."""
     W = _check.real_array("wait_s", wait_s, lo=0, hi=1e6, unit="s")
-    ld = load_s(dep, tier, prefix_tokens, kv_dtype=kv_dtype, block_tokens=block_tokens, pipelined=pipelined)
+    ld = load_s(dep, tier, prefix_tokens, kv_dtype=kv_dtype, block_tokens=block_tokens, pipelined=pipelined, pp=pp,
+                speculative=speculative)
     g = ld["load_s"]
     if tier.kind == "dram":
         mem = g
     else:
-        h = hop_times(dep, tier, kv_dtype=kv_dtype, block_tokens=block_tokens)
+        h = hop_times(dep, tier, kv_dtype=kv_dtype, block_tokens=block_tokens, pp=pp, speculative=speculative)
         mem = np.where(ld["blocks"] > 0, ld["blocks"] * h["h2d_s"], 0.0)
     g, mem, W = np.broadcast_arrays(g, mem, W)
     exposed = mem + np.maximum(0.0, g - mem - W)
@@ -63,7 +70,7 @@ def exposed_load_s(dep: Deployment, tier: StorageTier, prefix_tokens, wait_s, *,
 
 def break_even_preload(dep: Deployment, tier: StorageTier, wait_s, *, kv_dtype: str | None = None,
                        block_tokens: int = DEFAULT_BLOCK_TOKENS, pipelined: bool = True, suffix_tokens: int = 256,
-                       max_tokens: int = 1 << 19) -> np.ndarray:
+                       max_tokens: int = 1 << 19, pp=1, speculative=None) -> np.ndarray:
     """Break-even prefix with a preload started ``wait_s`` (array) ahead [tokens]: the block multiple from
     which loading (with the exposed cost) beats recomputing for every longer prefix; ``inf`` if never up to
     ``max_tokens``. At ``wait_s = 0`` it equals :func:`~llmexplore.models.offload.cost.break_even`."""
@@ -72,9 +79,9 @@ def break_even_preload(dep: Deployment, tier: StorageTier, wait_s, *, kv_dtype: 
     W = np.atleast_1d(_check.real_array("wait_s", wait_s, lo=0, hi=1e6, unit="s"))
     _check.grid_size("wait_s x blocks", (W.size, 1), (1, max_tokens // B))
     n = np.arange(1, max_tokens // B + 1, dtype=float)
-    f = recompute_s(dep, n * B, suffix_tokens=suffix_tokens)
+    f = recompute_s(dep, n * B, suffix_tokens=suffix_tokens, pp=pp, speculative=speculative)
     e = exposed_load_s(dep, tier, n[:, None] * B, W.ravel()[None, :], kv_dtype=kv_dtype, block_tokens=B,
-                       pipelined=pipelined)["exposed_s"]
+                       pipelined=pipelined, pp=pp, speculative=speculative)["exposed_s"]
     losing = (f[:, None] - e) < 0                       # [blocks, waits]
     any_losing = losing.any(axis=0)
     last = n.size - 1 - np.argmax(losing[::-1], axis=0)  # last losing block index per wait
@@ -123,7 +130,8 @@ def _candidates(candidates: Iterable) -> list[Candidate]:
 
 def plan_preloads(dep: Deployment, tier: StorageTier, candidates: Sequence, budget_B: float, *,
                   kv_dtype: str | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS, pipelined: bool = True,
-                  suffix_tokens: int = 256, lookahead: int | None = None) -> list[PreloadChoice]:
+                  suffix_tokens: int = 256, lookahead: int | None = None, pp=1,
+                  speculative=None) -> list[PreloadChoice]:
     """Choose which waiting requests to preload within ``budget_B`` staged bytes (module docstring).
 
     ``candidates``: :class:`Candidate` or (request_id, prefix_tokens, start_in_s) in queue order;
@@ -138,9 +146,10 @@ def plan_preloads(dep: Deployment, tier: StorageTier, candidates: Sequence, budg
         return []
     P = np.array([c.prefix_tokens for c in cands], dtype=float)
     W = np.array([c.start_in_s for c in cands], dtype=float)
-    ex = exposed_load_s(dep, tier, P, W, kv_dtype=kv_dtype, block_tokens=block_tokens, pipelined=pipelined)
-    ld = load_s(dep, tier, P, kv_dtype=kv_dtype, block_tokens=block_tokens, pipelined=pipelined)
-    rc = recompute_s(dep, ld["cached_tokens"], suffix_tokens=suffix_tokens)
+    dec = {"pp": pp, "speculative": speculative}
+    ex = exposed_load_s(dep, tier, P, W, kv_dtype=kv_dtype, block_tokens=block_tokens, pipelined=pipelined, **dec)
+    ld = load_s(dep, tier, P, kv_dtype=kv_dtype, block_tokens=block_tokens, pipelined=pipelined, **dec)
+    rc = recompute_s(dep, ld["cached_tokens"], suffix_tokens=suffix_tokens, **dec)
     staged = ld["bytes_B"]
     reasons: list[str | None] = [None] * len(cands)
     seen: set[str] = set()
@@ -178,31 +187,37 @@ def plan_preloads(dep: Deployment, tier: StorageTier, candidates: Sequence, budg
 
 def simulate_staging(dep: Deployment, tier: StorageTier, arrivals_s, prefix_tokens, service_s, budget_B: float, *,
                      kv_dtype: str | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS, lookahead: int = 16,
-                     suffix_tokens: int = 256) -> dict[str, np.ndarray]:
+                     suffix_tokens: int = 256, latency_s=None, pp=1, speculative=None) -> dict[str, np.ndarray]:
     """Replay a queue through one FIFO prefill server with lookahead preloading under a staging budget.
 
     ``arrivals_s`` (sorted), ``prefix_tokens`` and ``service_s`` (each request's prefill time without its
-    load) are per request. At every arrival and departure the planner re-plans for the waiting requests
+    load) are per request; ``latency_s`` (per request, default ``service_s``) is a pipeline's prefill latency,
+    while ``service_s`` is how long it holds the server (the stage's share). At every arrival and departure the planner re-plans for the waiting requests
     (their expected start = the server's backlog ahead of them); a chosen request's blocks stay staged until
     it starts. A request's load costs its exposed time (:func:`exposed_load_s` with the time it was staged
     for) and is skipped when recompute is cheaper. Returns event ``time_s`` and ``staged_B`` (the occupancy
     step function), and per request ``start_s``, ``ttft_s`` (start + exposed load + service [+ recompute of
-    the cached tokens when the gate chose it] - arrival), ``exposed_s``, ``recomputed`` and ``preloaded``.
+    the cached tokens when the gate chose it] - arrival, with the latency in place of the service for a
+    pipeline), ``exposed_s``, ``recomputed`` and ``preloaded``; the server is held for the exposed load, the
+    service and the recompute's service time.
     """
     t_arr = _check.real_array("arrivals_s", np.atleast_1d(arrivals_s), lo=0, hi=1e9, unit="s")
     P = _check.real_array("prefix_tokens", np.atleast_1d(prefix_tokens), lo=0, hi=MAX_PREFIX, integer=True)
     S = _check.real_array("service_s", np.atleast_1d(service_s), lo=0, hi=1e6, unit="s")
-    if not (t_arr.shape == P.shape == S.shape) or t_arr.ndim != 1:
-        raise SpecError(f"arrivals_s, prefix_tokens and service_s must be 1-D of one length, got shapes "
-                        f"{t_arr.shape}, {P.shape}, {S.shape}")
+    lat = S if latency_s is None else _check.real_array("latency_s", np.atleast_1d(latency_s), lo=0, hi=1e6, unit="s")
+    if not (t_arr.shape == P.shape == S.shape == lat.shape) or t_arr.ndim != 1:
+        raise SpecError(f"arrivals_s, prefix_tokens, service_s and latency_s must be 1-D of one length, got shapes "
+                        f"{t_arr.shape}, {P.shape}, {S.shape}, {lat.shape}")
     if t_arr.size > 20_000:
         raise SpecError(f"arrivals_s must hold at most 20,000 requests, got {t_arr.size:,}")
     if np.any(np.diff(t_arr) < 0):
         raise SpecError("arrivals_s must be sorted (non-decreasing)")
     budget = _check.number("budget_B", budget_B, lo=0, hi=1e18, unit="B")
     N = t_arr.size
-    ld = load_s(dep, tier, P, kv_dtype=kv_dtype, block_tokens=block_tokens)
-    rc = recompute_s(dep, ld["cached_tokens"], suffix_tokens=suffix_tokens)
+    dec = {"pp": pp, "speculative": speculative}
+    ld = load_s(dep, tier, P, kv_dtype=kv_dtype, block_tokens=block_tokens, **dec)
+    parts = recompute_parts(dep, ld["cached_tokens"], suffix_tokens=suffix_tokens, **dec)
+    rc, rc_held = parts["latency_s"], parts["service_s"]
     staged_at = np.full(N, np.nan)   # when a request's preload started
     start = np.full(N, np.nan)
     exposed = np.zeros(N)
@@ -224,13 +239,13 @@ def simulate_staging(dep: Deployment, tier: StorageTier, arrivals_s, prefix_toke
             i = nxt
             staged_for = now - staged_at[i] if not np.isnan(staged_at[i]) else 0.0
             ex = float(exposed_load_s(dep, tier, P[i], staged_for, kv_dtype=kv_dtype,
-                                      block_tokens=block_tokens)["exposed_s"])
+                                      block_tokens=block_tokens, **dec)["exposed_s"])
             if ld["blocks"][i] > 0 and ex <= rc[i]:
                 exposed[i] = ex            # the gate: load (what is left of it after the preload)
             else:
                 recomputed[i] = True       # the gate: recompute the cached tokens inside the prefill
             start[i] = now
-            free_at = now + exposed[i] + S[i] + (rc[i] if recomputed[i] else 0.0)
+            free_at = now + exposed[i] + S[i] + (rc_held[i] if recomputed[i] else 0.0)
             nxt += 1
         # re-plan for the waiting requests not started: their expected start is the backlog ahead of them
         waiting = list(range(nxt, arrived))
@@ -245,12 +260,12 @@ def simulate_staging(dep: Deployment, tier: StorageTier, arrivals_s, prefix_toke
             fresh = [c for c in cands if np.isnan(staged_at[int(c.request_id)])]
             for ch in plan_preloads(dep, tier, fresh, max(0.0, budget - held_B), kv_dtype=kv_dtype,
                                     block_tokens=block_tokens, suffix_tokens=suffix_tokens,
-                                    lookahead=max(0, lookahead - len(held))):
+                                    lookahead=max(0, lookahead - len(held)), **dec):
                 if ch.chosen:
                     staged_at[int(ch.request_id)] = now
         occ = float(sum(ld["bytes_B"][j] for j in range(nxt, arrived) if not np.isnan(staged_at[j])))
         times.append(now)
         occupancy.append(occ)
-    ttft = start + exposed + S + np.where(recomputed, rc, 0.0) - t_arr
+    ttft = start + exposed + lat + np.where(recomputed, rc, 0.0) - t_arr
     return {"time_s": np.array(times), "staged_B": np.array(occupancy), "start_s": start, "ttft_s": ttft,
             "exposed_s": exposed, "recomputed": recomputed, "preloaded": ~np.isnan(staged_at)}
