@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..labels import table_decoding
 from ..sweeps.moe import comm_at_batch, max_relative_load, redundancy_gain_pct
 from . import num
 
@@ -15,19 +16,14 @@ __all__ = ["pretty_label", "scenario_sentence", "redundancy_sentence", "skew_tit
            "max_load_sentence", "decoding_sentence", "straggler_sentence"]
 
 
-def _decoding(df: pd.DataFrame) -> str:
-    """'' for plain decoding, else the table's decoding ('PP2', 'deepseek-mtp-1 (1.88 tokens per step)')."""
-    return str(df["decoding"].iloc[0]) if "decoding" in df and len(df) else ""
-
-
 def _time(df: pd.DataFrame) -> str:
     """The column the sentences compare: the step for plain decoding, the time per output token otherwise."""
-    return "tpot_ms" if _decoding(df) else "step_ms"
+    return "tpot_ms" if table_decoding(df) else "step_ms"
 
 
 def _pass(df: pd.DataFrame) -> str:
     """Which pass a per-MoE-layer time is of: '' (the step), ' of the verify pass', ' of one micro-batch'."""
-    d = _decoding(df)
+    d = table_decoding(df)
     return "" if not d else (" of one micro-batch's step" if d.startswith("PP") else " of the verify pass")
 
 
@@ -48,7 +44,7 @@ def scenario_sentence(scenario: pd.DataFrame, batch: int, *, short: bool = False
     ok = at[at["feasible"]]
     if ok.empty:
         return f"Nothing fits at batch {batch:,}."
-    col, dec = _time(scenario), _decoding(scenario)
+    col, dec = _time(scenario), table_decoding(scenario)
     best = ok.loc[ok[col].idxmin()]
     tp = at[at["ep"] == 1]
     if short:
@@ -81,7 +77,7 @@ def redundancy_sentence(small: pd.DataFrame, large: pd.DataFrame, skew: float, b
     def effect(g):
         return f"{abs(g):.1f}% {'faster' if g > 0 else 'slower'}"
 
-    what = "the step" if not _decoding(small) else "the time per output token"
+    what = "the step" if not table_decoding(small) else "the time per output token"
     return (f"At skew {skew:g}, {red.replace('EPLB + ', '')} experts make {what} {effect(g_small)} on "
             f"{small['layout'].iloc[0].split(' ')[0]} at batch {batch:,} and {effect(g_large)} on "
             f"{large['layout'].iloc[0].split(' ')[0]} at batch {large_batch:,}: {verdict}.")
@@ -92,7 +88,7 @@ def skew_title(by_skew: pd.DataFrame, skew: float, batch: int) -> str:
     gain = redundancy_gain_pct(by_skew, skew)
     layout = by_skew["layout"].iloc[0].split(" ")[0]
     effect = f"{abs(gain):.1f}% {'faster' if gain > 0 else 'slower'}"
-    dec = _decoding(by_skew)
+    dec = table_decoding(by_skew)
     if dec:
         return (f"{layout} {dec.split(' (')[0]} at batch {batch:,}: redundant experts make the time per output "
                 f"token {effect} at skew {skew:g}")
@@ -139,7 +135,7 @@ def decoding_sentence(scenario: pd.DataFrame, batch: int) -> str:
     """Section 1 with a pipeline or speculative decoding: its speed-up at ``batch`` (the plain step of one stage over
     the time per output token: the ``speedup`` column) on pure TP and on each expert-parallel split's static
     placement, and the feasible configuration and batch where it pays least. '' for plain decoding."""
-    dec = _decoding(scenario)
+    dec = table_decoding(scenario)
     if not dec or "speedup" not in scenario:
         return ""
     at = scenario[scenario["batch"] == batch]

@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..labels import table_decoding
 from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, distinct_labels, fmt, grid_layout, values_at,
                values_note,  # noqa: F401
                chosen_marker, not_fit_key, ref_line, ref_trace, spec_builder)
@@ -31,7 +32,7 @@ def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs 
     vertical "chosen context" line. ``step_time_figure.spec(...)`` gives the same figure as dicts. With a
     pipeline or speculative decoding (the ``decoding`` column) both panels are per output token.
     """
-    per_token = _decoding(curves) != ""
+    per_token = table_decoding(curves) != ""
     panels = ("per output token" if per_token else "whole step",
               "attention (solid) and communication (dashed)")
     layout = base_layout(title, **grid_layout(2, panels))
@@ -76,11 +77,6 @@ def step_time_figure(curves: pd.DataFrame, *, title: str = "Decode step time vs 
     layout["yaxis2"].update(type="log", title=dict(text="time per output token (ms)" if per_token
                                                    else "time per step (ms)"))
     return {"data": data, "layout": layout}
-
-
-def _decoding(table: pd.DataFrame) -> str:
-    """The ``decoding`` column's value ('' plain decoding, also for tables without the column)."""
-    return str(table["decoding"].iloc[0]) if "decoding" in table.columns and len(table) else ""
 
 
 def _band_traces(curves: pd.DataFrame) -> list[dict]:

@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..labels import table_decoding
 from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, fmt, grid_layout,  # noqa: F401
                chosen_marker, fit_split, not_fit_key, ref_line, ref_trace, spec_builder, values_at, values_note)
 
@@ -23,17 +24,13 @@ def _placement_color(name: str) -> str:
     return PLACEMENT_COLORS.get(name, "#1f77b4")
 
 
-def _decoding(df: pd.DataFrame) -> str:
-    return str(df["decoding"].iloc[0]) if "decoding" in df and len(df) else ""
-
-
 def _time_col(df: pd.DataFrame) -> str:
     """``tpot_ms`` for a pipeline or speculative decoding, ``step_ms`` (the same number) for plain decoding."""
-    return "tpot_ms" if _decoding(df) else "step_ms"
+    return "tpot_ms" if table_decoding(df) else "step_ms"
 
 
 def _layer_panel(df: pd.DataFrame) -> str:
-    d = _decoding(df)
+    d = table_decoding(df)
     return "one MoE layer" if not d else ("one MoE layer (a micro-batch)" if d.startswith("PP")
                                           else "one MoE layer (verify pass)")
 
@@ -51,7 +48,7 @@ def skew_figure(df: pd.DataFrame, *, title: str = "Decode step vs hot-expert ske
     (right, one pass's) vs skew per placement; ``df`` from :func:`llmexplore.sweeps.moe.step_vs_skew`. A placement
     whose batch does not fit in memory is dotted (one legend entry says so); ``skew_marker`` adds a vertical
     "chosen skew" line."""
-    ycol, per_token = _time_col(df), bool(_decoding(df))
+    ycol, per_token = _time_col(df), bool(table_decoding(df))
     layout = base_layout(title, **grid_layout(2, ("per output token" if per_token else "whole decode step",
                                                   _layer_panel(df))))
     data, any_bad, finite = [], False, []
@@ -137,7 +134,7 @@ def comm_figure(df: pd.DataFrame, *, title: str = "One MoE layer: routed GEMMs, 
     fig.add_trace(not_fit_key(not bool(df["feasible"].all())))
     # shared_yaxes makes panels 2.. match panel 1; each must also be a log axis, or plotly drops the match
     fig.update_yaxes(type="log", showticklabels=True)
-    d = _decoding(df)
+    d = table_decoding(df)
     of = "" if not d else (" of a micro-batch" if d.startswith("PP") else " of the verify pass")
     fig.update_yaxes(title_text=f"time per MoE layer{of} (µs)", row=1, col=1)
     return base(fig, title)
