@@ -20,11 +20,31 @@ import pandas as pd
 from .. import _check
 from ..units import display_name, from_si, si_unit_of
 
-__all__ = ["log_grid", "tidy", "summary_frame", "DEFAULT_UNITS", "layouts",
+__all__ = ["log_grid", "tidy", "summary_frame", "shown_columns", "DEFAULT_UNITS", "layouts",
            "disagg", "moe", "transfer", "offload", "prefill", "fidelity", "bands", "plan", "speculative"]
 
 #: display unit of each SI base unit in tables
 DEFAULT_UNITS = {"s": "ms", "B": "GB"}
+
+
+def shown_columns(table, columns, optional, *, always=()) -> list[str]:
+    """``columns`` of ``table`` to display, the ``optional`` ones (what only a pipeline or speculative decoding
+    fills) where they say something: ``tpot_ms`` where it differs from ``step_ms``, ``tokens_per_step`` where it
+    is not 1, ``gpus`` beyond one stage's tp x ep, those in ``always`` whenever present, the rest where not all
+    zero. Columns missing from ``table`` are left out."""
+    def speaks(c: str) -> bool:
+        if c not in optional or c in always:
+            return True
+        v = table[c].to_numpy(float)
+        if c == "tpot_ms":
+            return not np.allclose(v, table["step_ms"].to_numpy(float))
+        if c == "tokens_per_step":
+            return not np.allclose(v, 1.0)
+        if c == "gpus" and {"tp", "ep"} <= set(table.columns):
+            return bool(np.any(v != (table["tp"] * table["ep"]).to_numpy(float)))
+        return bool(np.any(v != 0))
+
+    return [c for c in columns if c in table.columns and speaks(c)]
 
 
 def tidy(parts: Mapping[str, object], units: Mapping[str, str] | None = None, *, keep=None,

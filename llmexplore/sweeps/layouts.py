@@ -23,7 +23,7 @@ from ..models.step.pipeline import hop_link, stage_deployment, stage_layers
 from ..models.step.speculative import check_spec, user_spec
 from ..errors import SpecError
 from ..units import from_si
-from . import tidy
+from . import shown_columns as _shown, tidy
 
 __all__ = ["layout_table", "best_layout", "layout_curves", "best_layout_grid", "phase_diagram",
            "memory_table", "transition_table", "policy_summary", "boundaries_at", "deployment_table",
@@ -87,18 +87,8 @@ _DECODING_COLUMNS = {"tpot_ms", "tokens_per_step", "draft_weights_GB", "draft_kv
 
 def shown_columns(table: pd.DataFrame, columns) -> list[str]:
     """``columns`` of a :func:`layout_table` to display: the pipeline and speculative-decoding ones (``tpot_ms``,
-    ``draft_ms``, ``hops_ms``, ...) only where one of them is not zero (or ``tpot_ms`` differs from ``step_ms``)."""
-    def speaks(c: str) -> bool:
-        if c not in _DECODING_COLUMNS:
-            return True
-        v = table[c].to_numpy(float)
-        if c == "tpot_ms":
-            return not np.allclose(v, table["step_ms"].to_numpy(float))
-        if c == "tokens_per_step":
-            return not np.allclose(v, 1.0)
-        return bool(np.any(v != 0))
-
-    return [c for c in columns if c in table.columns and speaks(c)]
+    ``draft_ms``, ``hops_ms``, ...) only where they say something (:func:`llmexplore.sweeps.shown_columns`)."""
+    return _shown(table, columns, _DECODING_COLUMNS)
 
 
 def _tidy_point(r: dict, keep, **kw) -> dict:

@@ -30,7 +30,7 @@ from ..models.moe import eplb
 from ..models.moe import routing
 from ..models.moe.decode import MoEDeployment
 from ..models.step.speculative import resolve_spec, user_spec
-from . import tidy
+from . import shown_columns as _shown, tidy
 
 __all__ = ["LAYERS", "layout_options", "scenario_splits", "config", "moe_records", "scenario_table",
            "step_vs_skew", "step_vs_batch", "rank_loads", "max_load_check", "redundancy_gain_pct", "comm_at_batch",
@@ -298,21 +298,9 @@ _DECODING_COLUMNS = {"gpus", "tokens_per_step", "tpot_ms", "speedup", "draft_ms"
 
 def shown_columns(table: pd.DataFrame, columns) -> list[str]:
     """``columns`` of a :func:`moe_records` table to display: those of a pipeline or speculative decoding
-    (``tpot_ms``, ``speedup``, ``draft_ms``, ``gpus``, ...) only where they say something (``gpus`` beyond one
-    stage's, ``tpot_ms`` other than ``step_ms``, a part not zero)."""
-    def speaks(c: str) -> bool:
-        if c not in _DECODING_COLUMNS:
-            return True
-        v = table[c].to_numpy(float)
-        if c == "gpus":
-            return bool(np.any(v != (table["tp"] * table["ep"]).to_numpy(float)))
-        if c == "tpot_ms":
-            return not np.allclose(v, table["step_ms"].to_numpy(float))
-        if c == "tokens_per_step":
-            return not np.allclose(v, 1.0)
-        return c in ("speedup", "plain_ms", "plain_load_straggler") or bool(np.any(v != 0))
-
-    return [c for c in columns if c in table.columns and speaks(c)]
+    (``tpot_ms``, ``speedup``, ``draft_ms``, ``gpus``, ...) only where they say something
+    (:func:`llmexplore.sweeps.shown_columns`; the comparison with plain decoding whenever it is there)."""
+    return _shown(table, columns, _DECODING_COLUMNS, always=("speedup", "plain_ms", "plain_load_straggler"))
 
 
 def speedup_at_batch(scenario: pd.DataFrame, batch: int) -> dict[str, float]:

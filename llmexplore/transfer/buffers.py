@@ -152,7 +152,7 @@ def check_side(model: ModelSpec, side: str, pp, tp: int, speculative=None) -> tu
 class ModelTransfer:
     """A model's transfer planner with what the cost needs: ``layer_repeat[i]`` is how many layers buffer i
     stands for (the model's layers for target buffers, ``draft_layers`` for draft ones); ``pipeline`` the plan of
-    every stage pair (one pair without pipelines); ``spec`` the speculative-decoding preset whose draft moves
+    every stage pair (one pair without pipelines; built from ``layer_repeat`` when not given); ``spec`` the speculative-decoding preset whose draft moves
     (None: none) and ``state_B`` the speculative state each last-stage sender sends each receiver [B]."""
 
     model: ModelSpec
@@ -165,6 +165,13 @@ class ModelTransfer:
     draft_layers: int = 0
     state_B: int = 0
 
+    def __post_init__(self) -> None:
+        if self.pipeline is None:  # built by hand: one stage pair, every buffer for its layer_repeat layers
+            top = max(self.layer_repeat, default=self.model.layers)
+            object.__setattr__(self, "pipeline", PipelineTransferPlanner(
+                self.planner, prefill_stage_layers=[top], decode_stage_layers=[top],
+                buffer_layers=tuple((0, n) for n in self.layer_repeat)))
+
     @property
     def prefill_layout(self) -> ParallelLayout:
         return self.planner.prefill_layout
@@ -175,11 +182,11 @@ class ModelTransfer:
 
     @property
     def prefill_pp(self) -> int:
-        return self.pipeline.prefill_pp if self.pipeline is not None else 1
+        return self.pipeline.prefill_pp
 
     @property
     def decode_pp(self) -> int:
-        return self.pipeline.decode_pp if self.pipeline is not None else 1
+        return self.pipeline.decode_pp
 
     @property
     def pipelined(self) -> bool:

@@ -150,23 +150,14 @@ def plan_traffic(mt: ModelTransfer, *, decode_dp_group: int = 0, prefill_dp_grou
     pos_of = {b.buffer_index: i for i, b in enumerate(pl.decode_buffers)}
     group = None
     last = (pp_p - 1) * wp  # the first rank of the last prefill stage: it sends the speculative state
-    if pipe is None:  # a ModelTransfer built by hand: one stage, every buffer for its layer_repeat
-        spans = [(0, n) for n in mt.layer_repeat]
-        d_ranges = [(0, max(spans[i][1] for i in range(len(spans))))]
-    else:
-        spans, d_ranges = pipe.buffer_layers, pipe.decode_ranges
+    spans, d_ranges = pipe.buffer_layers, pipe.decode_ranges
     for b in range(pp_d):
         for r in range(b * wd + h * pl.decode_tp, b * wd + (h + 1) * pl.decode_tp):
             got = np.zeros(len(pl.decode_buffers), dtype=bool)
-            if pipe is None:
-                plan = pl.explicit_plan(r, prefill_dp_group)
-                group = plan.target_dp_group
-                pieces = [(f, mt.layer_repeat[pos_of[f.buffer_index]]) for f in plan.fragments]
-            else:
-                plan = pipe.plan_for_decode_rank(r, prefill_dp_group)
-                group = plan.target_dp_group
-                pieces = [(f.fragment, f.layers) for f in plan.fragments]
-            for f, n in pieces:
+            plan = pipe.plan_for_decode_rank(r, prefill_dp_group)
+            group = plan.target_dp_group
+            for lf in plan.fragments:
+                f, n = lf.fragment, lf.layers
                 got[pos_of[f.buffer_index]] = True
                 matrix[f.src_rank, r] += f.bytes_per_page * n
                 writes[f.src_rank, r] += n
@@ -179,18 +170,11 @@ def plan_traffic(mt: ModelTransfer, *, decode_dp_group: int = 0, prefill_dp_grou
                 if not got[i] and n:
                     unsent[r] += dbuf.bytes_per_logical_unit * (dbuf.logical_size * dbuf.tp_replica_group_size
                                                                 // pl.decode_tp) * n
-    if pipe is None:
-        fan = pl.fanout(group) if pl.dp_pairing == "any" else \
-            {p: n for p, n in pl.fanout().items() if p // pl.prefill_tp == group}
-        idle = pl.idle_prefill_ranks(group)
-        layers, stage_layers, stage_world = mt.model.layers, (), 0
-    else:
-        fan = pipe.fanout(group) if pl.dp_pairing == "any" else \
-            {p: n for p, n in pipe.fanout().items() if (p % wp) // pl.prefill_tp == group}
-        idle = pipe.idle_prefill_ranks(group)
-        layers = pipe.layers
-        stage_layers, stage_world = (pipe.prefill_stage_layers, wp) if pp_p > 1 else ((), 0)
-    return PlanTraffic(group, h, matrix, writes, unsent, fan, idle, mt.page_size, layers,
+    fan = pipe.fanout(group) if pl.dp_pairing == "any" else \
+        {p: n for p, n in pipe.fanout().items() if (p % wp) // pl.prefill_tp == group}
+    idle = pipe.idle_prefill_ranks(group)
+    stage_layers, stage_world = (pipe.prefill_stage_layers, wp) if pp_p > 1 else ((), 0)
+    return PlanTraffic(group, h, matrix, writes, unsent, fan, idle, mt.page_size, pipe.layers,
                        state if mt.state_B else None, state_writes if mt.state_B else None, stage_layers,
                        stage_world)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..deployment import MAX_STAGES
 from .. import _check, presets
 from ..models.step.engine import Deployment
 from ..plots import fmt
@@ -99,7 +100,7 @@ def layout_explorer(model: str = "deepseek-v3", gpu: str = "h200", ranks: int = 
     batch = _check.integer("batch", batch, lo=1)
     context = _check.integer("context", context, lo=1)
     weight_dtype, kv_dtype, runtime = model_dtypes_runtime(model, weight_dtype, kv_dtype, runtime)
-    pp = _check.integer("pp", pp, lo=1)
+    pp = _check.integer("pp", pp, lo=1, hi=MAX_STAGES)
     if speculative is not None:
         speculative = preset_name("speculative", "speculative", speculative)
     controls = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..deployment import MAX_STAGES
 from .. import _check, presets
 from ..errors import SpecError
 from ..models.moe import decode as moe_model
@@ -127,7 +128,7 @@ def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, 
     skew = _check.number("skew", skew, lo=1.0)
     redundant = _check.integer("redundant", redundant, lo=0, hi=moe_model.MAX_REDUNDANT)
     runtime = preset_name("runtime", "runtime", runtime)
-    pp = _check.integer("pp", pp, lo=1)
+    pp = _check.integer("pp", pp, lo=1, hi=MAX_STAGES)
     if speculative is not None:
         speculative = preset_name("speculative", "speculative", speculative)
     splits = moe_sweeps.layout_options(gpus, model, gpu)  # SpecError for a model without MoE layers

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..deployment import MAX_STAGES
 from .. import _check, presets
 from ..findings import offload as offload_findings
 from ..findings import num
@@ -184,7 +185,7 @@ def offload_explorer(model: str = "llama-3-70b", gpu: str = "h100-sxm", *, stora
                                                                            unit="µs")
     block_tokens = _check.integer("block_tokens", block_tokens, lo=1, hi=1 << 16, unit="tokens")
     prompt_tokens = _check.integer("prompt_tokens", prompt_tokens, lo=1, hi=MAX_PREFIX, unit="tokens")
-    pp = _check.integer("pp", pp, lo=1, hi=128)
+    pp = _check.integer("pp", pp, lo=1, hi=MAX_STAGES)
     if speculative is not None:
         speculative = preset_name("speculative", "speculative", speculative)
     controls = {
