@@ -1,9 +1,11 @@
 """Presets: YAML files under ``data/`` turned into validated, frozen specs.
 
 Built-in files: ``data/models.yaml``, ``data/hardware.yaml``, ``data/links.yaml``, ``data/runtime.yaml``,
-``data/storage.yaml``, ``data/targets.yaml``, ``data/speculative.yaml``.
+``data/storage.yaml``, ``data/targets.yaml``, ``data/speculative.yaml``, ``data/prices.yaml``,
+``data/power.yaml``.
 Users add or override entries with their own YAML file, whose top level has any of the sections
-``models``, ``hardware``, ``links``, ``runtime``, ``storage``, ``targets``, ``speculative``::
+``models``, ``hardware``, ``links``, ``runtime``, ``storage``, ``targets``, ``speculative``, ``prices``,
+``power``::
 
     models:
       my-model:
@@ -28,9 +30,10 @@ import yaml
 from . import _check
 from ._check import path_kind, read_text, shown
 from .errors import SpecError, UnknownPresetError
-from .specs import Hardware, Link, ModelSpec, Runtime, SpecDecode, StorageTier, Targets
+from .specs import GpuPower, Hardware, Link, ModelSpec, PriceTier, Runtime, SpecDecode, StorageTier, Targets
 
-__all__ = ["DATA_DIR", "KINDS", "model", "hardware", "link", "runtime", "storage", "target", "speculative", "names",
+__all__ = ["DATA_DIR", "KINDS", "model", "hardware", "link", "runtime", "storage", "target", "speculative",
+           "price_tier", "power", "names",
            "table",
            "add_file", "clear_cache", "resolve"]
 
@@ -45,17 +48,20 @@ KINDS: dict[str, tuple[str, type]] = {
     "storage": ("storage", StorageTier),
     "targets": ("targets", Targets),
     "speculative": ("speculative", SpecDecode),
+    "prices": ("prices", PriceTier),
+    "power": ("power", GpuPower),
 }
 #: kind -> the word that names a preset of it in messages ("gpu: no hardware preset ...")
 _FIELDS = {"models": "model", "hardware": "gpu", "links": "link", "runtime": "runtime", "storage": "storage",
-           "targets": "target", "speculative": "speculative"}
+           "targets": "target", "speculative": "speculative",
+           "prices": "price_tier", "power": "gpu"}
 
 _user_files: list[Path] = []
 
 
 def add_file(path: str | os.PathLike) -> None:
     """Register a user preset file (YAML with sections ``models``/``hardware``/``links``/``runtime``/``storage``/
-    ``targets``/``speculative``)."""
+    ``targets``/``speculative``/``prices``/``power``)."""
     p = _check.user_path("preset file", path)
     kind = path_kind(p)
     if kind != "file":
@@ -205,6 +211,15 @@ def _load_kind(kind: str, env: str) -> dict[str, Any]:
                 if value and value not in links:
                     raise SpecError(f"{entries[name][1]}: Hardware {name!r}: {f} must name a links preset, got "
                                     f"{value!r}; known: {', '.join(links)}")
+    if kind in ("prices", "power"):  # the GPUs they price or power must exist: said of the entry and file
+        gpus = _load_kind("hardware", env)
+        for name, spec in specs.items():
+            named = list(spec.prices) if kind == "prices" else [name]
+            bad = [g for g in named if g not in gpus]
+            if bad:
+                what = f"PriceTier {name!r}: prices" if kind == "prices" else f"GpuPower {name!r}"
+                raise SpecError(f"{entries[name][1]}: {what} must name hardware presets, got {bad[0]!r}; known: "
+                                f"{', '.join(gpus)}")
     return specs
 
 
@@ -266,6 +281,18 @@ def speculative(name: str) -> SpecDecode:
     """A speculative-decoding preset (``data/speculative.yaml`` or a user file's ``speculative`` section): the
     draft method, its length and the acceptance measured under stated conditions, e.g. ``"deepseek-mtp-1"``."""
     return _get("speculative", name, "speculative")
+
+
+def price_tier(name: str) -> PriceTier:
+    """A price tier (``data/prices.yaml`` or a user file's ``prices`` section): USD per GPU-hour per GPU, each
+    with its date and source, e.g. ``"neocloud-on-demand"``."""
+    return _get("prices", name, "price_tier")
+
+
+def power(gpu: str) -> GpuPower:
+    """The power preset of a GPU (``data/power.yaml`` or a user file's ``power`` section, keyed by hardware
+    preset): board power limit, idle and memory-bound power, host and network share, PUE."""
+    return _get("power", gpu, "gpu")
 
 
 KERNEL_FILE = DATA_DIR / "kernel_efficiency.yaml"

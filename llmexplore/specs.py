@@ -12,7 +12,9 @@ d_r qk_rope_head_dim, d_v v_head_dim; MoE: E routed experts, k experts per token
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from . import _check
@@ -21,7 +23,8 @@ from .units import dtype_bytes
 from ._spec_base import (MAX_EXPERTS, MAX_FFN, MAX_GIB, MAX_LAYERS, MAX_RATE, MAX_VOCAB, MAX_WIDTH, MIN_POSITIVE, Spec,
                          check_numbers, freeze_sources, meta)
 
-__all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "StorageTier", "Targets", "SpecDecode", "ATTENTION_KINDS",
+__all__ = ["ModelSpec", "Hardware", "Link", "Runtime", "StorageTier", "Targets", "SpecDecode", "PriceTier", "GpuPrice", "GpuPower",
+           "ATTENTION_KINDS",
            "LINK_KINDS", "STORAGE_KINDS", "TARGET_STATS", "SPEC_METHODS", "MAX_DRAFT_TOKENS"]
 
 ATTENTION_KINDS = ("gqa", "mla")
@@ -696,3 +699,127 @@ class SpecDecode(Spec):
     def verify_width(self) -> int:
         """Tokens per sequence in the verify pass: ``verify_tokens``, or k + 1 for a chain."""
         return self.verify_tokens or self.draft_tokens + 1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+#: the largest price of one GPU-hour a tier may hold [USD]: far above any rental price, finite
+MAX_USD_PER_GPU_HOUR = 1e4
+_DATE = re.compile(r"(19|20)\d\d-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?")
+
+
+def check_price(where: str, gpu: str, value: Any) -> float:
+    """A price of one GPU-hour: a finite number in (0, MAX_USD_PER_GPU_HOUR] [USD]; SpecError naming it."""
+    return _check.number(f"{where}: price of {gpu}", value, lo=0.0, lo_open=True, hi=MAX_USD_PER_GPU_HOUR,
+                         unit="USD per GPU-hour")
+
+
+@dataclass(frozen=True)
+class GpuPrice:
+    """One GPU's price in a tier: USD per GPU-hour (the instance price over its GPUs, host share included), the
+    date it was published or read (ISO, YYYY-MM or YYYY-MM-DD) and where it comes from."""
+
+    gpu: str
+    usd_per_gpu_hour: float
+    date: str
+    source: str
+
+    @property
+    def label(self) -> str:
+        return f"${self.usd_per_gpu_hour:.2f}/GPU-h ({self.date})"
+
+
+@dataclass(frozen=True)
+class PriceTier(Spec):
+    """A price tier (hyperscaler on-demand, neocloud on-demand, 3-year reserved, ...): USD per GPU-hour for each
+    GPU preset it prices, each with its date and source (``data/prices.yaml``; docs/models.md §9). Prices change
+    fast: every answer that uses one shows its date. A GPU the tier does not list has no price in it."""
+
+    name: str
+    prices: Mapping[str, Any]
+    display_name: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        freeze_sources(self)
+        where = f"PriceTier {_check.shown(self.name)}"
+        _check.text(f"PriceTier name", self.name)
+        _check.text(f"{where}: display_name", self.display_name, allow_empty=True)
+        if not isinstance(self.prices, Mapping) or not self.prices:
+            raise SpecError(f"{where}: prices must be a non-empty mapping of GPU preset -> {{usd_per_gpu_hour, "
+                            f"date, source}}, got {_check.shown(self.prices)}")
+        out = {}
+        for gpu, row in self.prices.items():
+            gpu = _check.text(f"{where}: GPU name", gpu)
+            if isinstance(row, GpuPrice):
+                out[gpu] = row
+                continue
+            if not isinstance(row, Mapping):
+                raise SpecError(f"{where}: prices.{gpu} must be a mapping with usd_per_gpu_hour, date and source, "
+                                f"got {_check.shown(row)}")
+            unknown = sorted(map(str, set(row) - {"usd_per_gpu_hour", "date", "source"}))
+            missing = [k for k in ("usd_per_gpu_hour", "date", "source") if k not in row]
+            if unknown or missing:
+                raise SpecError(f"{where}: prices.{gpu} must have exactly usd_per_gpu_hour, date and source"
+                                + (f"; unknown keys {unknown}" if unknown else "")
+                                + (f"; missing {missing}" if missing else ""))
+            usd = check_price(where, gpu, row["usd_per_gpu_hour"])
+            date = str(row["date"]) if not isinstance(row["date"], str) else row["date"]
+            if not _DATE.fullmatch(date):
+                raise SpecError(f"{where}: prices.{gpu}.date must be an ISO date YYYY-MM or YYYY-MM-DD (when the "
+                                f"price was published or read), got {_check.shown(row['date'])}")
+            src = _check.text(f"{where}: prices.{gpu}.source", row["source"], max_len=1000)
+            out[gpu] = GpuPrice(gpu, usd, date, src)
+        object.__setattr__(self, "prices", MappingProxyType(out))
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+    def price(self, gpu: str) -> GpuPrice:
+        """The price of ``gpu`` in this tier; SpecError naming the tier and the GPUs it prices otherwise."""
+        try:
+            return self.prices[gpu]
+        except KeyError:
+            raise SpecError(f"price tier {self.name!r} has no price for gpu {gpu!r} (it prices "
+                            f"{', '.join(self.prices)}); give one with usd_per_gpu_hour (--usd-per-gpu-hour "
+                            f"{gpu}=X) or add it to a prices file") from None
+
+
+@dataclass(frozen=True)
+class GpuPower(Spec):
+    """Power of one GPU type (``data/power.yaml``, keyed by hardware preset; docs/models.md §9).
+
+    Board power (what NVML reports and the ML.ENERGY leaderboard measures) follows an energy roofline (Choi et
+    al., IPDPS 2013): ``idle_W`` while resident and idle, plus energy per FLOP and per HBM byte chosen so that a
+    dense GEMM at the GPU's best achieved rate draws ``tdp_W`` and a kernel streaming HBM at its achieved
+    bandwidth draws ``memory_bound_W``; never above ``tdp_W``. The all-in power of a provisioned GPU, which
+    tokens/s per MW divides by, adds the host's and the network's share per GPU and the facility's PUE:
+    (tdp_W + host_W + network_W) x pue."""
+
+    name: str
+    tdp_W: float = field(metadata=meta("W", "board power limit (datasheet TDP)", min=1.0, max=1e5))
+    idle_W: float = field(metadata=meta("W", "board power idle with a model resident", min=0.0, max=1e5))
+    memory_bound_W: float = field(metadata=meta("W", "board power streaming HBM at the achieved bandwidth",
+                                                min=0.0, max=1e5))
+    host_W: float = field(metadata=meta("W", "the server's non-GPU power per GPU (CPU, DRAM, NICs, fans)",
+                                        min=0.0, max=1e5))
+    network_W: float = field(metadata=meta("W", "scale-out network power per GPU (switches, optics)", min=0.0,
+                                           max=1e5))
+    pue: float = field(metadata=meta("", "facility power usage effectiveness (cooling, conversion)", min=1.0,
+                                     max=5.0))
+    display_name: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        freeze_sources(self)
+        check_numbers(self)
+        where = f"GpuPower {_check.shown(self.name)}"
+        if not self.idle_W < self.memory_bound_W <= self.tdp_W:
+            raise SpecError(f"{where}: needs idle_W < memory_bound_W <= tdp_W (a kernel that moves bytes draws "
+                            f"more than idle and at most the power limit), got {self.idle_W:g} W, "
+                            f"{self.memory_bound_W:g} W, {self.tdp_W:g} W")
+
+    @property
+    def all_in_kW(self) -> float:
+        """Provisioned power of one GPU with its host, network and facility overhead [kW]."""
+        return (self.tdp_W + self.host_W + self.network_W) * self.pue / 1e3

@@ -10,10 +10,11 @@ import pytest
 
 from llmexplore import presets
 from llmexplore.errors import SpecError, UnknownPresetError
-from llmexplore.specs import TARGET_STATS, Hardware, Link, ModelSpec, Runtime, SpecDecode, StorageTier, Targets
+from llmexplore.specs import (TARGET_STATS, GpuPower, Hardware, Link, ModelSpec, PriceTier, Runtime, SpecDecode,
+                             StorageTier, Targets)
 
 KIND_CLASSES = {"models": ModelSpec, "hardware": Hardware, "links": Link, "runtime": Runtime, "storage": StorageTier,
-                "targets": Targets, "speculative": SpecDecode}
+                "targets": Targets, "speculative": SpecDecode, "prices": PriceTier, "power": GpuPower}
 ALL_PRESETS = [(kind, name) for kind in presets.KINDS for name in presets.names(kind)]
 
 
