@@ -10,6 +10,10 @@ relative to a fixed numpy reference workload timed in the same process (the mach
   again warm (a slider on the rate or the targets reuses the step tables);
 * **the question with speculative decoding** searched on every decoding side (``Q_SPEC``, issue 21: still < 1 s),
   cold, as a ratio to the plain question;
+* **two GPU types, priced** (issue 22: < 2 s): the closing note's worked example, Qwen3-32B FP8 on up to 64 H100
+  or B200, ISL 8,000 / OSL 300, at 3-year reserved prices, ``--objective usd_per_mtok --budget-usd-per-hour 80``
+  (``Q_MIX``: every type alone and every disaggregated pair across them, pipeline sizes 1, 2, 4), cold, as a
+  ratio to the one-type question;
 * **the simulator**: 10,000 requests on one colocated instance of the best colocated configuration at its
   planned per-instance rate (tables included);
 * **a capacity plan** of 16 questions (2 models x 2 GPUs x 2 budgets x 2 TPOT targets) through
@@ -45,6 +49,10 @@ Q = sp.Question(model="qwen3-32b", gpu="h200", gpus=32, isl=4000, osl=500, ttft_
 #: sizes 1, 2, 4 by default and speculation, stay < 1 s), and without either (the search before issue 21)
 Q_SPEC = sp.Question(**{**{f: getattr(Q, f) for f in Q.__dataclass_fields__}, "speculative": "eagle3-llama-3.1-8b"})
 Q_NO_NEW_AXES = sp.Question(**{**{f: getattr(Q, f) for f in Q.__dataclass_fields__}, "pipeline_sizes": (1,)})
+#: issue 22's reference question: two GPU types priced, cheapest per million tokens within $80/hour
+Q_MIX = sp.Question(model="qwen3-32b", gpu="h100-sxm", other_gpus=("b200",), gpus=64, isl=8000, osl=300,
+                    ttft_ms=1500, tpot_ms=30, stat="p90", weight_dtypes=("fp8",), kv_dtypes=("fp8",),
+                    price_tier="reserved-3yr", objective="usd_per_mtok", budget_usd_per_hour=80.0)
 N_SIM = 10_000
 
 
@@ -72,6 +80,7 @@ def main() -> None:
     t_warm = median_s(lambda: sp.plan(Q, rate_per_s=None), 5)
     t_spec = median_s(lambda: cold(Q_SPEC), 5)
     t_old = median_s(lambda: cold(Q_NO_NEW_AXES), 5)
+    t_mix = median_s(lambda: cold(Q_MIX), 3)
     b = res["best_by_mode"]["colocated"]
     dep = Deployment.build(Q.model, Q.gpu, int(b["decode_ranks"]), weight_dtype=b["weight_dtype"],
                            kv_dtype=b["kv_dtype"])
@@ -91,11 +100,14 @@ def main() -> None:
             ("one question, warm (slider)", t_warm, f"{t_warm / ref:.1f}x ref", ""),
             ("one question + speculative axis, cold", t_spec, f"{t_spec / ref:.1f}x ref, {t_spec / t_cold:.2f}x "
              "the question", "< 1 s"),
+            ("two GPU types, priced, $80/hour budget, cold", t_mix, f"{t_mix / ref:.1f}x ref, {t_mix / t_cold:.2f}x "
+             "the question", "< 2 s"),
             (f"simulator, {N_SIM:,} requests, one instance", t_sim, f"{N_SIM / t_sim:,.0f} req/s", ""),
             ("capacity plan, 16 questions, serial", serial, f"{serial / ref:.1f}x ref", "")]
     rows += [(f"capacity plan on {name}", t, f"{s:.2f}x faster", "") for name, t, s in runs]
     rows.append(("reference numpy workload", ref, "1x", ""))
     print_table(rows)
+    print(f"plan_mix_s={t_mix:.3f} plan_mix_over_plan={t_mix / t_cold:.2f}")
     print(f"plan_spec_s={t_spec:.3f} plan_spec_over_plan={t_spec / t_cold:.2f} plan_over_no_new_axes="
           f"{t_cold / t_old:.2f}")
     print(f"plan_warm_s={t_warm:.3f} dask_speedup_2={speed.get('dask2', float('nan')):.2f}")

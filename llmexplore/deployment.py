@@ -45,7 +45,7 @@ MAX_SEQS = 1 << 24       # running requests of one instance
 MAX_TOKENS = 1 << 30     # chunked-prefill token budget
 MAX_STAGES = 128         # pipeline stages of one instance (engines run 2-16)
 _SIDE_FIELDS = ("role", "instances", "ranks", "pp", "layout", "ep", "max_num_seqs", "chunk_tokens", "moe_dispatch",
-                "speculative")
+                "speculative", "gpu")
 _REQUIRED = ("model", "gpu", "mode", "weight_dtype", "kv_dtype", "sides")
 
 
@@ -56,7 +56,8 @@ class SideConfig:
     budget of ``chunk_tokens`` (None: whole prompts); ``moe_dispatch`` "gather" or "alltoall" (DeepEP);
     ``speculative`` the speculative decoding its decode steps run (a :class:`~llmexplore.specs.SpecDecode`,
     written in JSON as its fields; None: plain decoding; a prefill side never has one). ``pp`` > 1: each instance
-    is a pipeline of ``pp`` stages of ``ranks`` GPUs (TP layout), ``ranks x pp`` GPUs in all."""
+    is a pipeline of ``pp`` stages of ``ranks`` GPUs (TP layout), ``ranks x pp`` GPUs in all. ``gpu``: the side's
+    GPU type where it differs from the configuration's (a disaggregated mix of types; None: the configuration's)."""
 
     role: str
     instances: int
@@ -68,9 +69,10 @@ class SideConfig:
     chunk_tokens: int | None = None
     moe_dispatch: str = "gather"
     speculative: Any = None
+    gpu: str | None = None
 
     def to_json(self) -> dict:
-        out = {f: getattr(self, f) for f in _SIDE_FIELDS}
+        out = {f: getattr(self, f) for f in _SIDE_FIELDS if f != "gpu" or self.gpu is not None}
         out["speculative"] = None if self.speculative is None else self.speculative.to_json()
         return out
 
@@ -184,8 +186,14 @@ def _side(doc: Any, i: int, *, model, dispatch: str, complete: bool) -> SideConf
     if spec is not None and pp > 1:
         raise SpecError(f"{where}['speculative'] must be null with {where}['pp'] > 1 (speculative decoding in a "
                         f"pipeline is not modelled), got {spec.name!r} with pp {pp}")
+    gpu = doc.get("gpu")
+    if gpu is not None:
+        try:
+            presets.hardware(gpu)
+        except SpecError as exc:
+            raise SpecError(f"{where}['gpu']: {exc}") from None
     return SideConfig(role=role, instances=instances, ranks=ranks, layout=layout, pp=pp, ep=ep, max_num_seqs=seqs,
-                      chunk_tokens=chunk, moe_dispatch=side_dispatch, speculative=spec)
+                      chunk_tokens=chunk, moe_dispatch=side_dispatch, speculative=spec, gpu=gpu)
 
 
 def _speculative(value: Any, where: str, role: str, model):

@@ -86,11 +86,12 @@ def _validate(config: Any) -> dict:
                         f"{sorted(models)}, got {_check.shown(model)}")
     cfg = DeploymentConfig.from_json(doc, complete=True)
     weight = _check.choice("config['weight_dtype']", cfg.weight_dtype, WEIGHT_DTYPES)
-    presets.hardware(cfg.gpu).check_dtype(weight, "config['weight_dtype']")
+    for g in dict.fromkeys([cfg.gpu, *(s.gpu for s in cfg.sides if s.gpu)]):
+        presets.hardware(g).check_dtype(weight, "config['weight_dtype']")
     kv = _check.choice("config['kv_dtype']", cfg.kv_dtype, KV_DTYPES)
     # the configuration-wide dispatch: what the launch lines have always read (a side's own is not used yet)
-    return {"model": model, "moe": presets.model(model).is_moe, "mode": cfg.mode, "weight_dtype": weight,
-            "kv_dtype": kv, "moe_dispatch": cfg.moe_dispatch or "gather",
+    return {"model": model, "gpu": cfg.gpu, "link": cfg.link, "moe": presets.model(model).is_moe, "mode": cfg.mode,
+            "weight_dtype": weight, "kv_dtype": kv, "moe_dispatch": cfg.moe_dispatch or "gather",
             "sides": [{k: v for k, v in s.to_json().items() if k != "moe_dispatch"} for s in cfg.sides]}
 
 
@@ -348,7 +349,8 @@ def _join(argv: list[str]) -> str:
 
 def launch_commands(config: dict, engine: str) -> list[dict]:
     """One entry per role of ``config`` for ``engine`` ("vllm", "sglang" or "trtllm"):
-    ``{"role", "instances", "gpus_per_instance", "command", "note", "flags", "files"}``.
+    ``{"role", "instances", "gpus_per_instance", "gpu", "command", "note", "flags", "files"}`` (``gpu``: the GPU
+    type the side runs on).
 
     ``command`` is the shell line to run once per instance (None when the engine cannot express the side;
     ``note`` then says why), ``flags`` the option names it uses, ``files`` the files the command reads ({name:
@@ -361,10 +363,17 @@ def launch_commands(config: dict, engine: str) -> list[dict]:
     out = []
     for side in cfg["sides"]:
         gpus = side["ranks"] * int(side.get("pp") or 1)
-        entry = {"role": side["role"], "instances": side["instances"], "gpus_per_instance": gpus,
+        gpu = side.get("gpu") or cfg["gpu"]
+        entry = {"role": side["role"], "instances": side["instances"], "gpus_per_instance": gpus, "gpu": gpu,
                  "command": None, "note": None, "flags": [], "files": {}}
         extra: dict = {}
         notes = list(weight_notes)
+        types = {s.get("gpu") or cfg["gpu"] for s in cfg["sides"]}
+        if len(types) > 1:  # a mix of GPU types: say where each pool runs and how its KV crosses
+            other = next(s for s in cfg["sides"] if s is not side)
+            notes.append(f"run the {side['role']} pool on {gpu} hosts; the KV cache crosses {cfg.get('link') or 'the link'} "
+                         f"{'to' if side['role'] == 'prefill' else 'from'} the {other['role']} pool on "
+                         f"{other.get('gpu') or cfg['gpu']} hosts")
         if side["layout"] == "DOP":
             notes = [(f"{eng['display_name']} {eng['release']} has no DOP layout (attention weights sharded like TP, "
                      "each request's KV on one rank): no flag expresses it; the nearest expressible layouts "

@@ -200,7 +200,8 @@ def check_disagg_parameters(p) -> dict[str, str]:
     Bounds keep a report run to minutes (grids of at most 1,000 points, 20 million simulated requests).
     """
 
-    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("LINK", "links"), ("RUNTIME", "runtime")):
+    for name, kind in (("MODEL", "models"), ("GPU", "hardware"), ("LINK", "links"), ("RUNTIME", "runtime"),
+                       ("PRICE_TIER", "prices")):
         preset_param(name, kind, p[name])
     int_param("PREFILL_TP", p["PREFILL_TP"], 1, MAX_RANKS)
     int_param("DECODE_TP", p["DECODE_TP"], 1, MAX_RANKS)
@@ -344,7 +345,7 @@ def check_transfer_parameters(p) -> dict[str, str]:
 def check_offload_parameters(p) -> dict[str, str]:
     """Validate the parameters of ``notebooks/50_ssd_offload.ipynb`` (``{NAME: value}``); SpecError naming the
     parameter, the value and the rule."""
-    m = model_and_presets(p, GPU="hardware", STORAGE="storage", RUNTIME="runtime")
+    m = model_and_presets(p, GPU="hardware", STORAGE="storage", RUNTIME="runtime", PRICE_TIER="prices")
     tp = int_param("TP", p["TP"], 1, MAX_RANKS)
     int_param("PREFIX", p["PREFIX"], 0, of.MAX_PREFIX)
     # the break-even search steps by whole blocks up to of.MAX_PREFIX in at most 65,536 steps
@@ -401,18 +402,36 @@ def check_plan_parameters(p) -> dict[str, str]:
                         f"got {sizes!r}")
     if p["SPECULATIVE"] is not None:
         preset_param("SPECULATIVE", "speculative", p["SPECULATIVE"])
+    others = p["OTHER_GPUS"]
+    if not isinstance(others, (list, tuple)) or len(others) > 3 or not all(isinstance(g, str) for g in others):
+        raise SpecError(f"OTHER_GPUS must be a list of at most 3 more hardware presets searched beside GPU ([]: GPU "
+                        f"alone), got {others!r}")
+    for g in others:
+        preset_param("OTHER_GPUS", "hardware", g)
+    preset_param("PRICE_TIER", "prices", p["PRICE_TIER"])
+    if p["INTERACTIVITY"] is not None:
+        import math as _m
+
+        v = p["INTERACTIVITY"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (_m.isfinite(v) and 0 < v <= 1e6):
+            raise SpecError(f"INTERACTIVITY must be None (the TPOT target's) or tokens/s per user in (0, 1e6], "
+                            f"got {v!r}")
     int_param("TOP", p["TOP"], 1, 1000)
     int_param("N_RATES", p["N_RATES"], 2, 64)
     int_param("SIMULATED_REQUESTS", p["SIMULATED_REQUESTS"], 10, 100_000)
     rename = {"gpus": "GPUS", "isl": "ISL", "osl": "OSL", "ttft_ms": "TTFT_MS", "tpot_ms": "TPOT_MS",
               "stat": "STAT", "rate_per_s": "RATE", "weight_dtype": "WEIGHT_DTYPES", "kv_dtype": "KV_DTYPES",
               "weight_dtypes": "WEIGHT_DTYPES", "kv_dtypes": "KV_DTYPES", "pipeline_sizes": "PIPELINE_SIZES",
-              "speculative_accepted_length": "SPECULATIVE_ACCEPTED_LENGTH", "speculative": "SPECULATIVE"}
+              "speculative_accepted_length": "SPECULATIVE_ACCEPTED_LENGTH", "speculative": "SPECULATIVE",
+              "objective": "OBJECTIVE", "budget_usd_per_hour": "BUDGET_USD_PER_HOUR", "price_tier": "PRICE_TIER",
+              "other_gpus": "OTHER_GPUS"}
     built("MODEL, GPU", lambda: plan.Question(
         model=p["MODEL"], gpu=p["GPU"], gpus=p["GPUS"], isl=p["ISL"], osl=p["OSL"], ttft_ms=p["TTFT_MS"],
         tpot_ms=p["TPOT_MS"], stat=p["STAT"], rate_per_s=p["RATE"], runtime=p["RUNTIME"],
         weight_dtypes=None if p["WEIGHT_DTYPES"] is None else tuple(p["WEIGHT_DTYPES"]),
         kv_dtypes=None if p["KV_DTYPES"] is None else tuple(p["KV_DTYPES"]), link=p["LINK"],
         pipeline_sizes=tuple(p["PIPELINE_SIZES"]), speculative=p["SPECULATIVE"],
-        speculative_accepted_length=p["SPECULATIVE_ACCEPTED_LENGTH"]), rename=rename)
+        speculative_accepted_length=p["SPECULATIVE_ACCEPTED_LENGTH"], other_gpus=tuple(p["OTHER_GPUS"]),
+        objective=p["OBJECTIVE"], price_tier=p["PRICE_TIER"], budget_usd_per_hour=p["BUDGET_USD_PER_HOUR"]),
+        rename=rename)
     return {}

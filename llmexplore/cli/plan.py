@@ -18,13 +18,17 @@ FLAGS = {"model": "--model", "gpu": "--gpu", "gpus": "--gpus", "isl": "--isl", "
          "runtime": "--runtime", "weight_dtype": "--weight-dtype", "kv_dtype": "--kv-dtype", "link": "--link",
          "workers": "--workers", "scheduler": "--scheduler", "target": "--targets", "modes": "--mode",
          "weight_dtypes": "--weight-dtype", "kv_dtypes": "--kv-dtype", "speculative": "--speculative",
-         "speculative_accepted_length": "--speculative-accepted-length", "pipeline_sizes": "--pipeline-sizes"}
+         "speculative_accepted_length": "--speculative-accepted-length", "pipeline_sizes": "--pipeline-sizes",
+         "objective": "--objective", "budget_usd_per_hour": "--budget-usd-per-hour", "price_tier": "--price-tier",
+         "usd_per_gpu_hour": "--usd-per-gpu-hour", "other_gpus": "--gpu"}
 
 TABLE_COLS = [
     Col("label", "configuration"), Col("gpus", "GPUs", ".0f"), Col("n_prefill", "P inst", ".0f"),
     Col("n_decode", "D/C inst", ".0f"), Col("rate_per_s", "req/s", ".3g"),
     Col("tokens_per_s_per_gpu", "tok/s/GPU", ".0f"), Col("tokens_per_s_per_user", "tok/s/user", ".1f"),
     Col("ttft_ms", "TTFT ms", ".0f"), Col("tpot_ms", "TPOT ms", ".2f"), Col("max_num_seqs", "max seqs", ".0f"),
+    Col("usd_per_hour", "$/hour", ".2f"), Col("usd_per_mtok_total", "$/Mtok", ".3f"),
+    Col("j_per_token", "J/out tok", ".3f"),
 ]
 
 
@@ -59,6 +63,38 @@ def _int_list(text: str) -> tuple:
     return tuple(int(t) for t in parts)
 
 
+def _gpu_list(text: str) -> tuple:
+    """'h200,b200' -> ('h200', 'b200'): one to four hardware preset names (checked when the presets are read)."""
+    from ..sweeps.plan.question import MAX_GPU_TYPES
+
+    vals = tuple(v.strip() for v in str(text).split(","))
+    if not vals or any(not v for v in vals) or len(set(vals)) != len(vals) or len(vals) > MAX_GPU_TYPES:
+        raise ValueError(text)
+    return vals
+
+
+def _prices(text: str):
+    """'2.5' (every GPU type) or 'h200=2.5,b200=4.1' -> a float or ((gpu, price), ...); prices > 0."""
+    import math
+
+    def price(v):
+        x = float(v)
+        if not (math.isfinite(x) and 0 < x <= 1e4):
+            raise ValueError(v)
+        return x
+
+    t = str(text).strip()
+    if "=" not in t:
+        return price(t)
+    pairs = []
+    for part in t.split(","):
+        g, _, v = part.partition("=")
+        if not g.strip():
+            raise ValueError(text)
+        pairs.append((g.strip(), price(v)))
+    return tuple(pairs)
+
+
 def add(sub) -> None:
     from ..models.serving.disagg import MAX_RATE_OR_MS, MAX_WORKLOAD_TOKENS
     from ..models.queueing.at_stat import STATS
@@ -68,6 +104,11 @@ def add(sub) -> None:
 
     p, req = model_command(sub, "plan", __doc__,
                            help="the best deployment for a workload and latency targets")
+    for a in req._group_actions:  # plan searches several GPU types: --gpu takes a comma-separated list
+        if a.dest == "gpu":
+            a.help = ("hardware preset, or up to four separated by commas (h200,b200): every type alone and every "
+                      "pair of types for disaggregated prefill and decode")
+            a.metavar = "G[,G]"
     req.add_argument("--gpus", required=True, action=Checked, check=int_in(1, MAX_GPUS), metavar="N",
                      help="GPU budget")
     tokens = int_in(1, MAX_WORKLOAD_TOKENS)
@@ -123,6 +164,25 @@ def add(sub) -> None:
                                            "llmexplore[dask]); the answer is the same as without it")
     p.add_argument("--workers", default=None, action=Checked, check=int_in(1, 256), metavar="W",
                    help="local worker processes for the search (default: 1, in this process)")
+    from ..sweeps.plan.question import DEFAULT_PRICE_TIER, OBJECTIVES
+
+    p.add_argument("--objective", default="tokens_per_s_per_gpu", action=Checked, check=one_of(OBJECTIVES),
+                   metavar="O", help="what the best configuration is best at: tokens_per_s_per_gpu (output tokens/s "
+                                     "per GPU; with --rate the fewest GPUs), usd_per_mtok ($ per million input and "
+                                     "output tokens; with --rate the lowest $/hour) or j_per_token (GPU board "
+                                     "energy per output token) (default: tokens_per_s_per_gpu)")
+    p.add_argument("--budget-usd-per-hour", default=None, action=Checked,
+                   check=number_in(0.0, 1e9, lo_open=True), metavar="USD",
+                   help="spend at most this many US dollars per hour on GPUs (prices: --price-tier), as well as "
+                        "at most --gpus GPUs")
+    p.add_argument("--price-tier", default=None, action=Checked, check=preset_name("prices"), metavar="TIER",
+                   help=f"price tier of data/prices.yaml (see: presets prices; default: {DEFAULT_PRICE_TIER}); "
+                        "every price shows its date")
+    p.add_argument("--usd-per-gpu-hour", default=None, action=Checked,
+                   check=Rule("a price > 0 in USD per GPU-hour (at most 10,000), or GPU=PRICE pairs separated by "
+                              "commas (h200=2.5,b200=4.1)", _prices),
+                   metavar="P", help="your own price per GPU-hour in place of the tier's (one number for a "
+                                     "single GPU type, else GPU=PRICE pairs)")
     p.add_argument("--json", action="store_true",
                    help='JSON: {"best_mode", "best": {..., "config", "launch"}, "runner_up", "margin_pct", '
                         '"disagg_over_agg_ratio", "best_by_mode", "frontiers": {"colocated": [...], '
@@ -145,17 +205,32 @@ def run(args) -> int:
     from ..sweeps import plan as sp
 
     ttft, tpot, stat = args.ttft_ms, args.tpot_ms, args.stat
+    from ..errors import SpecError
+
+    try:
+        gpus = _gpu_list(args.gpu)
+    except ValueError:
+        raise SpecError(f"--gpu must be one hardware preset or up to four distinct ones separated by commas "
+                        f"(h200,b200), got {args.gpu!r}") from None
+    prices = args.usd_per_gpu_hour
+    if isinstance(prices, float):
+        if len(gpus) > 1:
+            raise SpecError(f"--usd-per-gpu-hour must give GPU=PRICE pairs when --gpu names several types "
+                            f"({', '.join(gpus)}), got {prices:g}")
+        prices = ((gpus[0], prices),)
     if args.targets is not None:
         t = presets.target(args.targets)
         ttft = t.ttft_ms if ttft is None else ttft
         tpot = t.tpot_ms if tpot is None else tpot
         stat = t.stat if stat is None else stat
-    q = sp.Question(model=args.model, gpu=args.gpu, gpus=args.gpus, isl=args.isl, osl=args.osl,
+    q = sp.Question(model=args.model, gpu=gpus[0], other_gpus=gpus[1:], gpus=args.gpus, isl=args.isl, osl=args.osl,
                     ttft_ms=2000.0 if ttft is None else ttft, tpot_ms=50.0 if tpot is None else tpot,
                     stat=stat or "p90", rate_per_s=args.rate, runtime=args.runtime, weight_dtypes=args.weight_dtype,
                     kv_dtypes=args.kv_dtype, link=args.link,
                     modes=MODES if args.mode == "both" else (args.mode,), speculative=args.speculative,
-                    speculative_accepted_length=args.speculative_accepted_length,
+                    speculative_accepted_length=args.speculative_accepted_length, objective=args.objective,
+                    budget_usd_per_hour=args.budget_usd_per_hour, price_tier=args.price_tier,
+                    usd_per_gpu_hour=prices or (),
                     **({} if args.pipeline_sizes is None else {"pipeline_sizes": args.pipeline_sizes}))
     res = sp.plan(q, scheduler=args.scheduler, workers=args.workers)
     doc = fp.summary(res, top=args.top, simulate=args.simulate)
@@ -177,7 +252,7 @@ def run(args) -> int:
         print()
         print(f"launch ({args.engine}):")
         for e in b["launch"][args.engine]:
-            head = f"  {e['role']}: {e['instances']} x {e['gpus_per_instance']} GPUs"
+            head = f"  {e['role']}: {e['instances']} x {e['gpus_per_instance']} {e['gpu']} GPUs"
             print(head + _files_text(e) + (f"\n    {e['command']}" if e.get("command") else "") +
                   (f"\n    note: {e['note']}" if e.get("note") else ""))
     for s in doc["simulation"]:
@@ -188,7 +263,7 @@ def run(args) -> int:
     if v is not None and b is not None and v["label"] != b["label"]:
         print(f"launch ({args.engine}) of {v['label']}, the best that meets both targets in the simulation:")
         for e in v["launch"][args.engine]:
-            print(f"  {e['role']}: {e['instances']} x {e['gpus_per_instance']} GPUs" + _files_text(e)
+            print(f"  {e['role']}: {e['instances']} x {e['gpus_per_instance']} {e['gpu']} GPUs" + _files_text(e)
                   + (f"\n    {e['command']}" if e.get("command") else ""))
     return EXIT_OK
 

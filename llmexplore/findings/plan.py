@@ -11,14 +11,36 @@ from ..sweeps import plan as sp
 from . import join, num
 
 __all__ = ["question_text", "best_sentence", "ratio_sentence", "frontier_sentence", "simulation_sentence",
-           "summary", "launch_of", "verified_sentence"]
+           "summary", "launch_of", "verified_sentence", "cost_sentence", "cost_frontier_sentence", "price_text",
+           "OBJECTIVE_WORDS", "cost_frontiers", "at_interactivity", "cost_record", "energy_check",
+           "energy_check_sentence", "price_label"]
+
+#: how each objective is said
+OBJECTIVE_WORDS = {"tokens_per_s_per_gpu": "output tokens/s per GPU", "usd_per_mtok": "$ per million tokens",
+                   "j_per_token": "GPU energy per output token"}
+
+
+def price_text(q: sp.Question) -> str:
+    """'neocloud-on-demand prices (h200 $6.31/GPU-h, 2026-10-24; ...)', or why the answer is not priced."""
+    prices = q.priced()
+    if prices is None:
+        missing = [g for g in q.gpu_types if g not in presets.price_tier(q.tier).prices]
+        return (f"not priced: price tier {q.tier} has no price for {', '.join(missing)} (give one with "
+                "usd_per_gpu_hour)")
+    where = "your" if all(p.source == "given by the user" for p in prices.values()) else q.tier
+    return f"{where} prices (" + "; ".join(f"{g} ${p.usd_per_gpu_hour:,.2f}/GPU-h, {p.date}"
+                                           for g, p in prices.items()) + ")"
 
 
 def question_text(q: sp.Question) -> str:
-    m, hw = presets.model(q.model), presets.hardware(q.gpu)
+    m = presets.model(q.model)
+    types = " or ".join(presets.hardware(g).label for g in q.gpu_types)
     rate = f"{q.rate_per_s:g} req/s" if q.rate_per_s is not None else "the highest rate the budget sustains"
-    return (f"{m.label} on up to {q.gpus} {hw.label}: prompts of {q.isl:,} and outputs of {q.osl:,} tokens, "
-            f"{q.stat} TTFT ≤ {q.ttft_ms:,g} ms and {q.stat} TPOT ≤ {q.tpot_ms:,g} ms at {rate}.")
+    budget = f" and ${q.budget_usd_per_hour:,.2f}/hour" if q.budget_usd_per_hour is not None else ""
+    best_at = "" if q.objective == "tokens_per_s_per_gpu" else f", best by {OBJECTIVE_WORDS[q.objective]}"
+    return (f"{m.label} on up to {q.gpus} {types}{budget}: prompts of {q.isl:,} and outputs of {q.osl:,} tokens, "
+            f"{q.stat} TTFT ≤ {q.ttft_ms:,g} ms and {q.stat} TPOT ≤ {q.tpot_ms:,g} ms at {rate}{best_at}; "
+            f"{price_text(q)}.")
 
 
 def _spec_words(row: dict, q: sp.Question | None) -> str:
@@ -39,15 +61,22 @@ def _pp(row: dict, side: str) -> str:
     return f" x PP{p:.0f}" if p == p and p is not None and p > 1 else ""
 
 
+def _on(row: dict, side: str, q: sp.Question | None) -> str:
+    """' on b200' for a side of a question with several GPU types ('' otherwise)."""
+    g = str(row.get(f"{side}_gpu") or "")
+    return f" on {g}" if g and q is not None and len(q.gpu_types) > 1 else ""
+
+
 def _what(row: dict, q: sp.Question | None = None) -> str:
     spec = _spec_words(row, q)
     if row["mode"] == "colocated":
         return (f"colocated, {row['n_decode']:.0f} instances of {row['decode_layout']}{row['decode_ranks']:.0f}"
-                f"{_pp(row, 'decode')} ({row['weight_dtype']} weights, {row['kv_dtype']} KV, chunk "
-                f"{row['chunk_tokens']:.0f} tokens{spec})")
+                f"{_pp(row, 'decode')}{_on(row, 'decode', q)} ({row['weight_dtype']} weights, {row['kv_dtype']} KV, "
+                f"chunk {row['chunk_tokens']:.0f} tokens{spec})")
     return (f"disaggregated, {row['n_prefill']:.0f} prefill instances of TP{row['prefill_ranks']:.0f}"
-            f"{_pp(row, 'prefill')} and {row['n_decode']:.0f} decode instances of "
-            f"{row['decode_layout']}{row['decode_ranks']:.0f}{_pp(row, 'decode')} ({row['weight_dtype']} weights, "
+            f"{_pp(row, 'prefill')}{_on(row, 'prefill', q)} and {row['n_decode']:.0f} decode instances of "
+            f"{row['decode_layout']}{row['decode_ranks']:.0f}{_pp(row, 'decode')}{_on(row, 'decode', q)} "
+            f"({row['weight_dtype']} weights, "
             f"{row['kv_dtype']} KV, KV over {row['link']}{spec})")
 
 
@@ -63,7 +92,13 @@ def best_sentence(res: dict) -> str:
             f"tokens/s per user ({q.stat} TTFT {num(b['ttft_ms'])} ms, {q.stat} TPOT {num(b['tpot_ms'])} ms).")
     if r is not None:
         m = res["margin_pct"]
-        if q.rate_per_s is None:
+        if q.objective == "usd_per_mtok":
+            text += (f" The runner-up, {r['label']}, costs {num(abs(m))}% more per million tokens "
+                     f"(${r['usd_per_mtok_total']:.4g}).")
+        elif q.objective == "j_per_token":
+            text += (f" The runner-up, {r['label']}, uses {num(abs(m))}% more GPU energy per output token "
+                     f"({r['j_per_token']:.3g} J).")
+        elif q.rate_per_s is None:
             text += f" The runner-up, {r['label']}, is {num(abs(m))}% behind in tokens/s per GPU."
         elif m > 0:
             text += f" The runner-up, {r['label']}, needs {num(m)}% more GPUs ({r['gpus']:.0f})."
@@ -71,6 +106,125 @@ def best_sentence(res: dict) -> str:
             text += (f" The runner-up, {r['label']}, needs as many GPUs and gives "
                      f"{num(r['tokens_per_s_per_user'])} tokens/s per user.")
     return text
+
+
+def cost_sentence(res: dict) -> str:
+    """What the best configuration costs and uses: $/hour, $ per million input / output / all tokens with the
+    prices' tier and dates, GPU energy per output token and output tokens/s per MW of all-in power (or why a
+    number is not given)."""
+    q, b = res["question"], res["best"]
+    if b is None:
+        return "Nothing is priced: no configuration meets the targets."
+    parts = []
+    if b.get("usd_per_hour") == b.get("usd_per_hour"):
+        parts.append(f"It costs ${b['usd_per_hour']:,.2f}/hour at {price_text(q)}: ${b['usd_per_mtok_total']:.4g} per "
+                     f"million tokens (${b['usd_per_mtok_input']:.4g} per million input tokens, "
+                     f"${b['usd_per_mtok_output']:.4g} per million output tokens)")
+    else:
+        parts.append(f"It is {price_text(q)}")
+    if b.get("j_per_token") == b.get("j_per_token"):
+        parts.append(f"its GPUs use {b['j_per_token']:.3g} J per output token (board energy, prefill included) and "
+                     f"it serves {num(b['tokens_per_s_per_MW'])} output tokens/s per MW of all-in power")
+    else:
+        parts.append("J/token is not given: " + ", ".join(g for g in q.gpu_types if g not in presets.names("power"))
+                     + " has no power preset (data/power.yaml)")
+    return "; ".join(parts) + "."
+
+
+def cost_frontiers(points) -> dict:
+    """Per mode, the frontier of $ per million tokens (lowest) against tokens/s per user (highest): the points
+    no other point beats on both, ordered by tokens/s per user."""
+    import pandas as pd
+
+    from ..models.serving.capacity import pareto_front
+
+    out = {}
+    cols = ["tokens_per_s_per_user", "usd_per_mtok_total", "label"]
+    for mode in MODES:
+        p = points[points["mode"] == mode] if len(points) and "usd_per_mtok_total" in points else points.iloc[0:0]
+        p = p[p["usd_per_mtok_total"] > 0] if len(p) else p
+        if not len(p):
+            out[mode] = pd.DataFrame(columns=cols)
+            continue
+        idx = pareto_front(p["tokens_per_s_per_user"].to_numpy(), 1.0 / p["usd_per_mtok_total"].to_numpy())
+        out[mode] = p.iloc[idx][cols].reset_index(drop=True)
+    return out
+
+
+def at_interactivity(front, tokens_per_s_per_user: float) -> float:
+    """$ per million tokens on a cost frontier at ``tokens_per_s_per_user``, interpolated linearly between its
+    points (NaN outside the frontier's range: no configuration is that fast, or the slowest is faster)."""
+    if not len(front):
+        return float("nan")
+    x = front["tokens_per_s_per_user"].to_numpy(float)
+    y = front["usd_per_mtok_total"].to_numpy(float)
+    if not x[0] <= tokens_per_s_per_user <= x[-1]:
+        return float("nan")
+    return float(np.interp(tokens_per_s_per_user, x, y))
+
+
+def cost_frontier_sentence(res: dict, tokens_per_s_per_user: float | None = None) -> str:
+    """Each mode's $ per million tokens at an interactivity (default: the TPOT target's), read off its cost
+    frontier."""
+    q = res["question"]
+    x = 1000.0 / q.tpot_ms if tokens_per_s_per_user is None else float(tokens_per_s_per_user)
+    fr = cost_frontiers(res["points"])
+    if all(not len(f) for f in fr.values()):
+        return f"No cost frontier: {price_text(q)}." if q.priced() is None else \
+            "No configuration meets the TTFT target, so there is no cost frontier."
+    said = []
+    for mode, f in fr.items():
+        v = at_interactivity(f, x)
+        said.append(f"{mode} ${v:.4g}" if v == v else f"{mode} no point")
+    return (f"At {num(x)} tokens/s per user the cost frontiers give {join(said)} per million tokens "
+            f"(interpolated between configurations; {price_text(q)}).")
+
+
+def price_label(q: sp.Question) -> str:
+    """The prices a figure's axis names: 'reserved-3yr: h100-sxm $1.30/GPU-h (2025-08), ...' ('' unpriced)."""
+    prices = q.priced()
+    if prices is None:
+        return ""
+    return f"{q.tier}: " + ", ".join(f"{g} ${p.usd_per_gpu_hour:,.2f}/GPU-h ({p.date})" for g, p in prices.items())
+
+
+def cost_record(res: dict, tokens_per_s_per_user: float | None = None) -> dict:
+    """The recorded cost and energy of a plan: the best configuration's $/hour, $ per million input / output / all
+    tokens, J per output token and tokens/s per MW (None where not priced or powered), and each mode's cost
+    frontier at the interactivity (default: the TPOT target's)."""
+    q, b = res["question"], res["best"]
+    x = 1000.0 / q.tpot_ms if tokens_per_s_per_user is None else float(tokens_per_s_per_user)
+
+    def val(k):
+        v = None if b is None else b.get(k)
+        return None if v is None or v != v else float(v)
+
+    fr = cost_frontiers(res["points"])
+    at = {m: at_interactivity(f, x) for m, f in fr.items()}
+    return {k: val(k) for k in ("usd_per_hour", "usd_per_mtok_input", "usd_per_mtok_output", "usd_per_mtok_total",
+                                "j_per_token", "tokens_per_s_per_MW")} | {
+        "prefill_gpu": None if b is None else (b.get("prefill_gpu") or None),
+        "decode_gpu": None if b is None else b.get("decode_gpu"),
+        "frontier_usd_per_mtok": {m: (None if v != v else v) for m, v in at.items()}, "interactivity": x}
+
+
+def energy_check() -> dict:
+    """The J per output token check against ML.ENERGY (:mod:`llmexplore.sweeps.fidelity.energy`): the summary of
+    the end-to-end energy and of the power model alone."""
+    from ..sweeps.fidelity import energy as fe
+
+    t = fe.energy_table()
+    return {"energy": fe.energy_summary(t), "power": fe.energy_summary(t, "power_error_pct")}
+
+
+def energy_check_sentence(check: dict) -> str:
+    e, p = check["energy"]["all"], check["power"]["all"]
+    return (f"Checked against ML.ENERGY's measured GPU energy per output token ({e['rows']} saturated vLLM 0.11.1 "
+            f"servers on H100 and B200, never fitted): the model's J per output token is off by {num(e['mape_pct'])}% "
+            f"on average (median {e['median_pct']:+.1f}%, {num(e['within_25_pct'])}% of rows within 25%); fed the "
+            f"measured step times and throughput, the power model alone is off by a median {num(p['median_abs_pct'])}% "
+            f"(it reads low on the MoE models, whose expert-parallel communication draws power the roofline does "
+            f"not count). Prompt lengths are not published (1,000 tokens assumed).")
 
 
 def ratio_sentence(res: dict) -> str:
@@ -192,10 +346,16 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
         "best_simulated": verified, "best_simulated_deployment": verified_row,
         "simulated_sentence": verified_sentence(checks, res) if checks else "",
         "question_text": question_text(q),
-        "sentences": [best_sentence(res), ratio_sentence(res), frontier_sentence(res)],
+        "sentences": [best_sentence(res), cost_sentence(res), ratio_sentence(res), frontier_sentence(res),
+                      cost_frontier_sentence(res)],
+        "cost_frontiers": {k: v.to_dict("records") for k, v in cost_frontiers(res["points"]).items()},
+        "prices": {g: {"usd_per_gpu_hour": p.usd_per_gpu_hour, "date": p.date, "source": p.source}
+                   for g, p in (q.priced() or {}).items()},
         "inputs": {f: getattr(q, f) for f in ("model", "gpu", "gpus", "isl", "osl", "ttft_ms", "tpot_ms", "stat",
-                                              "rate_per_s", "runtime", "weight_dtypes", "kv_dtypes", "modes")}
-        | {"link": q.link_name()},
+                                              "rate_per_s", "runtime", "weight_dtypes", "kv_dtypes", "modes",
+                                              "other_gpus", "objective", "budget_usd_per_hour",
+                                              "usd_per_gpu_hour")}
+        | {"link": q.link_name(), "price_tier": q.tier},
         "seconds": res["seconds"],
     }
 

@@ -87,6 +87,38 @@ def frontier_figure(frontiers: dict, *, configs: pd.DataFrame | None = None, bes
 
 
 @spec_builder
+def cost_frontier_figure(fronts: dict, *, interactivity: float | None = None, price_label: str = "",
+                         title: str = "What a million tokens costs against the speed each user sees"):
+    """$ per million tokens (input and output together, y, log) against tokens/s per user (x) on each mode's
+    cost frontier (``fronts``: {mode: frame with tokens_per_s_per_user, usd_per_mtok_total, label}, points no
+    other point of the mode beats on both), with the chosen interactivity as a vertical line; ``price_label``
+    names the prices and their dates in the y-axis title."""
+    data, ys = [], []
+    for rank, mode in enumerate(MODES, start=RANK_SERIES):
+        f = fronts.get(mode)
+        if f is None or not len(f):
+            continue
+        dash, symbol = MODE_STYLE[mode]
+        col = MODE_COLORS[mode]
+        y = f["usd_per_mtok_total"].to_numpy(float)
+        ys.append(y)
+        data.append(dict(type="scatter", x=f["tokens_per_s_per_user"].to_numpy(float), y=y, name=f"{mode} frontier",
+                         mode="lines+markers", legendrank=rank, line=dict(color=col, dash=dash, width=2.5),
+                         customdata=f["label"].astype(str).tolist(),
+                         marker=dict(color=col, symbol=symbol, size=6, maxdisplayed=40),
+                         hovertemplate=(f"{mode}: %{{customdata}}<br>$%{{y:,.4~r}} per million tokens at "
+                                        "%{x:,.3~r} tokens/s/user<extra></extra>")))
+    if interactivity is not None and ys:
+        data.append(ref_trace(x=float(interactivity), span=_finite(*ys), name=f"{fmt(interactivity)} tokens/s per user",
+                              color=TARGET_COLOR, dash="dash", legendrank=RANK_MARKER,
+                              hover=f"interactivity {fmt(interactivity)} tokens/s/user"))
+    ytitle = "$ per million tokens (input + output)" + (f"<br>{price_label}" if price_label else "")
+    layout = base_layout(title, height=460, xaxis=dict(title=dict(text="tokens/s per user (1000 / TPOT in ms)")),
+                         yaxis=dict(type="log", title=dict(text=ytitle)))
+    return {"data": data, "layout": layout}
+
+
+@spec_builder
 def latency_cdf_figure(sim: dict, *, ttft_ms: float, tpot_ms: float, stat: str = "p90",
                        title: str = "Simulated latency distributions of the best configuration"):
     """Cumulative distributions of TTFT (left) and per-request TPOT (right) from the serving simulator

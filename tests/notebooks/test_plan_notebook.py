@@ -89,3 +89,22 @@ def test_rate_sweep_grows_and_colocated_stops_first(rec):
                zip(best, r["colocated_gpus"], r["disaggregated_gpus"]))
     assert all(g <= 32 for g in best)
     assert math.isnan(r["colocated_gpus"][-1])  # colocated cannot reach the highest rate within 32 GPUs
+
+
+def test_recorded_cost_and_energy(rec, res):
+    """Section 2b (issue 22): the best configuration priced at the default tier (CoreWeave HGX H200, $50.44/h for 8
+    GPUs = $6.305/GPU-h, data/prices.yaml, 2026-10-24): 27 GPUs x $6.305 = $170.24/hour; the cost frontiers at the
+    TPOT target's 100 tokens/s per user; the J/token check against ML.ENERGY as stated in the notebook."""
+    c = rec["cost"]
+    b = res["best"]
+    assert c["usd_per_hour"] == pytest.approx(27 * 6.305)
+    assert c["usd_per_mtok_total"] == pytest.approx(c["usd_per_hour"] / (b["rate_per_s"] * 3600 * 4500) * 1e6)
+    assert c["usd_per_mtok_input"] < c["usd_per_mtok_total"] < c["usd_per_mtok_output"]
+    assert c["j_per_token"] == pytest.approx(b["j_per_token"], rel=1e-9) and 0.1 < c["j_per_token"] < 2.0
+    assert c["interactivity"] == pytest.approx(100.0)
+    fr = c["frontier_usd_per_mtok"]
+    assert fr["disaggregated"] is not None and fr["colocated"] is not None
+    assert fr["disaggregated"] < fr["colocated"]  # as the throughput frontiers say at 100 tokens/s per user
+    assert rec["energy_check_mape_pct"] == pytest.approx(29.6, abs=1.0)
+    assert rec["power_model_median_abs_pct"] == pytest.approx(15.8, abs=1.0)
+    assert "2026-10-24" in rec["question"]

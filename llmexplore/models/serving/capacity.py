@@ -21,6 +21,8 @@ memory check still uses the p99 concurrency (a batch that fits only on average p
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..queueing.at_stat import Z_SCORES, link_wait, poisson_quantile_mean, pool_wait, z_of
@@ -139,7 +141,8 @@ def pool_pairs(rate_p: np.ndarray, rate_d1: np.ndarray, rate_link: np.ndarray, r
 
 
 def best_pool_pair(rate_p: np.ndarray, rate_d1: float, rate_link: np.ndarray, ranks_p: float, ranks_d: float,
-                   budget: int, target_rate: float | None = None) -> dict:
+                   budget: int, target_rate: float | None = None, *, usd_p: float = 0.0, usd_d: float = 0.0,
+                   budget_usd: float = math.inf, by_cost: bool = False) -> dict:
     """The (n_p, n_d) pool pair :func:`pool_pairs` would pick for one configuration, without its Np x Nd grid
     (a 4,096-GPU budget made that 80 x 4,096 x 4,096 floats, 10 GiB): O(Np log Nd).
 
@@ -147,7 +150,11 @@ def best_pool_pair(rate_p: np.ndarray, rate_d1: float, rate_link: np.ndarray, ra
     Without ``target_rate``: the highest sustained rate min(prefill pool, decode pool, link) within the budget,
     then the fewest GPUs, then the fewest prefill instances. With it: the fewest GPUs that sustain it, then the
     fewest prefill instances. Returns ``n_p``, ``n_d``, ``rate``, ``gpus`` (0 and NaN where none) and
-    ``max_rate``, the highest rate any pair within the budget sustains."""
+    ``max_rate``, the highest rate any pair within the budget sustains.
+
+    ``usd_p`` / ``usd_d``: the price of one prefill / decode instance [USD/hour]; ``budget_usd`` bounds the pair's
+    price as ``budget`` bounds its GPUs; ``by_cost``: the lowest price replaces the fewest GPUs in the order, and without ``target_rate`` the lowest
+    price per request served (USD/hour over rate) comes first."""
     rate_p = np.asarray(rate_p, float)
     rate_link = np.asarray(rate_link, float)
     Np, Nd = rate_p.size, rate_link.size
@@ -156,7 +163,10 @@ def best_pool_pair(rate_p: np.ndarray, rate_d1: float, rate_link: np.ndarray, ra
     dec = np.minimum(n_d * float(rate_d1), rate_link)
     best_dec = np.maximum.accumulate(dec)  # the best decode side with at most n_d instances
     # the most decode instances the budget leaves next to n_p prefill instances (0: none)
-    room = np.clip(np.floor((budget - n_p * ranks_p) / ranks_d + 1e-9), 0, Nd).astype(int)
+    room = np.clip(np.floor((budget - n_p * ranks_p) / ranks_d + 1e-9), 0, Nd)
+    if math.isfinite(budget_usd) and usd_d > 0:  # the decode instances the price budget leaves, too
+        room = np.minimum(room, np.clip(np.floor((budget_usd - n_p * usd_p) / usd_d * (1 + 1e-12)), 0, Nd))
+    room = room.astype(int)
     usable = room >= 1
     top = np.where(usable, np.minimum(rate_p, best_dec[np.maximum(room, 1) - 1]), 0.0)
     max_rate = float(top.max()) if top.size else 0.0
@@ -168,13 +178,17 @@ def best_pool_pair(rate_p: np.ndarray, rate_d1: float, rate_link: np.ndarray, ra
     if not ok.any():
         return {"n_p": 0, "n_d": 0, "rate": 0.0, "gpus": np.nan, "max_rate": max_rate}
     gpus = n_p * ranks_p + nd_need * ranks_d
-    if target_rate is None:
-        order = np.lexsort((n_p, gpus, -want))  # highest rate, then fewest GPUs, then fewest prefill
+    usd = n_p * usd_p + nd_need * usd_d
+    spend = usd if by_cost else gpus
+    if target_rate is None and by_cost:  # the lowest price per request served, then the highest rate
+        order = np.lexsort((n_p, -want, np.where(want > 0, usd / np.maximum(want, 1e-300), np.inf)))
+    elif target_rate is None:
+        order = np.lexsort((n_p, spend, -want))  # highest rate, then fewest GPUs (lowest price), then fewest prefill
     else:
-        order = np.lexsort((n_p, gpus))
+        order = np.lexsort((n_p, spend))
     i = int(next(j for j in order if ok[j]))
     return {"n_p": int(n_p[i]), "n_d": int(nd_need[i]), "rate": float(want[i]), "gpus": float(gpus[i]),
-            "max_rate": max_rate}
+            "usd_per_hour": float(usd[i]), "max_rate": max_rate}
 
 
 def pareto_front(x, y) -> np.ndarray:

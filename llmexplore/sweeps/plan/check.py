@@ -179,7 +179,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
 
     def dep(s):
         # a DPA side's MoE dispatch is its own (all-to-all runs only as DPA; a TP side gathers)
-        return Deployment.build(cfg.model, cfg.gpu, s.ranks, runtime=runtime, weight_dtype=cfg.weight_dtype,
+        return Deployment.build(cfg.model, s.gpu or cfg.gpu, s.ranks, runtime=runtime, weight_dtype=cfg.weight_dtype,
                                 kv_dtype=cfg.kv_dtype, moe_ep=s.ep if moe and s.ep != s.ranks else None,
                                 sampler=sampler,
                                 moe_dispatch=s.moe_dispatch if moe and s.layout == "DPA" else "gather")
@@ -212,7 +212,7 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
                                     seed=seed, policy=policy, layout=s.layout, tables_cache=tables_cache)
     else:
         p, d = cfg.side("prefill"), cfg.side("decode")
-        link = presets.link(cfg.link or presets.hardware(cfg.gpu).scale_out_link or "roce-400g")
+        link = presets.link(cfg.link or presets.hardware(p.gpu or cfg.gpu).scale_out_link or "roce-400g")
         seqs = d.max_num_seqs
         dd = dep(d)
         res = sv.simulate_disaggregated(dep(p), dd, link, traffic, n_requests,

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 
 from ... import _check, presets
 from ...deployment import MAX_GPUS, MODES
-from ...errors import SpecError
+from ...errors import LlmexploreError, SpecError
 from ...models.serving import disagg as dg
 from ...models.queueing import at_stat
 
-__all__ = ["Question", "CHUNKS", "WIDE_EP_RANKS", "BATCH_POINTS", "RATE_POINTS", "MAX_SEQS", "PIPELINE_SIZES"]
+__all__ = ["Question", "CHUNKS", "WIDE_EP_RANKS", "BATCH_POINTS", "RATE_POINTS", "MAX_SEQS", "PIPELINE_SIZES",
+           "OBJECTIVES", "DEFAULT_PRICE_TIER", "MAX_GPU_TYPES"]
 
 
 CHUNKS = (512, 1024, 2048, 4096, 8192)  # max_num_batched_tokens options [tokens]
@@ -23,6 +24,14 @@ MAX_SEQS = 2048  # largest decode batch considered per instance [sequences]
 #: pipeline-parallel sizes searched (stages of TP instances; 1 = no pipeline). Bounded so that the search stays
 #: < 1 s: each size adds one instance per TP size whose pp x TP fits the budget
 PIPELINE_SIZES = (1, 2, 4)
+#: what the planner ranks by: output tokens/s per GPU (highest), $ per million tokens (lowest, input and output
+#: together) or GPU board energy per output token (lowest); with a rate: the fewest GPUs, the lowest $/hour, the
+#: lowest J/token that serve it
+OBJECTIVES = ("tokens_per_s_per_gpu", "usd_per_mtok", "j_per_token")
+#: the price tier used when the question names none (data/prices.yaml)
+DEFAULT_PRICE_TIER = "neocloud-on-demand"
+#: GPU types one question may mix (each pair of types is searched for disaggregated serving)
+MAX_GPU_TYPES = 4
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,11 @@ class Question:
     speculative: str | None = None
     speculative_accepted_length: float | None = None
     pipeline_sizes: tuple = PIPELINE_SIZES
+    other_gpus: tuple = ()
+    objective: str = "tokens_per_s_per_gpu"
+    price_tier: str | None = None
+    usd_per_gpu_hour: tuple = ()
+    budget_usd_per_hour: float | None = None
 
     def __post_init__(self) -> None:
         def put(k, v):
@@ -61,6 +75,7 @@ class Question:
         presets.model(self.model)
         hw = presets.hardware(self.gpu)
         presets.runtime(self.runtime)
+        self._check_types_and_prices(put)
         put("gpus", _check.integer("gpus", self.gpus, lo=1, hi=MAX_GPUS))
         put("isl", _check.integer("isl", self.isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens"))
         put("osl", _check.integer("osl", self.osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens"))
@@ -108,6 +123,88 @@ class Question:
             raise SpecError("speculative_accepted_length must come with speculative (the preset whose draft it "
                             f"describes), got {self.speculative_accepted_length!r} without one")
 
+    def _check_types_and_prices(self, put) -> None:
+        """The GPU types (``gpu`` and ``other_gpus``), the objective, the price tier, the user's prices and the
+        $/hour budget; every GPU priced where the question asks for cost (objective, tier, prices or budget)."""
+        others = (self.other_gpus,) if isinstance(self.other_gpus, str) else tuple(self.other_gpus)
+        for g in others:
+            presets.hardware(g)
+        types = tuple(dict.fromkeys((self.gpu, *others)))
+        if len(types) > MAX_GPU_TYPES:
+            raise SpecError(f"gpu types must be at most {MAX_GPU_TYPES}, got {len(types)}: {', '.join(types)}")
+        put("other_gpus", types[1:])
+        if self.objective not in OBJECTIVES:
+            raise SpecError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.price_tier is not None:
+            presets.price_tier(self.price_tier)
+        pairs = self.usd_per_gpu_hour
+        pairs = tuple(pairs.items()) if isinstance(pairs, dict) else tuple(tuple(p) for p in pairs)
+        from ...specs import check_price
+
+        seen = {}
+        for p in pairs:
+            if len(p) != 2:
+                raise SpecError(f"usd_per_gpu_hour must be pairs (gpu, USD per GPU-hour), got {p!r}")
+            g, usd = p
+            if g not in types:
+                raise SpecError(f"usd_per_gpu_hour prices gpu {g!r}, which the question does not search (its gpu "
+                                f"types: {', '.join(types)})")
+            seen[g] = check_price("usd_per_gpu_hour", g, usd)
+        put("usd_per_gpu_hour", tuple(sorted(seen.items())))
+        if self.budget_usd_per_hour is not None:
+            put("budget_usd_per_hour", _check.number("budget_usd_per_hour", self.budget_usd_per_hour, lo=0,
+                                                     lo_open=True, hi=1e9, unit="USD per hour"))
+        if self.wants_cost:
+            self.prices()  # every type priced, or one line naming the missing one
+        if self.objective == "j_per_token":
+            for g in types:
+                presets.power(g)
+
+    @property
+    def gpu_types(self) -> tuple:
+        """Every GPU type searched: ``gpu`` first, then ``other_gpus``."""
+        return (self.gpu, *self.other_gpus)
+
+    @property
+    def wants_cost(self) -> bool:
+        """Whether the question asks for cost (its objective, a tier, prices or a budget): then every GPU type
+        must have a price; otherwise a type without one leaves the cost columns out."""
+        return (self.objective == "usd_per_mtok" or self.price_tier is not None or bool(self.usd_per_gpu_hour)
+                or self.budget_usd_per_hour is not None)
+
+    @property
+    def tier(self) -> str:
+        return self.price_tier or DEFAULT_PRICE_TIER
+
+    def prices(self) -> dict:
+        """GPU type -> :class:`~llmexplore.specs.GpuPrice`: the user's ``usd_per_gpu_hour`` (dated today, source
+        "user"), else the tier's; SpecError naming a type without a price."""
+        import datetime
+
+        from ...specs import GpuPrice
+
+        own = dict(self.usd_per_gpu_hour)
+        tier = presets.price_tier(self.tier)
+        today = datetime.date.today().isoformat()
+        return {g: GpuPrice(g, own[g], today, "given by the user") if g in own else tier.price(g)
+                for g in self.gpu_types}
+
+    def priced(self) -> dict | None:
+        """:meth:`prices`, or None when a type has none and the question did not ask for cost."""
+        try:
+            return self.prices()
+        except SpecError:
+            if self.wants_cost:
+                raise
+            return None
+
+    def powered(self) -> dict | None:
+        """GPU type -> :class:`~llmexplore.specs.GpuPower`, or None when a type has no power preset."""
+        try:
+            return {g: presets.power(g) for g in self.gpu_types}
+        except LlmexploreError:
+            return None
+
     def spec(self):
         """The speculative-decoding spec the search turns on (:class:`~llmexplore.specs.SpecDecode`), with the
         user's accepted length in place of the preset's acceptance; None without ``speculative``."""
@@ -129,10 +226,13 @@ class Question:
                            percentile=at_stat.percentile_of(self.stat))
 
     def dtype_options(self) -> list[tuple[str, str]]:
-        m, hw = presets.model(self.model), presets.hardware(self.gpu)
+        """(weight, KV) dtype pairs searched: the question's, else the model's released dtype and FP8, plus FP4
+        when every GPU type has FP4 tensor cores (a mix shares its dtypes: the KV crosses the link as it is)."""
+        m = presets.model(self.model)
         w = self.weight_dtypes
         if w is None:
-            w = tuple(dict.fromkeys([m.weight_dtype, "fp8"] + (["fp4"] if hw.has_fp4 else [])))
+            fp4 = all(presets.hardware(g).has_fp4 for g in self.gpu_types)
+            w = tuple(dict.fromkeys([m.weight_dtype, "fp8"] + (["fp4"] if fp4 else [])))
         kv = self.kv_dtypes or ("bf16", "fp8")
         return [(a, b) for a in w for b in kv]
 
@@ -150,5 +250,11 @@ class Question:
                 out.append(why)
         return out
 
-    def link_name(self) -> str:
-        return self.link or presets.hardware(self.gpu).scale_out_link or "roce-400g"
+    def link_name(self, prefill_gpu: str | None = None, decode_gpu: str | None = None) -> str:
+        """The KV-transfer link: the question's, else the GPU's scale-out link; between two GPU types the slower
+        of their scale-out links (the KV leaves one NIC and enters the other)."""
+        if self.link:
+            return self.link
+        names = [presets.hardware(g).scale_out_link or "roce-400g" for g in (prefill_gpu or self.gpu,
+                                                                           decode_gpu or self.gpu)]
+        return min(names, key=lambda n: presets.link(n).achievable_GBps)

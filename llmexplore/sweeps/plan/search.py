@@ -20,6 +20,8 @@ from ...models.serving import capacity as pm
 from ...models.queueing import at_stat
 from ...models.step.engine import Deployment
 from ...models.step.pipeline import hop_link, pp_prefill
+from .economics import COLUMNS as ECON_COLUMNS
+from .economics import Economics
 from .question import BATCH_POINTS, MAX_SEQS, RATE_POINTS, WIDE_EP_RANKS, Question
 
 __all__ = ["plan", "configurations", "frontiers", "best", "config_of", "question_tasks", "run_task",
@@ -39,6 +41,7 @@ class _Instance:
     spec: str = ""  # the speculative-decoding preset its decode steps run ("" none)
     pp: int = 1  # pipeline stages (each of dep.ranks GPUs)
     prefill_delay_s: float = 0.0  # a pipeline's prefill latency beyond its service time (the other stages)
+    gpu: str = ""  # the GPU type (hardware preset)
 
     @property
     def gpus(self) -> int:
@@ -46,11 +49,11 @@ class _Instance:
         return self.dep.ranks * self.pp
 
 
-def _rank_options(q: Question) -> list[tuple[int, str, int | None, int]]:
+def _rank_options(q: Question, gpu: str) -> list[tuple[int, str, int | None, int]]:
     """(ranks per stage, layout, expert-parallel size, pipeline stages) of every instance type searched (EP None:
     all ranks). Pipelines (pp > 1, the question's ``pipeline_sizes``) are TP stages of at most a node's GPUs, at
     most the budget in all, and at most one stage per layer."""
-    m, hw = presets.model(q.model), presets.hardware(q.gpu)
+    m, hw = presets.model(q.model), presets.hardware(gpu)
     node = hw.scale_up_size
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(node, q.gpus)]
     out = [(t, "TP", None, 1) for t in tps]
@@ -77,12 +80,13 @@ def _spec_of(model: str, key):
 
 def _instances(q: Question, wl: dg.Workload) -> list[_Instance]:
     out = []
-    for wd, kd in q.dtype_options():
-        for ranks, layout, ep, pp in _rank_options(q):
-            for key in _spec_keys(q) if pp == 1 else [None]:  # pipelines decode plainly here
-                inst = _instance(q.model, q.gpu, q.runtime, ranks, layout, wd, kd, wl.prompt_tokens,
-                                 wl.output_tokens, ep, key, pp)
-                out.append(replace(inst))
+    for gpu in q.gpu_types:
+        for wd, kd in q.dtype_options():
+            for ranks, layout, ep, pp in _rank_options(q, gpu):
+                for key in _spec_keys(q) if pp == 1 else [None]:  # pipelines decode plainly here
+                    inst = _instance(q.model, gpu, q.runtime, ranks, layout, wd, kd, wl.prompt_tokens,
+                                     wl.output_tokens, ep, key, pp)
+                    out.append(replace(inst))
     return out
 
 
@@ -93,7 +97,7 @@ def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl, ep=None, spe
     pipeline of pp TP stages of ``ranks`` GPUs (:mod:`llmexplore.models.step.pipeline`)."""
     spec = _spec_of(model, spec_key)
     tag = spec_key[0] if spec_key else ""
-    shape = f"{ranks} ranks" + (f" x {pp} stages" if pp > 1 else "")
+    shape = f"{ranks} ranks" + (f" x {pp} stages" if pp > 1 else "") + f" of {gpu}"
     try:
         dep = Deployment.build(model, gpu, ranks, runtime=runtime, weight_dtype=wd, kv_dtype=kd,
                                moe_dispatch="alltoall" if layout == "DPA" and ranks > 8 else "gather",
@@ -101,11 +105,11 @@ def _instance(model, gpu, runtime, ranks, layout, wd, kd, isl, osl, ep=None, spe
         if pp > 1:
             hop_link(dep, pp)  # the stages' link exists
     except SpecError as exc:
-        return _Instance(None, layout, reason=f"{shape}, {wd}/{kd}: {exc}", spec=tag, pp=pp)
+        return _Instance(None, layout, reason=f"{shape}, {wd}/{kd}: {exc}", spec=tag, pp=pp, gpu=gpu)
     wl = dg.Workload(prompt_tokens=isl, output_tokens=osl)
     dec = dg.decode_side(dep, wl, layout=layout, max_batch_limit=MAX_SEQS, points=BATCH_POINTS, speculative=spec,
                          pp=pp)
-    inst = _Instance(dep, layout, dec.batches, np.asarray(dec.step_s, float), spec=tag, pp=pp)
+    inst = _Instance(dep, layout, dec.batches, np.asarray(dec.step_s, float), spec=tag, pp=pp, gpu=gpu)
     if dec.batch_cap < 1:
         where = f"{ranks} x {gpu}" + (f" x PP{pp}" if pp > 1 else "")
         inst.reason = (f"{where} ({layout}, {wd} weights, {kd} KV{', ' + tag if tag else ''}) cannot "
@@ -136,16 +140,18 @@ def _ep(inst: _Instance) -> int:
     return (inst.dep.moe_ep or inst.dep.ranks) if inst.dep.model.is_moe else 1
 
 
-def _shape(inst: _Instance) -> str:
+def _shape(inst: _Instance, mixed: bool = False) -> str:
     s = f"{inst.layout}{inst.dep.ranks}" + (f" PP{inst.pp}" if inst.pp > 1 else "")
     s = s + f" EP{_ep(inst)}" if inst.dep.model.is_moe and inst.dep.ranks > 1 else s
-    return s + f" +{inst.spec}" if inst.spec else s
+    s = s + f" +{inst.spec}" if inst.spec else s
+    return f"{s} on {inst.gpu}" if mixed else s
 
 
-def _label(mode: str, wd: str, kd: str, p: _Instance | None, d: _Instance, chunk=None) -> str:
+def _label(mode: str, wd: str, kd: str, p: _Instance | None, d: _Instance, chunk=None, mixed: bool = False) -> str:
+    """A row's label; a question with several GPU types names each side's ("TP8 on h200")."""
     if mode == "colocated":
-        return f"colocated {_shape(d)} {wd}/{kd} chunk {chunk}"
-    return f"disagg P:{_shape(p)} D:{_shape(d)} {wd}/{kd}"
+        return f"colocated {_shape(d, mixed)} {wd}/{kd} chunk {chunk}"
+    return f"disagg P:{_shape(p, mixed)} D:{_shape(d, mixed)} {wd}/{kd}"
 
 
 @dataclass(frozen=True)
@@ -187,39 +193,59 @@ class _ColocatedPoint:
         return lo
 
 
-def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[list[dict], list[dict]]:
+def _colocated_rows(q: Question, wl: dg.Workload, insts: list[_Instance], econ: Economics
+                    ) -> tuple[list[dict], list[dict]]:
     rows, front = [], []
     for inst in insts:
         if inst.dep is None or inst.layout != "TP" or inst.reason:
             continue
         dep = inst.dep
-        dec, t_mix = _colocated_tables(q.model, q.gpu, q.runtime, dep.ranks, dep.weight_dtype, dep.kv_dtype,
+        dec, t_mix = _colocated_tables(q.model, inst.gpu, q.runtime, dep.ranks, dep.weight_dtype, dep.kv_dtype,
                                        q.isl, q.osl, q.chunks, dep.moe_ep, _key(q, inst), inst.pp)
         lam_cap = float(np.max(dec.batches / (q.osl * np.asarray(dec.step_s))))  # pure-decode capacity
         lam = np.geomspace(lam_cap * 1e-4, lam_cap, RATE_POINTS)
         for i, chunk in enumerate(q.chunks):
             point = _ColocatedPoint(dec, t_mix[i], wl, chunk, q.stat == "mean", q.ttft_ms * 1e-3, q.tpot_ms * 1e-3)
-            row, pts = _colocated_row(q, inst, point, lam)
+            row, pts = _colocated_row(q, inst, point, lam, econ)
             rows.append(row)
             front += pts
     return rows, front
 
 
-def _colocated_row(q: Question, inst: _Instance, point: _ColocatedPoint, lam: np.ndarray) -> tuple[dict, list]:
+def _n_within(q: Question, gpus: int, usd_per_hour: float) -> int:
+    """The most instances of ``gpus`` GPUs at ``usd_per_hour`` each within the question's GPU and $/hour budgets."""
+    n = q.gpus // gpus
+    if q.budget_usd_per_hour is not None and usd_per_hour > 0:
+        n = min(n, int(math.floor(q.budget_usd_per_hour / usd_per_hour * (1 + 1e-12))))
+    return n
+
+
+def _colocated_row(q: Question, inst: _Instance, point: _ColocatedPoint, lam: np.ndarray, econ: Economics
+                   ) -> tuple[dict, list]:
     """The planner's row of one colocated configuration (the most instances within the budget, or the fewest
     that serve the question's rate) and its frontier points over the rate grid ``lam``."""
     dep, chunk = inst.dep, point.chunk
     g = inst.gpus
-    n_max = q.gpus // g
+    usd1 = econ.usd_per_hour(inst)
+    n_max = _n_within(q, g, usd1)
+    if n_max < 1 and g <= q.gpus:  # the price budget does not buy one instance
+        base0 = dict(mode="colocated", decode_gpu=inst.gpu, weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
+                     decode_ranks=dep.ranks, decode_layout="TP", decode_pp=inst.pp, speculative=inst.spec,
+                     chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst, chunk,
+                                                      len(q.gpu_types) > 1))
+        return dict(base0, feasible=False, reason=f"one instance costs ${usd1:,.2f}/hour > the budget of "
+                    f"${q.budget_usd_per_hour:,.2f}/hour"), []
     base = dict(mode="colocated", weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
                 prefill_ranks=np.nan, prefill_layout="", prefill_ep=np.nan, prefill_pp=np.nan, decode_pp=inst.pp,
                 decode_ranks=dep.ranks,
-                decode_layout="TP", decode_ep=_ep(inst), speculative=inst.spec,
-                chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst, chunk))
+                decode_layout="TP", decode_ep=_ep(inst), speculative=inst.spec, decode_gpu=inst.gpu,
+                chunk_tokens=chunk, label=_label("colocated", dep.weight_dtype, dep.kv_dtype, None, inst, chunk,
+                                                 len(q.gpu_types) > 1))
     r, ttft, tpot = point.at(lam, n_max)
     ok = point.ok(ttft, tpot)
     good = np.isfinite(ttft) & (ttft <= point.T_ttft) & np.isfinite(tpot)
-    front = [dict(base, tokens_per_s_per_user=1.0 / tpot[j], tokens_per_s_per_gpu=lam[j] * q.osl / g)
+    front = [dict(base, tokens_per_s_per_user=1.0 / tpot[j], tokens_per_s_per_gpu=lam[j] * q.osl / g,
+                  usd_per_mtok_total=usd1 / (3600.0 * lam[j] * (q.isl + q.osl)) * 1e6 if usd1 else np.nan)
              for j in np.nonzero(good)[0]]
     if not ok.any():
         why = _colocated_reason(point.dec, point.t_mix, r, ttft, tpot, point.T_ttft, point.T_tpot)
@@ -238,15 +264,20 @@ def _colocated_row(q: Question, inst: _Instance, point: _ColocatedPoint, lam: np
             n_c += 1
         rate = q.rate_per_s
     if n_c < 1 or n_c > n_max:
+        over = (f"over the budget of {q.gpus} GPUs" if n_c * g > q.gpus
+                else f"${n_c * usd1:,.2f}/hour, over the budget of ${q.budget_usd_per_hour:,.2f}/hour")
         return dict(base, feasible=False, instances=n_c, gpus=n_c * g,
-                    reason=f"needs {n_c} instances of {g} GPUs, over the budget of {q.gpus}"
+                    reason=f"needs {n_c} instances of {g} GPUs, {over}"
                     if n_c > n_max else f"one instance needs {g} GPUs > {q.gpus}"), front
     r, ttft, tpot = point.at(np.array([rate / n_c]), n_c)
+    mb = float(r["decode_batch"][0])
+    share_in = rate / n_c * float(r["prefill_service_s"][0])  # the share of an instance's time in prefill
+    cost = econ.columns(rate, [(inst, n_c)], inst, inst, mb, _spec_of(q.model, _key(q, inst)), share_in)
     return dict(base, feasible=True, reason="", n_prefill=0, n_decode=n_c, gpus=n_c * g,
                 rate_per_s=rate, ttft_ms=float(ttft[0]) * 1e3, tpot_ms=float(tpot[0]) * 1e3,
-                tpot_mean_ms=float(r["tpot_mean_s"][0]) * 1e3, decode_batch=float(r["decode_batch"][0]),
-                max_num_seqs=_seqs_cap(float(r["decode_batch"][0]), point.dec.batches[-1]),
-                capacity_per_s=lam_star * n_max), front
+                tpot_mean_ms=float(r["tpot_mean_s"][0]) * 1e3, decode_batch=mb,
+                max_num_seqs=_seqs_cap(mb, point.dec.batches[-1]),
+                capacity_per_s=lam_star * n_max, **cost), front
 
 
 def _colocated_reason(dec, t_mix, r, ttft, tpot, T_ttft, T_tpot) -> str:
@@ -266,9 +297,10 @@ def _seqs_cap(mean_batch: float, cap: float) -> int:
     return int(max(1, min(cap, 8 * math.ceil(b / 8))))
 
 
-def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[list[dict], list[dict]]:
-    link = presets.link(q.link_name())
+def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance], econ: Economics
+                 ) -> tuple[list[dict], list[dict]]:
     T_ttft, T_tpot = q.ttft_ms * 1e-3, q.tpot_ms * 1e-3
+    mixed = len(q.gpu_types) > 1
     pre = [i for i in insts if i.dep is not None and i.layout == "TP" and not i.reason and not i.spec]
     dec = [i for i in insts if i.dep is not None and not i.reason]
     if not pre or not dec:
@@ -280,7 +312,9 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
         return [], []
     k = len(pairs)
     busy_p, busy_d, exposed = np.zeros(k), np.zeros(k), np.zeros(k)
+    links = {}
     for j, (p, d) in enumerate(pairs):
+        link = links.setdefault((p.gpu, d.gpu), presets.link(q.link_name(p.gpu, d.gpu)))
         lat = p.prefill_s + p.prefill_delay_s  # the KV streams out while the whole prompt's prefill runs
         ps = dg.PrefillSide(p.dep, p.prefill_s, np.array([p.prefill_s]), np.array([1.0]), p.pp,
                             np.array([lat]) if p.pp > 1 else np.zeros(0))
@@ -304,14 +338,17 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
             d_rate[id(d)] = pm.decode_instance_rate(q.stat, T_tpot, d.batches, d.step_s, q.osl)
     rate_d1 = np.array([d_rate[id(d)]["rate_per_s"] for _, d in pairs])
     rate_link = pm.inbound_link_rates(q.stat, T_ttft - S - exposed, busy_d, n_max)
+    budget_usd = math.inf if q.budget_usd_per_hour is None or econ.prices is None else q.budget_usd_per_hour
     rows, front = [], []
     for j, (p, d) in enumerate(pairs):
+        usd_p, usd_d = econ.usd_per_hour(p), econ.usd_per_hour(d)
         base = dict(mode="disaggregated", weight_dtype=d.dep.weight_dtype, kv_dtype=d.dep.kv_dtype,
+                    prefill_gpu=p.gpu, decode_gpu=d.gpu,
                     prefill_ranks=p.dep.ranks, prefill_layout="TP", prefill_ep=_ep(p), prefill_pp=p.pp,
                     decode_pp=d.pp, decode_ranks=d.dep.ranks,
                     decode_ep=_ep(d), speculative=d.spec,
-                    decode_layout=d.layout, chunk_tokens=np.nan, link=link.name,
-                    label=_label("disaggregated", d.dep.weight_dtype, d.dep.kv_dtype, p, d))
+                    decode_layout=d.layout, chunk_tokens=np.nan, link=links[(p.gpu, d.gpu)].name,
+                    label=_label("disaggregated", d.dep.weight_dtype, d.dep.kv_dtype, p, d, mixed=mixed))
         dr = d_rate[id(d)]
         # frontier: continuous P:D ratio at the best prefill rate per instance within the budget
         per_inst_p = float(np.max(rate_p[j] / np.arange(1, n_max + 1)))
@@ -323,13 +360,23 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
             t_stat = np.interp(bstat, d.batches, np.maximum.accumulate(d.step_s))
             lam_d = m / (q.osl * t_m)
             y = q.osl / (p.gpus / per_inst_p + d.gpus / lam_d)
-            front += [dict(base, tokens_per_s_per_user=1.0 / t_stat[i], tokens_per_s_per_gpu=y[i])
-                      for i in np.nonzero(fits)[0]]
+            usd_req = (usd_p / per_inst_p + usd_d / lam_d) / 3600.0  # $ per request, continuous pool ratio
+            usd_m = usd_req / (q.isl + q.osl) * 1e6 if usd_p else np.full(lam_d.shape, np.nan)
+            front += [dict(base, tokens_per_s_per_user=1.0 / t_stat[i], tokens_per_s_per_gpu=y[i],
+                           usd_per_mtok_total=usd_m[i]) for i in np.nonzero(fits)[0]]
         # highest rate then fewest GPUs (no rate given), or fewest GPUs at the rate: pm.best_pool_pair
-        pick = pm.best_pool_pair(rate_p[j], rate_d1[j], rate_link[j], rp[j], rd[j], q.gpus, q.rate_per_s)
+        pick = pm.best_pool_pair(rate_p[j], rate_d1[j], rate_link[j], rp[j], rd[j], q.gpus, q.rate_per_s,
+                                 usd_p=usd_p, usd_d=usd_d, budget_usd=budget_usd,
+                                 by_cost=q.objective == "usd_per_mtok")
         if pick["n_p"] == 0:
-            why = (_disagg_reason(p, d, dr, rate_p[j], rate_link[j], T_ttft, exposed[j]) if pick["max_rate"] <= 0
-                   else f"at most {pick['max_rate']:.3g} req/s within {q.gpus} GPUs < {q.rate_per_s:g} req/s")
+            within = f"{q.gpus} GPUs" + (f" and ${budget_usd:,.2f}/hour" if math.isfinite(budget_usd) else "")
+            if usd_p + usd_d > budget_usd:
+                why = (f"one prefill and one decode instance cost ${usd_p + usd_d:,.2f}/hour > the budget of "
+                       f"${budget_usd:,.2f}/hour")
+            elif pick["max_rate"] <= 0:
+                why = _disagg_reason(p, d, dr, rate_p[j], rate_link[j], T_ttft, exposed[j])
+            else:
+                why = f"at most {pick['max_rate']:.3g} req/s within {within} < {q.rate_per_s:g} req/s"
             rows.append(dict(base, feasible=False, reason=why))
             continue
         n_p, n_d = pick["n_p"], pick["n_d"]
@@ -341,11 +388,12 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance]) -> tuple[
         mb = float(mb) if np.isfinite(mb) else dr["mean_batch"]
         bstat = mb + at_stat.z_of(q.stat) * math.sqrt(mb)
         tpot = float(np.interp(max(bstat, 1.0), d.batches, np.maximum.accumulate(d.step_s)))
+        cost = econ.columns(lam, [(p, n_p), (d, n_d)], p, d, mb, _spec_of(q.model, _key(q, d)))
         rows.append(dict(base, feasible=True, reason="", n_prefill=n_p, n_decode=n_d, gpus=int(pick["gpus"]),
                          rate_per_s=lam, ttft_ms=float(ttft) * 1e3, tpot_ms=tpot * 1e3,
                          tpot_mean_ms=float(np.interp(max(mb, 1.0), d.batches, d.step_s)) * 1e3,
                          decode_batch=mb, max_num_seqs=_seqs_cap(mb, float(d.batches[-1])),
-                         capacity_per_s=pick["max_rate"], transfer_exposed_ms=exposed[j] * 1e3))
+                         capacity_per_s=pick["max_rate"], transfer_exposed_ms=exposed[j] * 1e3, **cost))
     return rows, front
 
 
@@ -361,9 +409,11 @@ def _disagg_reason(p, d, dr, rate_p, rate_link, T_ttft, exposed) -> str:
 
 
 TABLE_COLUMNS = ["mode", "label", "weight_dtype", "kv_dtype", "prefill_ranks", "prefill_layout", "prefill_ep",
-                 "decode_ranks", "decode_layout", "decode_ep", "prefill_pp", "decode_pp", "speculative", "chunk_tokens", "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
+                 "decode_ranks", "decode_layout", "decode_ep", "prefill_pp", "decode_pp", "speculative", "chunk_tokens",
+                 "link", "n_prefill", "n_decode", "gpus", "rate_per_s",
                  "tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "tpot_mean_ms",
-                 "decode_batch", "max_num_seqs", "capacity_per_s", "transfer_exposed_ms", "feasible", "reason"]
+                 "decode_batch", "max_num_seqs", "capacity_per_s", "transfer_exposed_ms", *ECON_COLUMNS,
+                 "feasible", "reason"]
 
 
 def configurations(q: Question) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -373,13 +423,14 @@ def configurations(q: Question) -> tuple[pd.DataFrame, pd.DataFrame]:
     max_num_seqs, capacity_per_s (highest rate within the budget), feasible and reason."""
     wl = q.workload
     insts = _instances(q, wl)
+    econ = Economics.of(q)
     rows, pts = [], []
     if "colocated" in q.modes:
-        r, f = _colocated_rows(q, wl, insts)
+        r, f = _colocated_rows(q, wl, insts, econ)
         rows += r
         pts += f
     if "disaggregated" in q.modes:
-        r, f = _disagg_rows(q, wl, insts)
+        r, f = _disagg_rows(q, wl, insts, econ)
         rows += r
         pts += f
     for i in insts:  # a speculative twin that failed as its plain instance did is not listed twice
@@ -398,7 +449,10 @@ def configurations(q: Question) -> tuple[pd.DataFrame, pd.DataFrame]:
 def order_table(df: pd.DataFrame, q: Question) -> pd.DataFrame:
     """Feasible first, best objective first; ties by tokens/s per user, then label (a total order, so a
     sweep split into tasks and merged gives the same table)."""
-    if q.rate_per_s is None:
+    first = {"usd_per_mtok": ("usd_per_mtok_total", True), "j_per_token": ("j_per_token", True)}.get(q.objective)
+    if first is not None:
+        keys, asc = ["feasible", first[0], "tokens_per_s_per_user", "label"], [False, first[1], False, True]
+    elif q.rate_per_s is None:
         keys, asc = ["feasible", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "label"], [False, False, False, True]
     else:
         keys, asc = ["feasible", "gpus", "tokens_per_s_per_user", "label"], [False, True, False, True]
@@ -429,6 +483,10 @@ def best(table: pd.DataFrame, q: Question) -> dict:
     r = rest.iloc[0].to_dict() if len(rest) else None
     if r is None:
         margin = np.nan
+    elif q.objective == "usd_per_mtok":
+        margin = 100.0 * (r["usd_per_mtok_total"] / b["usd_per_mtok_total"] - 1.0)
+    elif q.objective == "j_per_token":
+        margin = 100.0 * (r["j_per_token"] / b["j_per_token"] - 1.0)
     elif q.rate_per_s is None:
         margin = 100.0 * (b["tokens_per_s_per_gpu"] / r["tokens_per_s_per_gpu"] - 1.0)
     else:
@@ -466,7 +524,8 @@ def _merged(q: Question, scheduler, workers) -> tuple[pd.DataFrame, pd.DataFrame
         bad = rows.loc[rows["error"].fillna("").astype(str).str.len() > 0, "error"].iloc[0]
         raise SpecError(f"a planning task failed: {bad}")
     conf = rows[rows["kind"] == "config"].drop(columns=[c for c in rows if c in ("kind", "task_id", "error")])
-    pts = rows[rows["kind"] == "point"][["mode", "label", "tokens_per_s_per_user", "tokens_per_s_per_gpu"]]
+    pts = rows[rows["kind"] == "point"].reindex(columns=["mode", "label", "tokens_per_s_per_user",
+                                                         "tokens_per_s_per_gpu", "usd_per_mtok_total"])
     conf = conf.reindex(columns=TABLE_COLUMNS)
     conf["feasible"] = conf["feasible"].astype(bool)
     return order_table(conf, q), pts.reset_index(drop=True)
@@ -483,16 +542,19 @@ def config_of(row: dict, q: Question) -> DeploymentConfig:
         sides = (_side_of(row, m, "colocated", row["n_decode"], row["decode_ranks"], row["decode_layout"],
                           row["chunk_tokens"], row.get("decode_ep"), spec, row.get("decode_pp")),)
     else:
+        pg = str(row.get("prefill_gpu") or "") or q.gpu
+        dg_ = str(row.get("decode_gpu") or "") or q.gpu
         sides = (_side_of(row, m, "prefill", row["n_prefill"], row["prefill_ranks"], row["prefill_layout"], None,
-                          row.get("prefill_ep"), None, row.get("prefill_pp")),
+                          row.get("prefill_ep"), None, row.get("prefill_pp"), pg if pg != dg_ else None),
                  _side_of(row, m, "decode", row["n_decode"], row["decode_ranks"], row["decode_layout"], None,
                           row.get("decode_ep"), spec, row.get("decode_pp")))
-    return DeploymentConfig(model=q.model, gpu=q.gpu, mode=row["mode"], weight_dtype=row["weight_dtype"],
+    gpu = str(row.get("decode_gpu") or "") or q.gpu
+    return DeploymentConfig(model=q.model, gpu=gpu, mode=row["mode"], weight_dtype=row["weight_dtype"],
                             kv_dtype=row["kv_dtype"], sides=sides,
                             link=row.get("link") if row["mode"] != "colocated" else None)
 
 
-def _side_of(row: dict, m, role: str, n, ranks, layout: str, chunk, ep, spec=None, pp=None) -> SideConfig:
+def _side_of(row: dict, m, role: str, n, ranks, layout: str, chunk, ep, spec=None, pp=None, gpu=None) -> SideConfig:
     """One side of a table row: a row's EP size, or (MoE without one) all of its ranks; dispatch all-to-all
     for an MoE DPA instance spanning nodes (the search prices it so)."""
     ep = int(ep) if m.is_moe and ep == ep and ep is not None else (int(ranks) if m.is_moe else 1)
@@ -500,7 +562,7 @@ def _side_of(row: dict, m, role: str, n, ranks, layout: str, chunk, ep, spec=Non
                       max_num_seqs=int(row["max_num_seqs"]) if role != "prefill" else 1,
                       chunk_tokens=None if chunk is None or chunk != chunk else int(chunk),
                       moe_dispatch="alltoall" if m.is_moe and layout == "DPA" and int(ranks) > 8 else "gather",
-                      speculative=spec, pp=1 if pp is None or pp != pp else int(pp))
+                      speculative=spec, pp=1 if pp is None or pp != pp else int(pp), gpu=gpu)
 
 
 def plan(q: Question | None = None, *, scheduler=None, workers: int | None = None, **kw) -> dict:

@@ -126,7 +126,8 @@ def test_notebook_parameters_name_the_parameter():
     good = dict(MODEL="qwen3-32b", GPU="h200", GPUS=32, ISL=4000, OSL=500, TTFT_MS=300.0, TPOT_MS=10.0, STAT="p90",
                 RATE=None, WEIGHT_DTYPES=["fp8"], KV_DTYPES=None, LINK=None, RUNTIME="default", TOP=8,
                 SIMULATED_REQUESTS=2000, N_RATES=8, PIPELINE_SIZES=[1, 2, 4], SPECULATIVE=None,
-                SPECULATIVE_ACCEPTED_LENGTH=None)
+                SPECULATIVE_ACCEPTED_LENGTH=None, OTHER_GPUS=[], PRICE_TIER="neocloud-on-demand",
+                OBJECTIVE="tokens_per_s_per_gpu", BUDGET_USD_PER_HOUR=None, INTERACTIVITY=None)
     assert check(good) == {}
     for bad, needle in [(dict(GPUS=0), "GPUS must be an integer"), (dict(RATE=-1), "RATE must be"),
                         (dict(LINK="x"), "LINK must name a preset"), (dict(KV_DTYPES=["fp3"]), "KV_DTYPES must be"),
@@ -134,6 +135,14 @@ def test_notebook_parameters_name_the_parameter():
                         (dict(N_RATES=1), "N_RATES must be"), (dict(PIPELINE_SIZES=4), "PIPELINE_SIZES must be a list"),
                         (dict(PIPELINE_SIZES=[0]), "PIPELINE_SIZES must be an integer in"),
                         (dict(SPECULATIVE="x"), "SPECULATIVE must name a preset"),
+                        (dict(OTHER_GPUS="b200"), "OTHER_GPUS must be a list"),
+                        (dict(OTHER_GPUS=["h900"]), "OTHER_GPUS must name a preset"),
+                        (dict(PRICE_TIER="spot"), "PRICE_TIER must name a preset"),
+                        (dict(OBJECTIVE="cheap"), "OBJECTIVE must be one of"),
+                        (dict(BUDGET_USD_PER_HOUR=-1), "BUDGET_USD_PER_HOUR must be"),
+                        (dict(INTERACTIVITY=0), "INTERACTIVITY must be None"),
+                        (dict(OTHER_GPUS=["mi300x"], OBJECTIVE="usd_per_mtok"),
+                         "price tier 'neocloud-on-demand' has no price for gpu 'mi300x'"),
                         (dict(SPECULATIVE="ngram-5", SPECULATIVE_ACCEPTED_LENGTH=9.0),
                          r"SPECULATIVE_ACCEPTED_LENGTH must be a finite number in \[1, 6\]")]:
         with pytest.raises(SpecError, match=needle):
