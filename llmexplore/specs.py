@@ -731,7 +731,7 @@ class GpuPrice:
 @dataclass(frozen=True)
 class PriceTier(Spec):
     """A price tier (hyperscaler on-demand, neocloud on-demand, 3-year reserved, ...): USD per GPU-hour for each
-    GPU preset it prices, each with its date and source (``data/prices.yaml``; docs/models.md §9). Prices change
+    GPU preset it prices, each with its date and source (``data/prices.yaml``; docs/models.md §8.7). Prices change
     fast: every answer that uses one shows its date. A GPU the tier does not list has no price in it."""
 
     name: str
@@ -787,7 +787,7 @@ class PriceTier(Spec):
 
 @dataclass(frozen=True)
 class GpuPower(Spec):
-    """Power of one GPU type (``data/power.yaml``, keyed by hardware preset; docs/models.md §9).
+    """Power of one GPU type (``data/power.yaml``, keyed by hardware preset; docs/models.md §8.7).
 
     Board power (what NVML reports and the ML.ENERGY leaderboard measures) follows an energy roofline (Choi et
     al., IPDPS 2013): ``idle_W`` while resident and idle, plus energy per FLOP and per HBM byte chosen so that a

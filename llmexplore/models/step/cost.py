@@ -1,4 +1,4 @@
-"""Dollars and provisioned power of served tokens (docs/models.md §9.1): the arithmetic every area shares.
+"""Dollars and provisioned power of served tokens (docs/models.md §8.7): the arithmetic every area shares.
 
 A deployment of GPUs renting at p USD per GPU-hour each costs sum(p) per hour; serving r tokens per second it
 costs ``usd_per_mtok = usd_per_hour / (3600 r) x 1e6`` per million of them. Provisioned all-in power (GPU, host,

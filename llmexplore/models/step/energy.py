@@ -1,4 +1,4 @@
-"""Board energy of forward steps and of served requests: an energy roofline (docs/models.md §9.2).
+"""Board energy of forward steps and of served requests: an energy roofline (docs/models.md §8.7).
 
 A GPU's board power (what NVML reports and the ML.ENERGY leaderboard integrates) is modelled as a static part
 while resident plus a dynamic part proportional to the work done, the energy roofline of Choi, Bedard, Fowler

@@ -1,4 +1,4 @@
-"""GPU energy per output token against the ML.ENERGY leaderboard's measurements (docs/models.md §9.3): a check,
+"""GPU energy per output token against the ML.ENERGY leaderboard's measurements (docs/models.md §8.7): a check,
 never a fit. ``data/validation/energy.csv`` holds ML.ENERGY v3.0's saturated vLLM 0.11.1 servers (LM Arena chat
 task, H100 and B200): measured board energy per output token at each ``max_num_seqs``, prefill included.
 

@@ -1,5 +1,5 @@
 """What a planned configuration costs and the energy it uses: $/hour, $ per million input / output / all tokens,
-GPU board energy per output token and output tokens/s per MW of all-in power (docs/models.md §9).
+GPU board energy per output token and output tokens/s per MW of all-in power (docs/models.md §8.7).
 
 * **Dollars.** A pool of n instances of G GPUs at p USD per GPU-hour costs n G p per hour (the price tier's,
   dated, or the user's). Per million tokens: the deployment's $/hour over the tokens it serves per hour. Input
