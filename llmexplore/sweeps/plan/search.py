@@ -381,9 +381,20 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance], econ: Eco
             continue
         n_p, n_d = pick["n_p"], pick["n_d"]
         lam = pick["rate"] if q.rate_per_s is None else q.rate_per_s
-        ttft = (at_stat.pool_wait(q.stat, lam, S[j], n_p) + S[j]
-                + np.maximum(at_stat.link_wait(q.stat, lam / n_p, busy_p[j]), at_stat.link_wait(q.stat, lam / n_d, busy_d[j]))
-                + exposed[j])
+        joint = functools.partial(_joint_ttft, q.stat, S[j], busy_p[j], busy_d[j], exposed[j])
+        if float(joint(lam, n_p, n_d)) > T_ttft * (1 + 1e-9):
+            # the pool pair was chosen with the prefill pool's wait and the decode NICs' wait each within the
+            # target alone; together they can miss it: settle the rate (or, with a rate, the pools) jointly
+            fixed = _settle_joint(q, joint, lam, n_p, n_d, T_ttft, rp[j], rd[j], usd_p, usd_d, budget_usd,
+                                  rate_d1[j])
+            if fixed is None:
+                rows.append(dict(base, feasible=False, reason=(
+                    f"the prefill queue and the decode NICs' queue together exceed the TTFT target at "
+                    f"{q.rate_per_s:g} req/s within {q.gpus} GPUs")))
+                continue
+            lam, n_p, n_d = fixed
+            pick = dict(pick, gpus=n_p * rp[j] + n_d * rd[j])
+        ttft = joint(lam, n_p, n_d)
         mb = dg.first_fixed_point(d.batches, d.step_s, lam / n_d, q.osl)
         mb = float(mb) if np.isfinite(mb) else dr["mean_batch"]
         bstat = mb + at_stat.z_of(q.stat) * math.sqrt(mb)
@@ -395,6 +406,37 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance], econ: Eco
                          decode_batch=mb, max_num_seqs=_seqs_cap(mb, float(d.batches[-1])),
                          capacity_per_s=pick["max_rate"], transfer_exposed_ms=exposed[j] * 1e3, **cost))
     return rows, front
+
+
+def _joint_ttft(stat, S, busy_p, busy_d, exposed, lam, n_p, n_d):
+    """TTFT at ``stat`` of a pool pair [s]: the prefill pool's wait, the prompt, the slower of the two NICs' waits
+    (the prefill side's sends, the decode side's receives) and the exposed transfer. Broadcasts over ``lam``."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        return (at_stat.pool_wait(stat, lam, S, n_p) + S
+                + np.maximum(at_stat.link_wait(stat, lam / n_p, busy_p), at_stat.link_wait(stat, lam / n_d, busy_d))
+                + exposed)
+
+
+def _settle_joint(q, joint, lam, n_p, n_d, T, g_p, g_d, usd_p, usd_d, budget_usd, rate_d1):
+    """(rate, n_p, n_d) within the joint TTFT target: without a question rate, the highest rate <= ``lam`` the pair
+    sustains (TTFT grows with the rate); with one, the cheapest pair of at least as many instances of each pool
+    that serves it within the GPU and $/hour budgets. None when there is none."""
+    if q.rate_per_s is None:
+        grid = lam * np.linspace(1.0, 0.0, 257)[:-1]
+        ok = np.asarray(joint(grid, n_p, n_d)) <= T
+        return (float(grid[np.argmax(ok)]), n_p, n_d) if ok.any() else None
+    best = None
+    for a in range(n_p, int(q.gpus // g_p) + 1):
+        for b in range(n_d, int((q.gpus - a * g_p) // g_d) + 1):
+            cost = a * usd_p + b * usd_d
+            if cost > budget_usd or b * rate_d1 < lam:
+                continue
+            if float(joint(lam, a, b)) <= T:
+                key = (cost if q.objective == "usd_per_mtok" else a * g_p + b * g_d, a)
+                if best is None or key < best[0]:
+                    best = (key, (lam, a, b))
+                break  # more decode instances only cost more
+    return None if best is None else best[1]
 
 
 def _disagg_reason(p, d, dr, rate_p, rate_link, T_ttft, exposed) -> str:
