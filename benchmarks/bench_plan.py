@@ -41,7 +41,7 @@ from llmexplore.models.serving.batcher import Scheduler  # noqa: E402
 from llmexplore.models.step.engine import Deployment  # noqa: E402
 from llmexplore.models.serving.workload import LengthDist, Traffic  # noqa: E402
 from llmexplore.sweeps import plan as sp  # noqa: E402
-from llmexplore.sweeps.plan import search as plan_search  # noqa: E402
+from llmexplore.sweeps.plan import instances as plan_search  # noqa: E402
 
 Q = sp.Question(model="qwen3-32b", gpu="h200", gpus=32, isl=4000, osl=500, ttft_ms=300, tpot_ms=10, stat="p90",
                 weight_dtypes=("fp8",))

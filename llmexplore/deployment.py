@@ -45,7 +45,7 @@ MAX_SEQS = 1 << 24       # running requests of one instance
 MAX_TOKENS = 1 << 30     # chunked-prefill token budget
 MAX_STAGES = 128         # pipeline stages of one instance (engines run 2-16)
 _SIDE_FIELDS = ("role", "instances", "ranks", "pp", "layout", "ep", "max_num_seqs", "chunk_tokens", "moe_dispatch",
-                "speculative", "gpu")
+                "speculative", "gpu", "max_prompt_tokens")
 _REQUIRED = ("model", "gpu", "mode", "weight_dtype", "kv_dtype", "sides")
 
 
@@ -57,7 +57,9 @@ class SideConfig:
     ``speculative`` the speculative decoding its decode steps run (a :class:`~llmexplore.specs.SpecDecode`,
     written in JSON as its fields; None: plain decoding; a prefill side never has one). ``pp`` > 1: each instance
     is a pipeline of ``pp`` stages of ``ranks`` GPUs (TP layout), ``ranks x pp`` GPUs in all. ``gpu``: the side's
-    GPU type where it differs from the configuration's (a disaggregated mix of types; None: the configuration's)."""
+    GPU type where it differs from the configuration's (a disaggregated mix of types; None: the configuration's).
+    ``max_prompt_tokens``: in a colocated configuration of two pools routed by length, the first pool takes the
+    prompts of up to this many tokens and the second the longer ones (None: no routing)."""
 
     role: str
     instances: int
@@ -70,9 +72,11 @@ class SideConfig:
     moe_dispatch: str = "gather"
     speculative: Any = None
     gpu: str | None = None
+    max_prompt_tokens: int | None = None
 
     def to_json(self) -> dict:
-        out = {f: getattr(self, f) for f in _SIDE_FIELDS if f != "gpu" or self.gpu is not None}
+        out = {f: getattr(self, f) for f in _SIDE_FIELDS
+               if f not in ("gpu", "max_prompt_tokens") or getattr(self, f) is not None}
         out["speculative"] = None if self.speculative is None else self.speculative.to_json()
         return out
 
@@ -192,8 +196,12 @@ def _side(doc: Any, i: int, *, model, dispatch: str, complete: bool) -> SideConf
             presets.hardware(gpu)
         except SpecError as exc:
             raise SpecError(f"{where}['gpu']: {exc}") from None
+    route = doc.get("max_prompt_tokens")
+    if route is not None:
+        route = _check.integer(f"{where}['max_prompt_tokens']", route, lo=1, hi=MAX_TOKENS, unit="tokens")
     return SideConfig(role=role, instances=instances, ranks=ranks, layout=layout, pp=pp, ep=ep, max_num_seqs=seqs,
-                      chunk_tokens=chunk, moe_dispatch=side_dispatch, speculative=spec, gpu=gpu)
+                      chunk_tokens=chunk, moe_dispatch=side_dispatch, speculative=spec, gpu=gpu,
+                      max_prompt_tokens=route)
 
 
 def _speculative(value: Any, where: str, role: str, model):
@@ -255,6 +263,8 @@ def _checked(doc: Any, *, complete: bool) -> DeploymentConfig:
     if not isinstance(sides, (list, tuple)) or not sides:
         raise SpecError(f"config['sides'] must be a non-empty list of sides, got {_check.shown(sides)}")
     want = ["colocated"] if mode == "colocated" else ["prefill", "decode"]
+    if mode == "colocated" and isinstance(sides, (list, tuple)) and len(sides) == 2:
+        want = ["colocated", "colocated"]  # two pools routed by length
     if len(sides) != len(want):  # before each side is read: a million of them took over 30 s to refuse
         raise SpecError(f"config['sides'] must hold {len(want)} side{'s' if len(want) > 1 else ''} ({', '.join(want)}) "
                         f"for mode {mode!r}, got {len(sides):,}")
@@ -263,6 +273,14 @@ def _checked(doc: Any, *, complete: bool) -> DeploymentConfig:
     roles = [s.role for s in out]
     if sorted(roles) != sorted(want):
         raise SpecError(f"config['sides'] roles must be {want} for mode {mode!r}, got {roles}")
+    routes = [s.max_prompt_tokens for s in out]
+    if len(out) == 2 and mode == "colocated" and (routes[0] is None or routes[1] is not None):
+        raise SpecError("config['sides'] of two colocated pools are routed by length: the first needs "
+                        "max_prompt_tokens (the longest prompt it takes) and the second none (it takes the rest), "
+                        f"got {routes}")
+    if any(r is not None for r in routes) and len(out) != 2:
+        raise SpecError("config['sides'][i]['max_prompt_tokens'] routes prompts between two colocated pools; this "
+                        f"configuration has {len(out)} side(s) in mode {mode!r}")
     cfg = object.__new__(DeploymentConfig)
     for name, value in (("model", doc["model"]), ("gpu", doc["gpu"]), ("mode", mode),
                         ("weight_dtype", doc["weight_dtype"]), ("kv_dtype", doc["kv_dtype"]), ("sides", out),

@@ -368,12 +368,20 @@ def launch_commands(config: dict, engine: str) -> list[dict]:
                  "command": None, "note": None, "flags": [], "files": {}}
         extra: dict = {}
         notes = list(weight_notes)
+        if side.get("max_prompt_tokens") is not None:
+            notes.append(f"route prompts of up to {side['max_prompt_tokens']:,} tokens to this pool (a router "
+                         "in front of both pools; longer prompts go to the other)")
+        elif len(cfg["sides"]) == 2 and cfg["mode"] == "colocated":
+            notes.append(f"route prompts longer than {cfg['sides'][0]['max_prompt_tokens']:,} tokens to this pool")
         types = {s.get("gpu") or cfg["gpu"] for s in cfg["sides"]}
         if len(types) > 1:  # a mix of GPU types: say where each pool runs and how its KV crosses
             other = next(s for s in cfg["sides"] if s is not side)
-            notes.append(f"run the {side['role']} pool on {gpu} hosts; the KV cache crosses {cfg.get('link') or 'the link'} "
-                         f"{'to' if side['role'] == 'prefill' else 'from'} the {other['role']} pool on "
-                         f"{other.get('gpu') or cfg['gpu']} hosts")
+            if cfg["mode"] == "colocated":
+                notes.append(f"run this pool on {gpu} hosts and the other on {other.get('gpu') or cfg['gpu']} hosts")
+            else:
+                notes.append(f"run the {side['role']} pool on {gpu} hosts; the KV cache crosses "
+                             f"{cfg.get('link') or 'the link'} {'to' if side['role'] == 'prefill' else 'from'} the "
+                             f"{other['role']} pool on {other.get('gpu') or cfg['gpu']} hosts")
         if side["layout"] == "DOP":
             notes = [(f"{eng['display_name']} {eng['release']} has no DOP layout (attention weights sharded like TP, "
                      "each request's KV on one rank): no flag expresses it; the nearest expressible layouts "

@@ -742,7 +742,7 @@ class PriceTier(Spec):
     def __post_init__(self) -> None:
         freeze_sources(self)
         where = f"PriceTier {_check.shown(self.name)}"
-        _check.text(f"PriceTier name", self.name)
+        _check.text("PriceTier name", self.name)
         _check.text(f"{where}: display_name", self.display_name, allow_empty=True)
         if not isinstance(self.prices, Mapping) or not self.prices:
             raise SpecError(f"{where}: prices must be a non-empty mapping of GPU preset -> {{usd_per_gpu_hour, "

@@ -20,7 +20,8 @@ FLAGS = {"model": "--model", "gpu": "--gpu", "gpus": "--gpus", "isl": "--isl", "
          "weight_dtypes": "--weight-dtype", "kv_dtypes": "--kv-dtype", "speculative": "--speculative",
          "speculative_accepted_length": "--speculative-accepted-length", "pipeline_sizes": "--pipeline-sizes",
          "objective": "--objective", "budget_usd_per_hour": "--budget-usd-per-hour", "price_tier": "--price-tier",
-         "usd_per_gpu_hour": "--usd-per-gpu-hour", "other_gpus": "--gpu"}
+         "usd_per_gpu_hour": "--usd-per-gpu-hour", "other_gpus": "--gpu", "long_share": "--long-share",
+         "long_isl": "--long-isl", "long_osl": "--long-osl"}
 
 TABLE_COLS = [
     Col("label", "configuration"), Col("gpus", "GPUs", ".0f"), Col("n_prefill", "P inst", ".0f"),
@@ -183,6 +184,15 @@ def add(sub) -> None:
                               "commas (h200=2.5,b200=4.1)", _prices),
                    metavar="P", help="your own price per GPU-hour in place of the tier's (one number for a "
                                      "single GPU type, else GPU=PRICE pairs)")
+    p.add_argument("--long-share", default=None, action=Checked, check=number_in(0.0, 1.0, lo_open=True,
+                                                                                  hi_open=True),
+                   metavar="F", help="a length mix: this share of the requests has --long-isl prompt tokens (the "
+                                     "rest shorter, --isl/--osl staying the mean); also searches two colocated "
+                                     "pools with prompts routed by length (needs --long-isl)")
+    p.add_argument("--long-isl", default=None, action=Checked, check=tokens, metavar="L",
+                   help="prompt tokens of the long requests of --long-share")
+    p.add_argument("--long-osl", default=None, action=Checked, check=tokens, metavar="L",
+                   help="output tokens of the long requests (default: --osl)")
     p.add_argument("--json", action="store_true",
                    help='JSON: {"best_mode", "best": {..., "config", "launch"}, "runner_up", "margin_pct", '
                         '"disagg_over_agg_ratio", "best_by_mode", "frontiers": {"colocated": [...], '
@@ -230,7 +240,8 @@ def run(args) -> int:
                     modes=MODES if args.mode == "both" else (args.mode,), speculative=args.speculative,
                     speculative_accepted_length=args.speculative_accepted_length, objective=args.objective,
                     budget_usd_per_hour=args.budget_usd_per_hour, price_tier=args.price_tier,
-                    usd_per_gpu_hour=prices or (),
+                    usd_per_gpu_hour=prices or (), long_share=args.long_share, long_isl=args.long_isl,
+                    long_osl=args.long_osl,
                     **({} if args.pipeline_sizes is None else {"pipeline_sizes": args.pipeline_sizes}))
     res = sp.plan(q, scheduler=args.scheduler, workers=args.workers)
     doc = fp.summary(res, top=args.top, simulate=args.simulate)

@@ -38,7 +38,12 @@ def question_text(q: sp.Question) -> str:
     rate = f"{q.rate_per_s:g} req/s" if q.rate_per_s is not None else "the highest rate the budget sustains"
     budget = f" and ${q.budget_usd_per_hour:,.2f}/hour" if q.budget_usd_per_hour is not None else ""
     best_at = "" if q.objective == "tokens_per_s_per_gpu" else f", best by {OBJECTIVE_WORDS[q.objective]}"
-    return (f"{m.label} on up to {q.gpus} {types}{budget}: prompts of {q.isl:,} and outputs of {q.osl:,} tokens, "
+    mix = ""
+    if q.long_share is not None:
+        (si, so), (li, lo) = q.classes()
+        mix = (f" ({100 * (1 - q.long_share):.3g}% of {si:,.0f} and {so:,.0f}, {100 * q.long_share:.3g}% of {li:,.0f} "
+               f"and {lo:,.0f}; unrouted pools are priced at the mean, routed pools per length)")
+    return (f"{m.label} on up to {q.gpus} {types}{budget}: prompts of {q.isl:,} and outputs of {q.osl:,} tokens{mix}, "
             f"{q.stat} TTFT ≤ {q.ttft_ms:,g} ms and {q.stat} TPOT ≤ {q.tpot_ms:,g} ms at {rate}{best_at}; "
             f"{price_text(q)}.")
 
@@ -69,6 +74,14 @@ def _on(row: dict, side: str, q: sp.Question | None) -> str:
 
 def _what(row: dict, q: sp.Question | None = None) -> str:
     spec = _spec_words(row, q)
+    route = row.get("route_prompt_tokens")
+    if row["mode"] == "colocated" and route is not None and route == route:
+        lg = f" on {row['long_gpu']}" if q is not None and len(q.gpu_types) > 1 else ""
+        return (f"two colocated pools routed by length: prompts of up to {route:,.0f} tokens to "
+                f"{row['n_decode']:.0f} instances of TP{row['decode_ranks']:.0f}{_pp(row, 'decode')}"
+                f"{_on(row, 'decode', q)} (chunk {row['chunk_tokens']:.0f}), longer ones to {row['n_long']:.0f} "
+                f"instances of TP{row['long_ranks']:.0f}{_pp(row, 'long')}{lg} (chunk {row['long_chunk_tokens']:.0f}) "
+                f"({row['weight_dtype']} weights, {row['kv_dtype']} KV{spec})")
     if row["mode"] == "colocated":
         return (f"colocated, {row['n_decode']:.0f} instances of {row['decode_layout']}{row['decode_ranks']:.0f}"
                 f"{_pp(row, 'decode')}{_on(row, 'decode', q)} ({row['weight_dtype']} weights, {row['kv_dtype']} KV, "
@@ -354,7 +367,7 @@ def summary(res: dict, *, top: int = 8, simulate: int = 0) -> dict:
         "inputs": {f: getattr(q, f) for f in ("model", "gpu", "gpus", "isl", "osl", "ttft_ms", "tpot_ms", "stat",
                                               "rate_per_s", "runtime", "weight_dtypes", "kv_dtypes", "modes",
                                               "other_gpus", "objective", "budget_usd_per_hour",
-                                              "usd_per_gpu_hour")}
+                                              "usd_per_gpu_hour", "long_share", "long_isl", "long_osl")}
         | {"link": q.link_name(), "price_tier": q.tier},
         "seconds": res["seconds"],
     }

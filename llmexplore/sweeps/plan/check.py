@@ -31,6 +31,10 @@ def simulate_row(row: dict, q: Question, *, n_requests: int = SIM_REQUESTS, seed
     out = {"label": row["label"], "ttft_model_ms": row.get("ttft_ms"), "tpot_model_ms": row.get("tpot_ms")}
     if not row.get("feasible"):
         return {**out, "status": "infeasible: not simulated"}
+    route = row.get("route_prompt_tokens")
+    if route is not None and route == route:
+        return {**out, "status": "not simulated: two colocated pools routed by length (the simulator runs one pool "
+                                 "per configuration)"}
     if row["decode_layout"] not in SIM_LAYOUTS:
         return {**out, "status": f"not simulated: the simulator runs TP and DPA attention, not "
                                  f"{row['decode_layout']}"}
@@ -201,6 +205,9 @@ def simulate_config(cfg, *, isl: int, osl: int, rate_per_s: float | None = None,
             if s.pp > 1:
                 stages[(repr(dep(s)), s.role != "prefill")] = s.pp
         tables_cache = PipelineTablesCache(stages, tables_cache)
+    if len(cfg.sides) == 2 and cfg.mode == "colocated":
+        raise SpecError("a configuration of two colocated pools routed by length is not simulated (the simulator runs "
+                        "one pool): simulate each pool alone with its own side and its requests' lengths")
     if cfg.mode == "colocated":
         s = cfg.side("colocated")
         seqs = s.max_num_seqs

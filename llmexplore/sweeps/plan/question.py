@@ -67,6 +67,9 @@ class Question:
     price_tier: str | None = None
     usd_per_gpu_hour: tuple = ()
     budget_usd_per_hour: float | None = None
+    long_share: float | None = None
+    long_isl: int | None = None
+    long_osl: int | None = None
 
     def __post_init__(self) -> None:
         def put(k, v):
@@ -76,6 +79,7 @@ class Question:
         hw = presets.hardware(self.gpu)
         presets.runtime(self.runtime)
         self._check_types_and_prices(put)
+        self._check_length_mix(put)
         put("gpus", _check.integer("gpus", self.gpus, lo=1, hi=MAX_GPUS))
         put("isl", _check.integer("isl", self.isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens"))
         put("osl", _check.integer("osl", self.osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens"))
@@ -159,6 +163,37 @@ class Question:
         if self.objective == "j_per_token":
             for g in types:
                 presets.power(g)
+
+    def _check_length_mix(self, put) -> None:
+        """A length mix for routed colocated pools: ``long_share`` of the requests have ``long_isl`` prompt tokens
+        (and ``long_osl`` output tokens, default ``osl``); ``isl`` / ``osl`` stay the mean of all requests, so the
+        short requests are what remains: (isl - share x long_isl) / (1 - share) tokens, at least one."""
+        given = [f for f in ("long_share", "long_isl", "long_osl") if getattr(self, f) is not None]
+        if not given:
+            return
+        if self.long_share is None or self.long_isl is None:
+            raise SpecError("long_share and long_isl come together (the share of long requests and their prompt "
+                            f"tokens), got only {', '.join(given)}")
+        put("long_share", _check.number("long_share", self.long_share, lo=0, hi=1, lo_open=True, hi_open=True))
+        put("long_isl", _check.integer("long_isl", self.long_isl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS, unit="tokens"))
+        if self.long_osl is not None:
+            put("long_osl", _check.integer("long_osl", self.long_osl, lo=1, hi=dg.MAX_WORKLOAD_TOKENS,
+                                           unit="tokens"))
+        (si, so), (li, lo) = self.classes()
+        if not (li > si + 1e-9 and si >= 1 and so >= 1):
+            raise SpecError(f"long_isl ({self.long_isl:,}) at long_share {self.long_share:g} must exceed the mean "
+                            f"isl ({self.isl:,}) and leave the other requests at least one prompt and one output "
+                            f"token on average: they would have {si:,.1f} and {so:,.1f}")
+
+    def classes(self) -> tuple:
+        """((short isl, short osl), (long isl, long osl)) of a length mix [tokens, the short ones fractional],
+        keeping the question's mean lengths; None without one."""
+        if self.long_share is None:
+            return None
+        f = self.long_share
+        lo = self.osl if self.long_osl is None else self.long_osl
+        return (((self.isl - f * self.long_isl) / (1 - f), (self.osl - f * lo) / (1 - f)),
+                (float(self.long_isl), float(lo)))
 
     @property
     def gpu_types(self) -> tuple:
