@@ -31,6 +31,12 @@ def preset_records(kind: str) -> list[dict]:
             row["efficiency"] = spec.efficiency
         elif kind == "storage":
             row["effective_read_GBps"] = spec.effective_GBps()
+        elif kind == "prices":  # one row per tier: its prices as plain data
+            row["prices"] = {g: {"usd_per_gpu_hour": p.usd_per_gpu_hour, "date": p.date, "source": p.source}
+                             for g, p in spec.prices.items()}
+            row["gpus_priced"] = ", ".join(spec.prices)
+        elif kind == "power":
+            row["all_in_kW"] = spec.all_in_kW
         elif kind == "speculative":
             row["tokens_per_step"] = spec.tokens_per_step
             row["verify_width"] = spec.verify_width
@@ -55,11 +61,15 @@ _COLUMNS = {
                 "effective_read_GBps", "block_overhead_us"],
     "targets": ["name", "ttft_ms", "tpot_ms", "stat", "e2e_ms"],
     "speculative": ["name", "method", "draft_tokens", "verify_width", "tokens_per_step", "conditions"],
+    "power": ["name", "tdp_W", "idle_W", "memory_bound_W", "host_W", "network_W", "pue", "all_in_kW"],
 }
 
 
 def preset_frame(kind: str) -> pd.DataFrame:
     """The presets of one kind as a table (main columns only)."""
+    if kind == "prices":  # one row per tier and GPU, with the price's date
+        return pd.DataFrame([{"name": r["name"], "gpu": g, "usd_per_gpu_hour": p["usd_per_gpu_hour"], "date": p["date"]}
+                             for r in preset_records(kind) for g, p in r["prices"].items()])
     df = pd.DataFrame(preset_records(kind))
     return df[[c for c in _COLUMNS[kind] if c in df.columns]]
 
@@ -74,6 +84,11 @@ def source_frame() -> pd.DataFrame:
     rows = []
     for kind in presets.KINDS:
         for name, spec in presets.table(kind).items():
+            if kind == "prices":  # each GPU's price, with its date, is a value with a source
+                rows += [{"kind": kind, "preset": name, "field": f"usd_per_gpu_hour[{g}]", "value": p.usd_per_gpu_hour,
+                          "unit": "USD per GPU-hour", "source": f"{p.source} (price of {p.date})"}
+                         for g, p in spec.prices.items()]
+                continue
             for f in dataclasses.fields(spec):
                 if "unit" not in f.metadata:
                     continue

@@ -57,6 +57,14 @@ PRESET_VIEWS: dict[str, list[Col]] = {
         Col("name", "name"), Col("ttft_ms", "ttft_ms", "g"), Col("tpot_ms", "tpot_ms", "g"), Col("stat", "stat"),
         Col("e2e_ms", "e2e_ms", lambda v: f"{v:g}" if v else "-"),
     ],
+    "prices": [  # one line per tier and GPU
+        Col("name", "tier"), Col("gpu", "gpu"), Col("usd_per_gpu_hour", "$/GPU-hour", ".2f"), Col("date", "date"),
+    ],
+    "power": [
+        Col("name", "gpu"), Col("tdp_W", "TDP W", "g"), Col("idle_W", "idle W", "g"),
+        Col("memory_bound_W", "HBM-bound W", "g"), Col("host_W", "host W", "g"), Col("network_W", "network W", "g"),
+        Col("pue", "PUE", "g"), Col("all_in_kW", "all-in kW", ".3f"),
+    ],
 }
 
 
@@ -76,6 +84,8 @@ def run(args) -> int:
     if args.json:
         print_json(records)
         return EXIT_OK
+    if args.kind == "prices":
+        records = [{"name": r["name"], "gpu": g, **p} for r in records for g, p in r["prices"].items()]
     if args.kind == "hardware":
         for r in records:
             r["links"] = _links_of(r)

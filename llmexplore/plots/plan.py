@@ -217,7 +217,8 @@ ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 def top_people_table(top: pd.DataFrame, stat: str = "p90") -> PeopleTable:
     """The top configurations (:func:`llmexplore.sweeps.plan.top_table`) for people: sizes, throughput,
-    latency at ``stat`` and the vLLM, SGLang and TensorRT-LLM flags per role."""
+    latency at ``stat``, $ per hour and per million tokens and GPU energy per output token (where priced and
+    powered), and the vLLM, SGLang and TensorRT-LLM flags per role."""
     shared = {k: v for k, v in top.attrs.get("shared_flags", {}).items() if v}
     names = ENGINE_TITLES
     caption = ("Every configuration below also takes " + "; ".join(f"in {names.get(k, k)}: {v}" for k, v in
@@ -231,6 +232,9 @@ def top_people_table(top: pd.DataFrame, stat: str = "p90") -> PeopleTable:
         "n_decode": "decode / colocated instances", "rate_per_s": "rate [req/s]",
         "tokens_per_s_per_gpu": "output tokens/s per GPU", "tokens_per_s_per_user": "tokens/s per user",
         "ttft_ms": f"TTFT {stat} [ms]", "tpot_ms": f"TPOT {stat} [ms]", "max_num_seqs": "max running requests",
+        **{c: h for c, h in (("usd_per_hour", "$ per hour"), ("usd_per_mtok_total", "$ per million tokens"),
+                             ("j_per_token", "GPU J per output token"))
+           if c in top.columns and top[c].notna().any()},  # left out where not priced or powered (said above)
         **{e: f"{t} flags" for e, t in ENGINE_TITLES.items() if e in top.columns}}, caption=caption)
 
 

@@ -73,6 +73,8 @@ HEADERS: dict[str, str] = {
     "step_overhead_ms": "step overhead [ms]", "usable_hbm_fraction": "usable HBM share", "reserve_GiB": "reserve [GiB]",
     "page_tokens": "KV page [tokens]", "preset": "preset", "field": "field", "source": "source",
     "memory_fraction_of": "share of (total / free / static HBM)", "engine": "serving engine",
+    "usd_per_hour": "$ per hour", "usd_per_mtok": "$ per million tokens (input + output)",
+    "usd_per_gpu_hour": "$ per GPU-hour", "gpu": "GPU", "all_in_kW": "all-in power per GPU [kW]",
 }
 
 #: unit suffixes a column name may end in, longest first, with the unit shown in the header
@@ -246,6 +248,9 @@ PRESET_CAPTIONS = {
     "targets": "Latency targets: TTFT and TPOT bounds on a statistic over requests (MLPerf Inference server scenarios)",
     "speculative": "Speculative decoding: draft method and length, and the acceptance measured under the stated "
                    "conditions (tokens per step = accepted drafts + the target's own token)",
+    "prices": "Prices: US dollars per GPU-hour in each tier, each with the date it was read (prices change fast)",
+    "power": "GPU power: board power limit, idle and HBM-streaming power (the energy roofline's anchors) and the "
+             "all-in power per GPU (with host, network and facility overhead)",
 }
 
 

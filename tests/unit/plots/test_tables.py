@@ -76,7 +76,7 @@ def test_every_preset_and_source_row_is_shown():
     assert len(t) == len(sources) and "…" not in repr(t)
     group = preset_tables(first="links")
     assert [tab.caption.split()[0] for tab in group.tables] == ["Links", "Models,", "Accelerators", "Runtime", "Storage",
-                                                               "Latency", "Speculative"]
+                                                               "Latency", "Speculative", "Prices:", "GPU"]
     assert all(len(tab) == len(catalog.preset_frame(k)) for tab, k in zip(
         group.tables, ["links", "models", "hardware", "runtime", "storage", "targets", "speculative"]))
     targets = preset_tables(first="targets").tables[0]
