@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 
 from .. import presets
-from ..sweeps.disagg import PDSetup, fewest_gpus, max_abs_error_by_model, resolve_link
+from ..sweeps import pricing
+from ..sweeps.disagg import PDSetup, fewest_gpus, max_abs_error_by_model, resolve_link, tokens_per_s, with_cost
 from . import num
 
-__all__ = ["request_sentence", "transfer_sentence", "comparison_sentence", "latency_sentence", "breakeven_sentence", "ratio_title", "ratio_sentence", "point_table", "goodput_sentence", "spread_sentence", "queue_sentence"]
+__all__ = ["request_sentence", "transfer_sentence", "comparison_sentence", "cost_sentence", "comparison_columns", "latency_sentence", "breakeven_sentence", "ratio_title", "ratio_sentence", "point_table", "goodput_sentence", "spread_sentence", "queue_sentence"]
 
 
 def request_sentence(point: dict, s: PDSetup) -> str:
@@ -47,15 +48,21 @@ def _gpus(v) -> str:
     return f"{v:,.0f} GPUs" if np.isfinite(v) else "no pool that meets the SLOs"
 
 
+def _best(comparison: pd.DataFrame, link: str | None):
+    """The row of :func:`fewest_gpus`, a tie going to ``link`` (None: no mode meets the SLOs)."""
+    best = fewest_gpus(comparison)
+    if best is not None and link is not None:
+        tied = comparison[(comparison["gpus"] == best["gpus"]) & (comparison["link"] == link)]
+        best = fewest_gpus(tied) or best
+    return best
+
+
 def comparison_sentence(comparison: pd.DataFrame, s: PDSetup, *, link: str | None = None,
                         short: bool = False) -> str:
     """Section 3: the fewest GPUs that meet both SLOs at the target rate, by serving mode and link (a tie goes
     to ``link``, the notebook's link)."""
     wl = s.workload
-    best = fewest_gpus(comparison)
-    if best is not None and link is not None:
-        tied = comparison[(comparison["gpus"] == best["gpus"]) & (comparison["link"] == link)]
-        best = fewest_gpus(tied) or best
+    best = _best(comparison, link)
     co = comparison[comparison["mode"] == "colocated"].iloc[0]
     disagg = comparison[comparison["mode"] != "colocated"]
     worst = disagg.loc[disagg["gpus"].idxmax()] if len(disagg) else None
@@ -71,6 +78,46 @@ def comparison_sentence(comparison: pd.DataFrame, s: PDSetup, *, link: str | Non
     if worst is not None and worst["gpus"] > best["gpus"]:
         text += f"; {worst['mode']} over {worst['link']} needs {_gpus(worst['gpus'])}"
     return text + "."
+
+
+#: the columns of section 3's table; the cost columns only where the tier prices the GPU
+COMPARISON_COLUMNS = ["mode", "link", "gpus", "n_prefill", "n_decode", "pd_gpu_ratio", "goodput_per_gpu", "ttft_ms",
+                      "tpot_ms", "transfer_ms", "exposed_ms", "kv_GB", "usd_per_hour", "usd_per_mtok", "reason"]
+
+
+def comparison_columns(comparison: pd.DataFrame) -> list[str]:
+    """The columns of :data:`COMPARISON_COLUMNS` that ``comparison`` has (no cost columns where not priced)."""
+    return [c for c in COMPARISON_COLUMNS if c in comparison.columns]
+
+
+def cost_sentence(comparison: pd.DataFrame, s: PDSetup, tier: str = pricing.DEFAULT_PRICE_TIER, *,
+                  link: str | None = None) -> str:
+    """Section 3: dollars per hour and per million tokens (input + output) of the fewest-GPU choice and of
+    colocation at ``tier``'s price of the setup's GPU, with the price's date; "not priced" where the tier has
+    no price for it. ``comparison``: :func:`~llmexplore.sweeps.disagg.with_cost` of the link comparison."""
+    wl, gpu = s.workload, s.prefill.hardware.name
+    price = pricing.tier_price(tier, gpu)
+    if price is None:
+        return f"These pools are {pricing.not_priced(tier, gpu)}; the GPU counts above stand."
+    rate, comparison = tokens_per_s(s), with_cost(comparison, s, tier)
+    best = _best(comparison, link)
+    co = comparison[comparison["mode"] == "colocated"].iloc[0].to_dict()
+
+    def cost(r):
+        if not np.isfinite(r["gpus"]):
+            return "meets no SLO, so has no price"
+        return (f"costs ${num(r['usd_per_hour'])} per hour on {r['gpus']:,.0f} GPUs, ${num(r['usd_per_mtok'])} "
+                f"per million tokens")
+
+    head = (f"At {pricing.price_label(tier, price)} for the {s.prefill.hardware.label}, serving {wl.rate_per_s:g} "
+            f"req/s x ({wl.prompt_tokens:,} + {wl.output_tokens:,}) tokens = {num(rate)} tokens/s (input + output), ")
+    if best is None:
+        return head + f"colocated {cost(co)}, and no disaggregated pool meets the SLOs."
+    if best["mode"] == "colocated":
+        return head + f"colocated, the fewest GPUs, {cost(co)}."
+    saved = 100 * (1 - best["usd_per_mtok"] / co["usd_per_mtok"]) if np.isfinite(co["gpus"]) else np.nan
+    text = head + f"{best['mode']} over {best['link']} {cost(best)}, against colocated, which {cost(co)}"
+    return text + (f" ({num(saved)}% less per token)." if np.isfinite(saved) and saved > 0 else ".")
 
 
 def latency_sentence(latency: pd.DataFrame, s: PDSetup, *, short: bool = False) -> str:

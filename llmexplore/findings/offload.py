@@ -14,11 +14,12 @@ import pandas as pd
 
 from ..models.offload.cost import MAX_PREFIX
 from ..sweeps.offload import SHIFT_COLUMNS, OffloadSetup, decoding_of
+from ..sweeps import pricing
 from . import join, num
 
 __all__ = ["tokens", "deployment_phrase", "decoding_tag", "shift_clause", "saved_phrase", "break_even_sentence", "summary_table", "regime_sentence",
            "precision_pivot", "precision_sentence", "map_sentence", "preload_sentence", "staging_sentence", "hit_ratio_sentence",
-           "measured_sentence", "NO_MEASUREMENT", "DEEPSEEK_DISK_HIT_RATIO"]
+           "measured_sentence", "NO_MEASUREMENT", "DEEPSEEK_DISK_HIT_RATIO", "saved_usd_sentence"]
 
 #: share of input tokens DeepSeek reports serving from its on-disk KV cache (context caching on disk,
 #: DeepSeek-V3 inference system overview, 2025-03-01: 56.3% of input tokens hit the cache)
@@ -422,6 +423,36 @@ def hit_ratio_sentence(gpus: pd.DataFrame, saved: pd.DataFrame, s: OffloadSetup,
         text += (f" The pool's instances are pipelines of {s.pp} × {s.dep.ranks} GPUs, sized with their service time "
                  "(a new prompt every stage's share) and their latency (the TTFT after the queue).")
     return text
+
+
+def saved_usd_sentence(usd: dict, saved: pd.DataFrame, s: OffloadSetup) -> str:
+    """Section 6: the dollars the saved prefill GPU time is worth per million requests, per storage tier that
+    loads, at the price tier's price of the GPU with its date; "not priced" where the tier has none.
+    ``usd``: :func:`~llmexplore.sweeps.offload.saved_usd`; ``saved``: the
+    :func:`~llmexplore.sweeps.offload.saved_by_tier` it came from (for the tiers' labels and the gate)."""
+    tier, gpu = usd["price_tier"], usd["gpu"]
+    if usd["usd_per_gpu_hour"] is None:
+        return f"The saved GPU time is {pricing.not_priced(tier, gpu)}."
+    price = pricing.tier_price(tier, gpu)
+    h = usd["hit_ratio"]
+    rows = saved[np.isclose(saved["hit_ratio"].to_numpy(float), h)].set_index("tier")
+    per = usd["usd_per_million_requests"]
+
+    def worth(t):
+        v, g = per[t], usd["saved_gpu_s_per_request"][t]
+        return (f"${num(v)} per million requests from {rows.loc[t, 'tier_label']} ({num(g)} GPU-s each)" if v >= 0
+                else f"−${num(-v)} per million requests from {rows.loc[t, 'tier_label']} (a loss: {num(-g)} GPU-s "
+                     "more each)")
+
+    loads = [t for t in per if bool(rows.loc[t, "loaded"])]
+    loads.sort(key=lambda t: (t != s.tier.name, -per[t]))
+    head = (f"At {pricing.price_label(tier, price)} for the {s.dep.hardware.label}, the prefill GPU time a "
+            f"{100 * h:.3g}% hit ratio saves is worth ")
+    text = head + (join([worth(t) for t in loads]) if loads else "nothing: no tier loads the cached tokens")
+    if s.tier.name in per and s.tier.name not in loads:
+        text += (f"; from {s.tier.label}, the chosen tier, nothing: the gate recomputes the "
+                 f"{rows.loc[s.tier.name, 'cached_tokens']:,.0f} cached tokens")
+    return text + "."
 
 
 def saved_phrase(ms: float, *, short: bool = False) -> str:

@@ -21,7 +21,7 @@ from .. import _check
 from ..units import display_name, from_si, si_unit_of
 
 __all__ = ["log_grid", "tidy", "summary_frame", "shown_columns", "DEFAULT_UNITS", "layouts",
-           "disagg", "moe", "transfer", "offload", "prefill", "fidelity", "bands", "plan", "speculative"]
+           "disagg", "moe", "transfer", "offload", "prefill", "fidelity", "bands", "plan", "speculative", "pricing"]
 
 #: display unit of each SI base unit in tables
 DEFAULT_UNITS = {"s": "ms", "B": "GB"}
@@ -98,4 +98,4 @@ def summary_frame(values: dict, prefix: str = "") -> pd.DataFrame:
 
 
 
-from . import bands, disagg, fidelity, layouts, moe, offload, plan, prefill, speculative, transfer  # noqa: E402
+from . import bands, disagg, fidelity, layouts, moe, offload, plan, prefill, pricing, speculative, transfer  # noqa: E402

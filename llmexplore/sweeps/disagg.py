@@ -19,6 +19,7 @@ from ..errors import SpecError
 from ..models.serving import disagg as dg
 from ..models.queueing import fcfs_sim as simulate
 from ..deployment import MAX_RANKS, check_pp
+from ..models.step import cost as co
 from ..models.step.engine import Deployment, resolve_deployment
 from ..models.step.kv_transfer import transfer_time
 from ..models.step.per_token import token_time
@@ -26,11 +27,13 @@ from ..models.step.pipeline import hop_link
 from ..models.step.speculative import user_spec
 from ..specs import Link, SpecDecode
 from ..units import dtype_bytes, from_si
-from . import tidy
+from . import pricing, tidy
+from .pricing import DEFAULT_PRICE_TIER
 
 __all__ = ["PDSetup", "setup", "custom_link", "MODES", "resolve_link", "mode_rows", "fewest_gpus", "fewest_gpus_mode", "link_comparison",
            "latency_vs_rate", "exposed_vs_bandwidth", "gpus_vs_bandwidth", "breakeven_bandwidth", "pool_sizes_vs",
-           "queue_check", "prompt_spread_table", "max_abs_error_by_model", "goodput_grid", "point_summary"]
+           "queue_check", "prompt_spread_table", "max_abs_error_by_model", "goodput_grid", "point_summary",
+           "tokens_per_s", "with_cost", "cost_record"]
 
 #: serving modes, in the order a tie on GPUs is broken (simplest first)
 MODES = ("colocated", "disaggregated, pipelined", "disaggregated, serial")
@@ -183,6 +186,41 @@ def link_comparison(s: PDSetup, links=(("nvlink4", None), ("roce-400g", None), (
             row["link"] = link.name + (f" ({nics} NIC/instance)" if nics else "")
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def tokens_per_s(s: PDSetup) -> float:
+    """Tokens the workload serves per second, input plus output: rate x (prompt + output tokens)."""
+    wl = s.workload
+    return float(wl.rate_per_s * (wl.prompt_tokens + wl.output_tokens))
+
+
+def with_cost(comparison: pd.DataFrame, s: PDSetup, tier: str = DEFAULT_PRICE_TIER) -> pd.DataFrame:
+    """``comparison`` (:func:`link_comparison`, or rows with ``gpus``) with what each row costs at ``tier``'s
+    price of the setup's GPU (``data/prices.yaml``): ``usd_per_hour``, its GPUs x the price per GPU-hour, and
+    ``usd_per_mtok``, USD per million tokens served, input plus output (:func:`tokens_per_s`; ∞ for a row that
+    meets no SLO). Returned unchanged, without cost columns, where the tier has no price for the GPU (the
+    findings then say "not priced"); UnknownPresetError for an unknown tier."""
+    price = pricing.tier_price(tier, s.prefill.hardware.name)
+    if price is None:
+        return comparison
+    out = comparison.copy()
+    out["usd_per_hour"] = out["gpus"].astype(float) * price.usd_per_gpu_hour
+    out["usd_per_mtok"] = co.usd_per_mtok(out["usd_per_hour"].to_numpy(float), tokens_per_s(s))
+    return out
+
+
+def cost_record(comparison: pd.DataFrame, s: PDSetup, tier: str = DEFAULT_PRICE_TIER) -> dict:
+    """What a notebook records of :func:`with_cost`: the tier, the GPU, its price and date (None where the
+    tier has none), the tokens served per second and ``{"mode | link": value}`` of ``usd_per_hour`` and
+    ``usd_per_mtok`` (empty where not priced)."""
+    gpu = s.prefill.hardware.name
+    price = pricing.tier_price(tier, gpu)
+    priced = with_cost(comparison, s, tier)
+    keys = [f"{m} | {lk}" for m, lk in zip(priced["mode"].astype(str), priced["link"].astype(str))]
+    col = (lambda c: dict(zip(keys, priced[c].astype(float)))) if price is not None else (lambda c: {})
+    return {"tier": tier, "gpu": gpu, "usd_per_gpu_hour": None if price is None else price.usd_per_gpu_hour,
+            "date": None if price is None else price.date, "tokens_per_s": tokens_per_s(s),
+            "usd_per_hour": col("usd_per_hour"), "usd_per_mtok": col("usd_per_mtok")}
 
 
 def latency_vs_rate(s: PDSetup, rates, *, link="roce-400g", n_prefill=None, n_decode=None,

@@ -33,12 +33,14 @@ from ..models.step.engine import Deployment
 from ..models.step.pipeline import hop_link
 from ..specs import SpecDecode, StorageTier
 from ..units import dtype_bytes
-from . import tidy
+from ..models.step import cost as co
+from . import pricing, tidy
+from .pricing import DEFAULT_PRICE_TIER
 
 __all__ = ["OffloadSetup", "setup", "best_saving_tier", "custom_tier", "point_summary", "cost_curves", "break_even_table",
            "regime_grid", "break_even_map", "preload_curve", "staging_replay", "gpus_vs_hit_ratio",
            "precision_table", "pool_queue", "saved_by_tier", "grid_with", "measured_load", "measured_replay",
-           "plain", "break_even_shift", "decoding_of", "SHIFT_COLUMNS", "SHIFT_REF_COLUMNS"]
+           "plain", "break_even_shift", "decoding_of", "SHIFT_COLUMNS", "SHIFT_REF_COLUMNS", "saved_usd"]
 
 
 @dataclass(frozen=True)
@@ -478,6 +480,29 @@ def saved_by_tier(s: OffloadSetup, hit_ratios, *, prompt_tokens: int = 8192, tie
                                     **tidy({"prefill_s": latency, "saved_gpu_s": (full["service_s"] - service)
                                             * s.instance_gpus})}))
     return pd.concat(frames, ignore_index=True)
+
+
+#: requests the savings of :func:`saved_usd` are counted over
+SAVED_PER_REQUESTS = 1_000_000
+
+
+def saved_usd(saved: pd.DataFrame, s: OffloadSetup, hit_ratio: float, price_tier: str = DEFAULT_PRICE_TIER) -> dict:
+    """What the prefill GPU time a hit ratio saves (:func:`saved_by_tier`'s ``saved_gpu_ms``, per request) is
+    worth at ``price_tier``'s price of the setup's GPU (``data/prices.yaml``): ``usd_per_million_requests``,
+    ``{storage tier: USD}`` = saved GPU-seconds x 10^6 x USD per GPU-hour / 3600 (0 where the gate recomputes;
+    negative where loading costs more GPU time, a pipeline's loads holding every stage). Also the price tier,
+    the GPU, its price and date, and the saved GPU-seconds per request; the price and the dollars are None /
+    empty where the tier has no price for the GPU. UnknownPresetError for an unknown tier."""
+    h = _check.probability("hit_ratio", hit_ratio)
+    rows = saved[np.isclose(saved["hit_ratio"].to_numpy(float), h)]
+    gpu_s = dict(zip(rows["tier"], rows["saved_gpu_ms"].astype(float) / 1e3))
+    price = pricing.tier_price(price_tier, s.dep.hardware.name)
+    usd = ({t: float(co.usd_of_gpu_seconds(v * SAVED_PER_REQUESTS, price.usd_per_gpu_hour)) for t, v in gpu_s.items()}
+           if price is not None else {})
+    return {"price_tier": price_tier, "gpu": s.dep.hardware.name, "hit_ratio": h,
+            "usd_per_gpu_hour": None if price is None else price.usd_per_gpu_hour,
+            "date": None if price is None else price.date, "saved_gpu_s_per_request": gpu_s,
+            "usd_per_million_requests": usd}
 
 
 #: columns of a table of measured against modelled load times (one row per request)

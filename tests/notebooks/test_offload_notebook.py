@@ -111,13 +111,29 @@ def test_staging_and_hit_ratio(rec):
     assert saved["nvme-gen4"] == 0 and saved["dram-pcie5"] > saved["dram-pcie4"] > saved["nvme-gen5"] > 0
 
 
+def test_the_saved_gpu_time_in_dollars(run, rec):
+    # neocloud on-demand prices an H100 SXM at $6.155 per GPU-hour (2026-10-24): a GPU-second is 6.155 / 3600 USD,
+    # so 5.78 GPU-s saved per request from host DRAM (PCIe 4) are worth 5.78 x 10^6 x 6.155 / 3600 = $9,882 per
+    # million requests; Gen4 recomputes the cached 18,432 tokens and saves nothing
+    u, saved = rec["saved_usd"], rec["saved_gpu_s_at_hit_ratio"]
+    assert (u["price_tier"], u["gpu"], u["usd_per_gpu_hour"], u["date"]) == ("neocloud-on-demand", "h100-sxm", 6.155,
+                                                                              "2026-10-24")
+    for tier, gpu_s in saved.items():
+        assert u["usd_per_million_requests"][tier] == pytest.approx(gpu_s * 1e6 * 6.155 / 3600, rel=1e-12)
+    assert u["usd_per_million_requests"]["dram-pcie4"] == pytest.approx(9882, abs=1)
+    assert u["usd_per_million_requests"]["nvme-gen4"] == 0
+    said = next(t for t in _said(run[0]) if t.startswith("At $6.155 per GPU-hour (neocloud-on-demand, 2026-10-24)"))
+    assert "$9,882 per million requests from Host DRAM over PCIe Gen4 x16 (5.78 GPU-s each)" in said
+    assert said.endswith("the chosen tier, nothing: the gate recomputes the 18,432 cached tokens.")
+
+
 def test_the_notebook_states_its_findings(run):
     said = _said(run[0])
     assert said[0].startswith("Llama-3-70B on 8x H100 SXM 80GB: loading a cached prefix from NVMe SSD, PCIe Gen4 x4 "
                               "pays only from 40,192 tokens — per token the drive (46.9 µs) is slower than recomputing "
                               "(35.6 µs), so the quadratic attention term sets the break-even; from Host DRAM")
     # the last finding compares loads read from this machine's disk with the model (or says how to get one)
-    assert len(said) == 8 and re.match(r"(Over \d+ loads read from this machine's disk, the measured time is "
+    assert len(said) == 9 and re.match(r"(Over \d+ loads read from this machine's disk, the measured time is "
                                        r"[\d.,]+ × the time modelled for the preset tier NVMe SSD, PCIe Gen4 x4|"
                                        r"No measurement on this machine yet)", said[-1]), said[-1]
     nb = nbformat.read(run[0], as_version=4)

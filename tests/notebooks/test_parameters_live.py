@@ -266,8 +266,10 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         (dict(LINK="ib-ndr400", SIM_REQUESTS=4000, OUTPUT=1024),
          {"LINK": out("say(findings.disagg.transfer_sentence"), "SIM_REQUESTS": rec("queue_check_max_abs_error_pct"),
           "OUTPUT": rec("decode_step_ms")}),
-        # the runtime preset reprices every kernel (every time moves): alone
-        (dict(RUNTIME="scalar"), {"RUNTIME": rec("prefill_ms")}),
+        # the runtime preset reprices every kernel (every time moves); the price tier moves only the price per
+        # GPU-hour section 3 uses (hyperscaler on-demand: $6.88 for an H100 SXM, neocloud: $6.155), not a time
+        (dict(RUNTIME="scalar", PRICE_TIER="hyperscaler-on-demand"),
+         {"RUNTIME": rec("prefill_ms"), "PRICE_TIER": rec("cost", lambda c: c["usd_per_gpu_hour"])}),
         # speculative decoding of the decoding instances (an EAGLE-3 head at 2.5 tokens per step): the decode time
         # per output token moves, and with it the colocated pool
         (dict(SPECULATIVE="eagle3-llama-3.1-8b", ACCEPTED_LENGTH=2.5),
@@ -352,7 +354,9 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
           "QUEUE_WAIT_RANGE_MS": rec("preload_break_even_tokens")}),
         # a pipeline of two 8-GPU stages on two nodes: each node's drive reads half the blocks (the load halves);
         # an EAGLE draft head adds its own KV layer to every block (the bytes grow by 1/80)
-        (dict(PP=2), {"PP": rec("point", lambda p: p["load_ms"])}),
+        # (the price tier moves only the price of the GPU time saved, not a load time)
+        (dict(PP=2, PRICE_TIER="reserved-3yr"),
+         {"PP": rec("point", lambda p: p["load_ms"]), "PRICE_TIER": rec("saved_usd", lambda u: u["usd_per_gpu_hour"])}),
         (dict(SPECULATIVE="eagle3-llama-3.1-8b"), {"SPECULATIVE": rec("point", lambda p: p["bytes_MB"])}),
     ],
     "60_deployment_planner": [
@@ -405,6 +409,7 @@ REJECTED = [
     ("20_pd_disaggregation", dict(ACCEPTED_LENGTH=2.0), r"ACCEPTED_LENGTH must come with speculative"),
     ("20_pd_disaggregation", dict(DECODE_PP=81), r"DECODE_PP \(81\) must be at most the layers of llama-3-70b \(80\)"),
     ("20_pd_disaggregation", dict(PREFILL_PP=81), r"PREFILL_PP \(81\) must be at most the layers of llama-3-70b \(80\)"),
+    ("20_pd_disaggregation", dict(PRICE_TIER="spot"), r"PRICE_TIER must name a preset in data/prices.yaml \("),
     ("15_speculative_decoding", dict(SPECULATIVE="eagle"), r"SPECULATIVE must name a preset in data/speculative.yaml"),
     ("15_speculative_decoding", dict(MODEL="llama-3-70b"),
      r"MODEL = 'llama-3-70b' does not apply to this notebook: llama-3-70b has no MTP module"),
@@ -426,6 +431,7 @@ REJECTED = [
     ("40_kv_transfer", dict(SPECULATIVE="deepseek-mtp-1"),
      r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and llama-3-70b has none"),
     ("50_ssd_offload", dict(STORAGE="floppy"), r"STORAGE must name a preset in data/storage.yaml"),
+    ("50_ssd_offload", dict(PRICE_TIER="spot"), r"PRICE_TIER must name a preset in data/prices.yaml \("),
     ("50_ssd_offload", dict(TP=3), r"TP \(3\) must divide the query heads of llama-3-70b"),
     ("50_ssd_offload", dict(HIT_RATIO=1.5), r"HIT_RATIO must be a probability in \[0, 1\]"),
     ("50_ssd_offload", dict(LATENCY_RANGE_US=[100, 10]),

@@ -69,3 +69,20 @@ def test_goodput_matches_the_package(rec):
 def test_prompt_spread_needs_more_prefill(rec):
     g = rec["gpus_by_prompt_sigma"]
     assert g["0.0"] <= g["0.5"] <= g["1.0"] and g["0.0"] < g["1.0"]
+
+
+def test_cost_of_each_choice_at_the_default_tier(rec):
+    # neocloud on-demand prices an H100 SXM at $6.155 per GPU-hour (dated 2026-10-24); the pools serve
+    # 36 req/s x (4096 + 256) tokens = 156,672 tokens/s, input and output together
+    c = rec["cost"]
+    assert (c["tier"], c["gpu"], c["usd_per_gpu_hour"], c["date"]) == ("neocloud-on-demand", "h100-sxm", 6.155,
+                                                                        "2026-10-24")
+    assert c["tokens_per_s"] == 36 * (4096 + 256) == 156_672
+    g = rec["gpus_by_mode"]
+    for key, gpus in g.items():
+        assert c["usd_per_hour"][key] == pytest.approx(gpus * 6.155)
+        assert c["usd_per_mtok"][key] == pytest.approx(gpus * 6.155 / (3600 * 156_672) * 1e6)
+    # 72 GPUs disaggregated over RoCE: $443.16/h, $0.786 per million tokens; 160 colocated: $984.80/h, $1.75
+    assert c["usd_per_hour"]["disaggregated, pipelined | roce-400g"] == pytest.approx(72 * 6.155)  # 443.16
+    assert c["usd_per_mtok"]["disaggregated, pipelined | roce-400g"] == pytest.approx(0.7857, abs=1e-4)
+    assert c["usd_per_mtok"]["colocated | -"] == pytest.approx(1.7460, abs=1e-4)
