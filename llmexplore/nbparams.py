@@ -409,6 +409,7 @@ def check_plan_parameters(p) -> dict[str, str]:
     for g in others:
         preset_param("OTHER_GPUS", "hardware", g)
     preset_param("PRICE_TIER", "prices", p["PRICE_TIER"])
+    preset_param("MIX_GPU", "hardware", p["MIX_GPU"])
     if p["INTERACTIVITY"] is not None:
         import math as _m
 

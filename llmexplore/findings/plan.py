@@ -13,7 +13,7 @@ from . import join, num
 __all__ = ["question_text", "best_sentence", "ratio_sentence", "frontier_sentence", "simulation_sentence",
            "summary", "launch_of", "verified_sentence", "cost_sentence", "cost_frontier_sentence", "price_text",
            "OBJECTIVE_WORDS", "cost_frontiers", "at_interactivity", "cost_record", "energy_check",
-           "energy_check_sentence", "price_label"]
+           "energy_check_sentence", "price_label", "mix_sentence", "mix_record"]
 
 #: how each objective is said
 OBJECTIVE_WORDS = {"tokens_per_s_per_gpu": "output tokens/s per GPU", "usd_per_mtok": "$ per million tokens",
@@ -238,6 +238,35 @@ def energy_check_sentence(check: dict) -> str:
             f"measured step times and throughput, the power model alone is off by a median {num(p['median_abs_pct'])}% "
             f"(it reads low on the MoE models, whose expert-parallel communication draws power the roofline does "
             f"not count). Prompt lengths are not published (1,000 tokens assumed).")
+
+
+def mix_record(mix) -> dict:
+    """{choice: $ per million tokens (None: none feasible)} of :func:`llmexplore.sweeps.plan.mix_table`."""
+    return {r["choice"]: (None if r["usd_per_mtok_total"] != r["usd_per_mtok_total"] else float(r["usd_per_mtok_total"]))
+            for r in mix.to_dict("records")}
+
+
+def mix_sentence(mix, q: sp.Question) -> str:
+    """Whether mixing GPU types is cheaper per million tokens than the best single type, by how much, and with
+    which configuration."""
+    m = mix.set_index("choice")
+    rec = mix_record(mix)
+    singles = {k: v for k, v in rec.items() if k != "a mix of types" and v is not None}
+    mixed = rec.get("a mix of types")
+    if not singles and mixed is None:
+        return "No configuration meets the targets on these GPU types, alone or mixed."
+    if mixed is None:
+        return "No mix of GPU types meets the targets; " + ", ".join(f"{k}: ${v:.4g}" for k, v in singles.items()) + \
+            " per million tokens."
+    best_single = min(singles, key=singles.get) if singles else None
+    head = (f"Mixing types, {m.loc['a mix of types', 'label']} costs ${mixed:.4g} per million tokens "
+            f"({m.loc['a mix of types', 'gpus']:.0f} GPUs, ${m.loc['a mix of types', 'usd_per_hour']:,.2f}/hour)")
+    if best_single is None:
+        return head + "; no single type meets the targets."
+    gap = 100.0 * (mixed / singles[best_single] - 1.0)
+    word = f"{num(-gap)}% less than" if gap < 0 else f"{num(gap)}% more than"
+    return (f"{head}: {word} the best single type, {best_single} (${singles[best_single]:.4g}, "
+            f"{m.loc[best_single, 'label']}); prices {m.loc['a mix of types', 'price_dates'] or price_text(q)}.")
 
 
 def ratio_sentence(res: dict) -> str:

@@ -238,6 +238,15 @@ def top_people_table(top: pd.DataFrame, stat: str = "p90") -> PeopleTable:
         **{e: f"{t} flags" for e, t in ENGINE_TITLES.items() if e in top.columns}}, caption=caption)
 
 
+def mix_people_table(mix: pd.DataFrame) -> PeopleTable:
+    """Each GPU type alone against a mix of types (:func:`llmexplore.sweeps.plan.mix_table`) for people."""
+    return people_table(mix, {
+        "choice": "GPU types", "label": "cheapest configuration", "gpus": "GPUs", "rate_per_s": "rate [req/s]",
+        "tokens_per_s_per_gpu": "output tokens/s per GPU", "usd_per_hour": "$ per hour",
+        "usd_per_mtok_total": "$ per million tokens", "j_per_token": "GPU J per output token",
+        "price_dates": "prices of"}, missing="—")
+
+
 def check_people_table(checks: pd.DataFrame, stat: str = "p90") -> PeopleTable:
     """The analytic estimates against the simulator (:func:`llmexplore.sweeps.plan.check_table`) for people."""
     return people_table(checks, {

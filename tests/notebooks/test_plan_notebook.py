@@ -108,3 +108,13 @@ def test_recorded_cost_and_energy(rec, res):
     assert rec["energy_check_mape_pct"] == pytest.approx(29.6, abs=1.0)
     assert rec["power_model_median_abs_pct"] == pytest.approx(15.8, abs=1.0)
     assert "2026-10-24" in rec["question"]
+
+
+def test_recorded_mix_of_gpu_types(rec):
+    """Section 2c at the defaults (neocloud on-demand: H200 $6.305, B200 $8.60 per GPU-hour): B200 alone is the
+    cheapest per million tokens; the cheapest mix (H200 prefill, B200 decode) costs about 25% more. A B200 does 2.3x
+    an H200's dense FLOPs and 1.6x its HBM bandwidth for 1.36x the price: cheaper at both phases, so it wins alone."""
+    m = rec["mix"]
+    assert set(m) == {"h200 alone", "b200 alone", "a mix of types"}
+    assert m["b200 alone"] < m["a mix of types"] < m["h200 alone"]
+    assert m["a mix of types"] / m["b200 alone"] == pytest.approx(1.25, abs=0.05)

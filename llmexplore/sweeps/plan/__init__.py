@@ -32,7 +32,7 @@ from .check import (CDF_POINTS, SIM_REQUESTS, SIM_TOLERANCE, rank_checks, simula
 from .question import CHUNKS, Question
 from .search import (TABLE_COLUMNS, best, config_of, configurations, frontiers, order_table, plan, question_tasks,
                      run_task)
-from .tables import (AXIS_COLUMNS, CHECK_COLUMNS, CHECK_TOP, N_RATES, SWEEP_COLUMNS, TOP, axis_table, check_table,
+from .tables import (MIX_COLUMNS, mix_table, AXIS_COLUMNS, CHECK_COLUMNS, CHECK_TOP, N_RATES, SWEEP_COLUMNS, TOP, axis_table, check_table,
                      highest_rate,
                      launch_arguments, planned_rate,
                      rate_grid, rate_sweep, shared_flags, simulate_best, top_table)
@@ -42,4 +42,4 @@ __all__ = ["Question", "CHUNKS", "plan", "configurations", "frontiers", "best", 
            "CDF_POINTS", "SIM_REQUESTS", "SIM_TOLERANCE", "capacity_task", "capacity_plan", "highest_rate",
            "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "shared_flags", "top_table",
            "simulate_best", "check_table", "SWEEP_COLUMNS", "CHECK_COLUMNS", "CHECK_TOP", "TOP", "N_RATES",
-           "axis_table", "AXIS_COLUMNS"]
+           "axis_table", "AXIS_COLUMNS", "mix_table", "MIX_COLUMNS"]

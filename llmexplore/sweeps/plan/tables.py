@@ -17,7 +17,7 @@ from .search import config_of, plan
 
 # ---- tables of notebooks/60_deployment_planner.ipynb ----------------------------------------------------------
 
-__all__ = ["axis_table", "AXIS_COLUMNS", "highest_rate", "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "shared_flags", "top_table",
+__all__ = ["mix_table", "MIX_COLUMNS", "axis_table", "AXIS_COLUMNS", "highest_rate", "planned_rate", "rate_grid", "rate_sweep", "launch_arguments", "shared_flags", "top_table",
             "simulate_best", "check_table", "SWEEP_COLUMNS", "CHECK_COLUMNS", "CHECK_TOP", "TOP", "N_RATES"]
 
 RATE_SHARE_MIN = 1 / 16  # the rate sweep starts at this share of the highest rate any configuration sustains
@@ -231,3 +231,30 @@ def axis_table(res: dict) -> pd.DataFrame:
                 else 100.0 * (base["gpus"] / b["gpus"] - 1.0))
         rows.append({"axis": axis, **{c: b[c] for c in AXIS_COLUMNS[1:-1]}, "gain_pct": gain})
     return pd.DataFrame(rows).reindex(columns=AXIS_COLUMNS)
+
+
+#: the columns of :func:`mix_table`
+MIX_COLUMNS = ["choice", "label", "gpus", "rate_per_s", "tokens_per_s_per_gpu", "usd_per_hour", "usd_per_mtok_total",
+               "j_per_token", "price_dates"]
+
+
+def mix_table(q: Question, other_gpu: str) -> pd.DataFrame:
+    """What a second GPU type buys: the question asked for the lowest $ per million tokens with ``other_gpu`` as
+    well as its own types, and its best configuration on each type alone (colocated or both pools on it) and
+    mixing them (a disaggregated pair across the types or pools routed by length on two types). Columns
+    :data:`MIX_COLUMNS`; a choice with no feasible configuration is a row with its reason in ``label``."""
+    types = tuple(dict.fromkeys((*q.gpu_types, other_gpu)))
+    res = plan(replace(q, other_gpus=types[1:], objective="usd_per_mtok"))
+    t = res["table"][res["table"]["feasible"]]
+    used = t.apply(lambda r: frozenset(g for g in (r["prefill_gpu"], r["decode_gpu"], r["long_gpu"]) if g), axis=1)
+    rows = []
+    for g in types:
+        rows.append((f"{g} alone", t[used == frozenset({g})]))
+    rows.append(("a mix of types", t[used.map(len) > 1]))
+    out = []
+    for choice, sub in rows:
+        if len(sub):
+            out.append({"choice": choice, **{c: sub.iloc[0][c] for c in MIX_COLUMNS[1:]}})
+        else:
+            out.append({"choice": choice, "label": "no configuration meets the targets"})
+    return pd.DataFrame(out).reindex(columns=MIX_COLUMNS)

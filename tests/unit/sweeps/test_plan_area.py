@@ -127,7 +127,7 @@ def test_notebook_parameters_name_the_parameter():
                 RATE=None, WEIGHT_DTYPES=["fp8"], KV_DTYPES=None, LINK=None, RUNTIME="default", TOP=8,
                 SIMULATED_REQUESTS=2000, N_RATES=8, PIPELINE_SIZES=[1, 2, 4], SPECULATIVE=None,
                 SPECULATIVE_ACCEPTED_LENGTH=None, OTHER_GPUS=[], PRICE_TIER="neocloud-on-demand",
-                OBJECTIVE="tokens_per_s_per_gpu", BUDGET_USD_PER_HOUR=None, INTERACTIVITY=None)
+                OBJECTIVE="tokens_per_s_per_gpu", BUDGET_USD_PER_HOUR=None, INTERACTIVITY=None, MIX_GPU="b200")
     assert check(good) == {}
     for bad, needle in [(dict(GPUS=0), "GPUS must be an integer"), (dict(RATE=-1), "RATE must be"),
                         (dict(LINK="x"), "LINK must name a preset"), (dict(KV_DTYPES=["fp3"]), "KV_DTYPES must be"),
@@ -138,6 +138,7 @@ def test_notebook_parameters_name_the_parameter():
                         (dict(OTHER_GPUS="b200"), "OTHER_GPUS must be a list"),
                         (dict(OTHER_GPUS=["h900"]), "OTHER_GPUS must name a preset"),
                         (dict(PRICE_TIER="spot"), "PRICE_TIER must name a preset"),
+                        (dict(MIX_GPU="h900"), "MIX_GPU must name a preset"),
                         (dict(OBJECTIVE="cheap"), "OBJECTIVE must be one of"),
                         (dict(BUDGET_USD_PER_HOUR=-1), "BUDGET_USD_PER_HOUR must be"),
                         (dict(INTERACTIVITY=0), "INTERACTIVITY must be None"),

@@ -172,3 +172,13 @@ def test_every_feasible_row_meets_both_targets_jointly(rate):
     ok = t[t["feasible"]]
     assert len(ok) > 10
     assert (ok["ttft_ms"] <= 1500 * (1 + 1e-9)).all() and (ok["tpot_ms"] <= 30 * (1 + 1e-9)).all()
+
+
+def test_mix_table_and_sentence_state_the_worked_example():
+    q = sp.Question(**{k: v for k, v in MIX.items() if k not in ("other_gpus", "objective")})
+    mix = sp.mix_table(q, "b200")
+    rec = fp.mix_record(mix)
+    assert rec["a mix of types"] == pytest.approx(0.0301, abs=0.0002)
+    assert rec["h100-sxm alone"] == pytest.approx(0.0326, abs=0.0002) and rec["b200 alone"] > rec["h100-sxm alone"]
+    said = fp.mix_sentence(mix, q)
+    assert "7.68% less than the best single type, h100-sxm alone" in said and "2025-08" in said
