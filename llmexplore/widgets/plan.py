@@ -81,7 +81,13 @@ class PlanExplorer(Explorer):
                                     runtime=p["runtime"], weight_dtypes=f["weight_dtypes"],
                                     kv_dtypes=f["kv_dtypes"], link=f["link"], pipeline_sizes=p["pipeline"],
                                     speculative=f["speculative"],
-                                    speculative_accepted_length=f["speculative_accepted_length"])
+                                    speculative_accepted_length=f["speculative_accepted_length"],
+                                    other_gpus=tuple(g for g in (p["other_gpu"],) if g and g != p["gpu"]),
+                                    objective=p["objective"],
+                                    # the default tier leaves a GPU it does not price unpriced (said so); a
+                                    # tier chosen must price every GPU searched (the status line says which not)
+                                    price_tier=None if p["price_tier"] == plan_sweeps.question.DEFAULT_PRICE_TIER
+                                    else p["price_tier"])
 
     def evaluate(self):
         q = self.question()
@@ -91,6 +97,7 @@ class PlanExplorer(Explorer):
             "title": plan_findings.frontier_title(res)})}
         status = f"<b>{html.escape(plan_findings.best_sentence(res))}</b>"
         if res["best"] is not None:
+            status += " " + html.escape(plan_findings.cost_sentence(res))
             status += " " + html.escape(plan_findings.ratio_sentence(res))
         return draws, status, {"res": res, "best": res["best"], "ratio": res["disagg_over_agg_ratio"]}
 
@@ -137,6 +144,9 @@ class PlanExplorer(Explorer):
         return sim
 
 
+#: how the objective dropdown names each objective
+OBJECTIVE_LABELS = {"tokens_per_s_per_gpu": "tokens/s per GPU", "usd_per_mtok": "$ per million tokens",
+                    "j_per_token": "J per output token"}
 #: the pipeline sizes the explorer's dropdown offers (each a set of sizes searched)
 PIPELINE_OPTIONS = [(1,), (1, 2), (1, 2, 4), (1, 2, 4, 8)]
 PIPELINE_SIZES = (1, 2, 4)
@@ -150,14 +160,18 @@ def plan_explorer(model: str = "qwen3-32b", gpu: str = "h200", *, gpus: int = 32
                   ttft_ms: float = 300.0, tpot_ms: float = 10.0, stat: str = "p90", rate: float | None = None,
                   weight_dtypes=None, kv_dtypes=None, link: str | None = None, runtime: str = "default",
                   sim_requests: int = plan_sweeps.SIM_REQUESTS, pipeline_sizes=PIPELINE_SIZES,
-                  speculative: str | None = None, speculative_accepted_length: float | None = None) -> PlanExplorer:
+                  speculative: str | None = None, speculative_accepted_length: float | None = None,
+                  objective: str = "tokens_per_s_per_gpu", price_tier: str | None = None,
+                  other_gpus=()) -> PlanExplorer:
     """Sliders for the request rate (or the highest the budget sustains), prompt and output lengths, the TTFT
     and TPOT targets (at ``stat``) and the GPU budget; dropdowns for the model, the GPU and the runtime preset
     (``data/runtime.yaml``: how kernels are priced); a Simulate button that runs the serving simulator with
     ``sim_requests`` requests on the best configuration; a dropdown for the pipeline sizes searched (starting at
     ``pipeline_sizes``). ``weight_dtypes``, ``kv_dtypes``, ``link``, ``speculative`` and
     ``speculative_accepted_length`` limit or widen the search as in :class:`llmexplore.sweeps.plan.Question` and stay
-    fixed.
+    fixed. Dropdowns for what "best" means (``objective``: tokens/s per GPU, $ per million tokens or J per output
+    token), the price tier (``price_tier``, default the planner's) and a second GPU type to mix with ``gpu``
+    (the first of ``other_gpus``; "none": one type); the status line says what the best configuration costs.
 
     Unknown names raise :class:`~llmexplore.errors.SpecError`; values outside the sliders' usual range are
     added to them; a question the planner rejects (a dtype the GPU lacks) is reported in the status line.
@@ -186,6 +200,10 @@ def plan_explorer(model: str = "qwen3-32b", gpu: str = "h200", *, gpus: int = 32
     if speculative is not None:
         plan_sweeps.Question(model=model, gpu=gpu, speculative=speculative,
                              speculative_accepted_length=speculative_accepted_length)
+    objective = _check.choice("objective", objective, plan_sweeps.question.OBJECTIVES)
+    tier = preset_name("prices", "price_tier", price_tier or plan_sweeps.question.DEFAULT_PRICE_TIER)
+    others = (other_gpus,) if isinstance(other_gpus, str) else tuple(other_gpus)
+    other = preset_name("hardware", "other_gpus", others[0]) if others else ""
     options = [(_pipes_label(o), o) for o in PIPELINE_OPTIONS]
     if pipes not in PIPELINE_OPTIONS:
         options.append((_pipes_label(pipes), pipes))
@@ -200,8 +218,12 @@ def plan_explorer(model: str = "qwen3-32b", gpu: str = "h200", *, gpus: int = 32
         "gpu": dropdown(presets.names("hardware"), gpu, "GPU"),
         "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
         "pipeline": dropdown(options, pipes, "pipelines"),
+        "objective": dropdown([(OBJECTIVE_LABELS[o], o) for o in plan_sweeps.question.OBJECTIVES], objective, "best by"),
+        "price_tier": dropdown(presets.names("prices"), tier, "prices"),
+        "other_gpu": dropdown([("none", "")] + [(g, g) for g in presets.names("hardware")], other, "mix with"),
     }
-    rows = [["rate", "isl", "osl"], ["ttft_ms", "tpot_ms", "gpus"], ["model", "gpu", "runtime", "pipeline"]]
+    rows = [["rate", "isl", "osl"], ["ttft_ms", "tpot_ms", "gpus"], ["model", "gpu", "runtime", "pipeline"],
+            ["objective", "price_tier", "other_gpu"]]
     fixed = {"stat": stat, "link": link, "sim_requests": sim_requests, "speculative": speculative,
              "speculative_accepted_length": speculative_accepted_length, **dtypes}
     app = PlanExplorer.build(controls, rows, fixed=fixed)

@@ -354,3 +354,21 @@ def test_explorer_rejects_unknown_names_and_extends_its_sliders():
     assert app.controls["rate"].options[0] == ("highest the budget sustains", 0.0)
     assert app.last["res"]["question"].rate_per_s == 7.7
 
+
+
+def test_cost_controls_replan_by_price_and_mix(app):
+    """Issue 22: the objective, the price tier and a second GPU type are dropdowns; the status line prices the best."""
+    assert "per million tokens" in app.status_text and "J per output token" in app.status_text
+    app.controls["objective"].value = "usd_per_mtok"
+    app.controls["price_tier"].value = "reserved-3yr"
+    q = app.last["res"]["question"]
+    assert q.objective == "usd_per_mtok" and q.price_tier == "reserved-3yr"
+    assert "reserved-3yr prices (h200 $1.60/GPU-h, 2025-08)" in app.status_text
+    app.controls["other_gpu"].value = "b200"
+    assert app.last["res"]["question"].gpu_types == ("h200", "b200")
+    app.controls["other_gpu"].value = "l40s"  # no 3-year price: one line in the status, no traceback
+    assert "Cannot evaluate" in app.status.value and "has no price for gpu &#x27;l40s&#x27;" in app.status.value
+    for c, v in (("other_gpu", ""), ("price_tier", "neocloud-on-demand"), ("objective", "tokens_per_s_per_gpu")):
+        app.controls[c].value = v
+    with pytest.raises(SpecError, match="objective must be one of"):
+        widgets.plan.plan_explorer(objective="cheap")
