@@ -20,6 +20,12 @@ OBJECTIVE_WORDS = {"tokens_per_s_per_gpu": "output tokens/s per GPU", "usd_per_m
                    "j_per_token": "GPU energy per output token"}
 
 
+def _usd(x: float) -> str:
+    """A price per GPU-hour as published: at least two decimals, at most four ($6.305, $1.30)."""
+    t = f"{x:,.4f}".rstrip("0")
+    return t + "0" * max(0, 2 - len(t.split(".")[1]))
+
+
 def price_text(q: sp.Question) -> str:
     """'neocloud-on-demand prices (h200 $6.31/GPU-h, 2026-10-24; ...)', or why the answer is not priced."""
     prices = q.priced()
@@ -28,7 +34,7 @@ def price_text(q: sp.Question) -> str:
         return (f"not priced: price tier {q.tier} has no price for {', '.join(missing)} (give one with "
                 "usd_per_gpu_hour)")
     where = "your" if all(p.source == "given by the user" for p in prices.values()) else q.tier
-    return f"{where} prices (" + "; ".join(f"{g} ${p.usd_per_gpu_hour:,.2f}/GPU-h, {p.date}"
+    return f"{where} prices (" + "; ".join(f"{g} ${_usd(p.usd_per_gpu_hour)}/GPU-h, {p.date}"
                                            for g, p in prices.items()) + ")"
 
 
@@ -198,7 +204,7 @@ def price_label(q: sp.Question) -> str:
     prices = q.priced()
     if prices is None:
         return ""
-    return f"{q.tier}: " + ", ".join(f"{g} ${p.usd_per_gpu_hour:,.2f}/GPU-h ({p.date})" for g, p in prices.items())
+    return f"{q.tier}: " + ", ".join(f"{g} ${_usd(p.usd_per_gpu_hour)}/GPU-h ({p.date})" for g, p in prices.items())
 
 
 def cost_record(res: dict, tokens_per_s_per_user: float | None = None) -> dict:
