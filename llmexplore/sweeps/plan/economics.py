@@ -48,9 +48,9 @@ class Economics:
         return inst.gpus * self.prices[inst.gpu].usd_per_gpu_hour if self.prices else 0.0
 
     def rates(self, inst) -> en.EnergyRates | None:
-        key = (inst.gpu, repr(inst.dep))
         if self.powers is None:
             return None
+        key = ("rates", id(inst.dep))  # deployments are shared by every row of an instance within one search
         if key not in self._rates:
             self._rates[key] = en.energy_rates(inst.dep, self.powers[inst.gpu])
         return self._rates[key]
@@ -58,9 +58,12 @@ class Economics:
     def prefill_dynamic_J(self, inst) -> float:
         """Dynamic board energy of one prompt's prefill on ``inst`` [J] (its GPUs at most at TDP over the
         prefill's service time)."""
-        r = self.rates(inst)
-        flops, bytes_ = en.prefill_work(inst.dep, self.isl)
-        return float(en.dynamic_J(r, inst.gpus, inst.prefill_s, flops, bytes_))
+        key = ("prefill", id(inst.dep), inst.pp, inst.prefill_s)
+        if key not in self._rates:
+            r = self.rates(inst)
+            flops, bytes_ = en.prefill_work(inst.dep, self.isl)
+            self._rates[key] = float(en.dynamic_J(r, inst.gpus, inst.prefill_s, flops, bytes_))
+        return self._rates[key]
 
     def decode_dynamic_J(self, inst, mean_batch: float, spec) -> tuple[float, float]:
         """(dynamic board energy of one decode step of ``inst`` at ``mean_batch`` sequences [J], tokens per

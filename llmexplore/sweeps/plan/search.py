@@ -210,7 +210,8 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance], econ: Eco
         n_p, n_d = pick["n_p"], pick["n_d"]
         lam = pick["rate"] if q.rate_per_s is None else q.rate_per_s
         joint = functools.partial(_joint_ttft, q.stat, S[j], busy_p[j], busy_d[j], exposed[j])
-        if float(joint(lam, n_p, n_d)) > T_ttft * (1 + 1e-9):
+        ttft = joint(lam, n_p, n_d)
+        if float(ttft) > T_ttft * (1 + 1e-9):
             # the pool pair was chosen with the prefill pool's wait and the decode NICs' wait each within the
             # target alone; together they can miss it: settle the rate (or, with a rate, the pools) jointly
             fixed = _settle_joint(q, joint, lam, n_p, n_d, T_ttft, rp[j], rd[j], usd_p, usd_d, budget_usd,
@@ -222,7 +223,7 @@ def _disagg_rows(q: Question, wl: dg.Workload, insts: list[_Instance], econ: Eco
                 continue
             lam, n_p, n_d = fixed
             pick = dict(pick, gpus=n_p * rp[j] + n_d * rd[j])
-        ttft = joint(lam, n_p, n_d)
+            ttft = joint(lam, n_p, n_d)
         mb = dg.first_fixed_point(d.batches, d.step_s, lam / n_d, q.osl)
         mb = float(mb) if np.isfinite(mb) else dr["mean_batch"]
         bstat = mb + at_stat.z_of(q.stat) * math.sqrt(mb)
