@@ -374,6 +374,16 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         (dict(WEIGHT_DTYPES=["bf16"], KV_DTYPES=["fp8"], LINK="roce-400g"),
          {"WEIGHT_DTYPES": rec("searched", lambda s: s["weight"]), "KV_DTYPES": rec("searched", lambda s: s["kv"]),
           "LINK": rec("searched", lambda s: s["link"])}),
+        # issue 22, cost: the tier, the objective and the $ budget are named in the question; the interactivity
+        # the cost frontiers are read at is recorded; a second GPU type is searched (named in the question), and
+        # section 2c mixes GPU with another type (its rows are named by type)
+        (dict(PRICE_TIER="reserved-3yr", OBJECTIVE="usd_per_mtok", BUDGET_USD_PER_HOUR=150.0, INTERACTIVITY=50.0),
+         {"PRICE_TIER": says("question", "reserved-3yr prices"), "OBJECTIVE": says("question", "best by $ per million"),
+          "BUDGET_USD_PER_HOUR": says("question", "$150.00/hour"),
+          "INTERACTIVITY": rec("cost", lambda c: c["interactivity"])}),
+        (dict(OTHER_GPUS=["h100-sxm"], MIX_GPU="h100-sxm"),
+         {"OTHER_GPUS": says("question", "H200 SXM 141GB or H100 SXM 80GB"),
+          "MIX_GPU": rec("mix", sorted)}),
         # the runtime reprices every configuration; the sizes of the table, the sweep and the simulation are counts
         (dict(RUNTIME="scalar", N_RATES=4, SIMULATED_REQUESTS=300, TOP=5),
          {"RUNTIME": rec("headline", lambda h: h["best"]["tokens_per_s_per_gpu"]),
@@ -451,6 +461,11 @@ REJECTED = [
     ("60_deployment_planner", dict(SPECULATIVE="deepseek-mtp-1"),
      r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and qwen3-32b has none"),
     ("60_deployment_planner", dict(WEIGHT_DTYPES=["fp4"]), r"WEIGHT_DTYPES must be a dtype h200 supports"),
+    ("60_deployment_planner", dict(PRICE_TIER="spot"), r"PRICE_TIER must name a preset in data/prices.yaml \("),
+    ("60_deployment_planner", dict(OBJECTIVE="cheapest"), r"OBJECTIVE must be one of tokens_per_s_per_gpu, usd_per_mtok"),
+    ("60_deployment_planner", dict(BUDGET_USD_PER_HOUR=-5.0), r"BUDGET_USD_PER_HOUR must be a finite number in \(0, 1e9\]"),
+    ("60_deployment_planner", dict(OTHER_GPUS="b200"), r"OTHER_GPUS must be a list of at most 3 more hardware presets"),
+    ("60_deployment_planner", dict(INTERACTIVITY=0.0), r"INTERACTIVITY must be None \(the TPOT target's\) or"),
 ]
 
 
