@@ -172,14 +172,15 @@ def cost_frontiers(points) -> dict:
 
 def at_interactivity(front, tokens_per_s_per_user: float) -> float:
     """$ per million tokens on a cost frontier at ``tokens_per_s_per_user``, interpolated linearly between its
-    points (NaN outside the frontier's range: no configuration is that fast, or the slowest is faster)."""
+    points. Below the frontier's slowest point that point's price (it serves every user at least that fast, and
+    nothing slower is cheaper); NaN above its fastest (no configuration is that fast)."""
     if not len(front):
         return float("nan")
     x = front["tokens_per_s_per_user"].to_numpy(float)
     y = front["usd_per_mtok_total"].to_numpy(float)
-    if not x[0] <= tokens_per_s_per_user <= x[-1]:
+    if tokens_per_s_per_user > x[-1]:
         return float("nan")
-    return float(np.interp(tokens_per_s_per_user, x, y))
+    return float(np.interp(tokens_per_s_per_user, x, y))  # np.interp holds y[0] below x[0]
 
 
 def cost_frontier_sentence(res: dict, tokens_per_s_per_user: float | None = None) -> str:
@@ -191,12 +192,21 @@ def cost_frontier_sentence(res: dict, tokens_per_s_per_user: float | None = None
     if all(not len(f) for f in fr.values()):
         return f"No cost frontier: {price_text(q)}." if q.priced() is None else \
             "No configuration meets the TTFT target, so there is no cost frontier."
-    said = []
+    said, faster = [], []
     for mode, f in fr.items():
+        if mode not in q.modes:
+            continue
         v = at_interactivity(f, x)
-        said.append(f"{mode} ${v:.4g}" if v == v else f"{mode} no point")
+        if v != v:
+            said.append(f"{mode} no configuration that fast" if len(f) else f"{mode} none meeting the TTFT target")
+            continue
+        said.append(f"{mode} ${v:.4g}")
+        if x < float(f["tokens_per_s_per_user"].iloc[0]):
+            faster.append(f"{mode}'s cheapest configuration already gives "
+                          f"{num(float(f['tokens_per_s_per_user'].iloc[0]))}")
+    note = f"; {join(faster)} tokens/s per user" if faster else ""
     return (f"At {num(x)} tokens/s per user the cost frontiers give {join(said)} per million tokens "
-            f"(interpolated between configurations; {price_text(q)}).")
+            f"(interpolated between configurations{note}; {price_text(q)}).")
 
 
 def price_label(q: sp.Question) -> str:

@@ -423,6 +423,17 @@ def _merged(q: Question, scheduler, workers) -> tuple[pd.DataFrame, pd.DataFrame
     return order_table(conf, q), pts.reset_index(drop=True)
 
 
+def _with_rows(pts: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The frontier candidates and every feasible row's own operating point: the points sample each
+    configuration on a rate grid, and a row's rate (the highest within the targets) falls between grid rates,
+    so without it a frontier would sit below the table's best."""
+    cols = ["mode", "label", "tokens_per_s_per_user", "tokens_per_s_per_gpu", "usd_per_mtok_total"]
+    ok = table.loc[table["feasible"], cols]
+    if not len(ok):
+        return pts
+    return pd.concat([pts.reindex(columns=cols), ok], ignore_index=True) if len(pts) else ok.reset_index(drop=True)
+
+
 def config_of(row: dict, q: Question) -> DeploymentConfig:
     """The :class:`~llmexplore.deployment.DeploymentConfig` of one table row (what :mod:`llmexplore.launch` and
     :func:`simulate_config` read; its ``to_json`` is the ``config`` of ``plan --json``): model, gpu, mode,
@@ -482,6 +493,7 @@ def plan(q: Question | None = None, *, scheduler=None, workers: int | None = Non
         table, pts = configurations(q)
     else:
         table, pts = _merged(q, scheduler, workers)
+    pts = _with_rows(pts, table)
     fr = frontiers(pts)
     out = {"question": q, "table": table, "frontiers": fr, "points": pts}
     out.update(best(table, q))

@@ -96,6 +96,8 @@ def test_cost_frontier_interpolates(mix):
     y0, y1 = d["usd_per_mtok_total"].iloc[0], d["usd_per_mtok_total"].iloc[1]
     assert fp.at_interactivity(d, (x0 + x1) / 2) == pytest.approx((y0 + y1) / 2)
     assert np.isnan(fp.at_interactivity(d, d["tokens_per_s_per_user"].max() * 2))
+    # slower than the slowest point: that point serves every user faster at its price, and nothing is cheaper
+    assert fp.at_interactivity(d, x0 / 2) == pytest.approx(float(d["usd_per_mtok_total"].iloc[0]))
 
 
 def test_an_unpriced_gpu_leaves_cost_out_unless_asked():
