@@ -253,6 +253,7 @@ def check_moe_parameters(p) -> dict[str, str]:
     m = preset_param("MODEL", "models", p["MODEL"])
     preset_param("GPU", "hardware", p["GPU"])
     preset_param("RUNTIME", "runtime", p["RUNTIME"])
+    preset_param("PRICE_TIER", "prices", p["PRICE_TIER"])
     if not m.is_moe:
         moe_names = [n for n, x in presets.table("models").items() if x.is_moe]
         return {"MODEL": f"{m.name} is a dense model; this notebook needs a MoE model ({', '.join(moe_names)})"}

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .. import presets
 from ..labels import table_decoding
-from ..sweeps.moe import comm_at_batch, max_relative_load, redundancy_gain_pct
+from ..sweeps import pricing
+from ..sweeps.moe import comm_at_batch, max_relative_load, priced, redundancy_gain_pct
 from . import num
 
 __all__ = ["pretty_label", "scenario_sentence", "redundancy_sentence", "skew_title", "load_sentence", "comm_sentence",
-           "max_load_sentence", "decoding_sentence", "straggler_sentence"]
+           "max_load_sentence", "decoding_sentence", "straggler_sentence", "cost_sentence"]
 
 
 def _time(df: pd.DataFrame) -> str:
@@ -63,6 +65,47 @@ def scenario_sentence(scenario: pd.DataFrame, batch: int, *, short: bool = False
     if bad and not (len(tp) and bad == [tp.iloc[0]["layout"]]):
         text += f"; {', '.join(bad)} do not fit"
     return text + "." + (f" {decoding_sentence(scenario, batch)}" if dec else "")
+
+
+def cost_sentence(scenario: pd.DataFrame, batch: int, gpu: str, tier: str = pricing.DEFAULT_PRICE_TIER) -> str:
+    """Section 1: what the configurations cost at ``batch`` at ``tier``'s price of ``gpu`` (with the price's date;
+    :func:`~llmexplore.sweeps.moe.priced`, docs/models.md §8.7): the cheapest per million output tokens among
+    those that fit, against pure TP. The configurations of a scenario rent the same GPUs, so the cheapest per token
+    is the one that serves the most output tokens per second, the fastest, and the sentence says so: the dollars
+    are what is new, not the ranking. "Not priced" where the tier has no price for the GPU."""
+    hw = presets.resolve("hardware", gpu)
+    price = pricing.tier_price(tier, hw.name)
+    if price is None:
+        return f"These layouts are {pricing.not_priced(tier, hw.name)}; the times above stand."
+    at = priced(scenario[scenario["batch"] == batch], hw.name, tier)
+    ok = at[at["feasible"]]
+    gpus = sorted({int(g) for g in at["gpus"]})
+    text = f"At {pricing.price_label(tier, price)} for the {hw.label}"
+    if len(gpus) == 1:
+        text += f", every layout rents the same {gpus[0]:,} GPUs for ${at['usd_per_hour'].iloc[0]:,.2f} per hour"
+    if ok.empty:
+        return text + f"; nothing fits at batch {batch:,}, so nothing has a price per output token."
+    best = ok.loc[ok["usd_per_mtok_output"].idxmin()]
+
+    def cost(r, unit=" per million output tokens"):
+        return f"${num(r['usd_per_mtok_output'])}{unit} ({num(r['tokens_per_s'])} output tokens/s)"
+
+    name = (f"pure {best['layout']}" if best["ep"] == 1 else pretty_label(best["layout"]))
+    text += (f", so the cheapest per million output tokens at batch {batch:,} is the fastest, {name}: {cost(best)}"
+             if len(gpus) == 1 else f"; the cheapest per million output tokens at batch {batch:,} is {name} on "
+                                    f"{int(best['gpus']):,} GPUs: {cost(best)}")
+    tp = at[at["ep"] == 1]
+    if len(tp) and tp.iloc[0]["layout"] != best["layout"]:
+        r = tp.iloc[0]
+        if r["feasible"]:
+            saved = 100 * (1 - best["usd_per_mtok_output"] / r["usd_per_mtok_output"])
+            text += f", {num(saved)}% less than pure {r['layout']} at {cost(r, '')}"
+    bad = at[~at["feasible"]]["layout"].tolist()
+    if bad:
+        one = len(bad) == 1
+        text += (f"; {', '.join(bad)} {'does' if one else 'do'} not fit in memory, so "
+                 f"{'it has' if one else 'they have'} no price per token")
+    return text + "."
 
 
 def redundancy_sentence(small: pd.DataFrame, large: pd.DataFrame, skew: float, batch: int, large_batch: int

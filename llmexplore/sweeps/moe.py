@@ -29,13 +29,15 @@ from ..models.moe import decode as moe_model
 from ..models.moe import eplb
 from ..models.moe import routing
 from ..models.moe.decode import MoEDeployment
+from ..models.step import cost as co
 from ..models.step.speculative import resolve_spec, user_spec
-from . import shown_columns as _shown, tidy
+from . import pricing, shown_columns as _shown, tidy
+from .pricing import DEFAULT_PRICE_TIER
 
 __all__ = ["LAYERS", "layout_options", "scenario_splits", "config", "moe_records", "scenario_table",
            "step_vs_skew", "step_vs_batch", "rank_loads", "max_load_check", "redundancy_gain_pct", "comm_at_batch",
            "max_relative_load", "decoding", "decoding_of", "speedup_at_batch", "straggler_table", "check_tokens",
-           "shown_columns"]
+           "shown_columns", "priced", "usd_per_mtok_at_batch"]
 
 LAYERS = 8
 #: display unit of each time in the MoE records (per-layer times in us, whole-step times in ms)
@@ -289,6 +291,38 @@ def comm_at_batch(by_batch: pd.DataFrame, batch: int) -> dict[str, float]:
     table."""
     at = by_batch[by_batch["batch"] == batch]
     return dict(zip(at["layout"], (at["dispatch_layer_us"] + at["combine_layer_us"]).astype(float)))
+
+
+def priced(table: pd.DataFrame, gpu: str, tier: str = DEFAULT_PRICE_TIER) -> pd.DataFrame:
+    """``table`` (rows of :func:`moe_records`, e.g. a :func:`scenario_table` at one batch) with what each row costs
+    at ``tier``'s price of GPU preset ``gpu`` (``data/prices.yaml``; docs/models.md §8.7):
+
+    - ``usd_per_hour`` [USD/h]: the row's GPUs (``gpus``: pp x tp x ep) x USD per GPU-hour;
+    - ``usd_per_mtok_output`` [USD per 10^6 output tokens]: ``usd_per_hour`` / (3600 x ``tokens_per_s``) x 10^6
+      (:func:`llmexplore.models.step.cost.usd_per_mtok`), ``tokens_per_s`` being the instance's output tokens per
+      second at the row's batch, batch x tokens per step / iteration = batch / ``tpot_ms``
+      (:func:`llmexplore.models.moe.decode.token_time`). NaN where the row does not fit in memory (its
+      ``feasible`` column says why there is no price per token).
+
+    Returned unchanged, without the cost columns, where the tier has no price for the GPU (the findings then say
+    :func:`~llmexplore.sweeps.pricing.not_priced`); UnknownPresetError naming the known tiers for an unknown
+    ``tier``."""
+    price = pricing.tier_price(tier, presets.resolve("hardware", gpu).name)
+    if price is None:
+        return table
+    out = table.copy()
+    out["usd_per_hour"] = out["gpus"].astype(float) * price.usd_per_gpu_hour
+    per_mtok = co.usd_per_mtok(out["usd_per_hour"].to_numpy(float), out["tokens_per_s"].to_numpy(float))
+    out["usd_per_mtok_output"] = np.where(out["feasible"].to_numpy(bool), per_mtok, np.nan)
+    return out
+
+
+def usd_per_mtok_at_batch(table: pd.DataFrame) -> dict[str, float]:
+    """``{layout: USD per million output tokens}`` of a :func:`priced` table ({} where it has no price: the tier
+    does not price the GPU); NaN for a layout that does not fit."""
+    if "usd_per_mtok_output" not in table:
+        return {}
+    return dict(zip(table["layout"], table["usd_per_mtok_output"].astype(float)))
 
 
 #: columns that only speak for a pipeline or speculative decoding (left out of a plain table's display)

@@ -11,7 +11,7 @@ from .. import presets
 from ..specs import GpuPrice
 from .plan.question import DEFAULT_PRICE_TIER
 
-__all__ = ["DEFAULT_PRICE_TIER", "tier_price", "not_priced", "price_label"]
+__all__ = ["DEFAULT_PRICE_TIER", "tier_price", "not_priced", "price_label", "price_record"]
 
 
 def tier_price(tier: str, gpu: str) -> GpuPrice | None:
@@ -33,3 +33,12 @@ def price_label(tier: str, price: GpuPrice) -> str:
     usd = f"{price.usd_per_gpu_hour:,.4f}".rstrip("0")
     usd += "0" * max(0, 2 - len(usd.split(".")[1]))
     return f"${usd} per GPU-hour ({tier}, {price.date})"
+
+
+def price_record(tier: str, gpu: str) -> dict:
+    """What a notebook records of the price it used: ``{"tier", "gpu", "usd_per_gpu_hour", "date"}`` (USD per
+    GPU-hour and the date it was read; both None where ``tier`` has no price for ``gpu``); UnknownPresetError
+    naming the known tiers for an unknown ``tier``."""
+    price = tier_price(tier, gpu)
+    return {"tier": tier, "gpu": gpu, "usd_per_gpu_hour": None if price is None else price.usd_per_gpu_hour,
+            "date": None if price is None else price.date}

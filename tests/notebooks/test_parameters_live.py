@@ -294,7 +294,10 @@ CASES: dict[str, list[tuple[dict, dict[str, Signal]]]] = {
         (dict(CONTEXT=4096, MC_TRIALS=10), {"CONTEXT": rec("step_ms_at_batch"), "MC_TRIALS": rec("max_load_error_pct")}),
         (dict(SKEW=3.0, REDUNDANT=[16]),
          {"SKEW": rec("dispatch_combine_us_at_batch"), "REDUNDANT": rec("rank_load_max_before_after", sorted)}),
-        (dict(RUNTIME="scalar"), {"RUNTIME": rec("step_ms_at_batch")}),
+        # the runtime preset reprices every kernel (every time moves); the price tier moves only the price per
+        # GPU-hour of section 1's dollars (3-year rental: $1.60 for an H200, neocloud on-demand: $6.305), not a time
+        (dict(RUNTIME="scalar", PRICE_TIER="reserved-3yr"),
+         {"RUNTIME": rec("step_ms_at_batch"), "PRICE_TIER": rec("price", lambda p: p["usd_per_gpu_hour"])}),
         (dict(MC_TOKENS=[128, 512]), {"MC_TOKENS": rec("max_load_error_pct")}),
         # a pipeline of two stages of the 16 GPUs: the recorded decoding says so
         (dict(PP=2), {"PP": says("decoding", "PP2")}),
@@ -432,6 +435,7 @@ REJECTED = [
      r"SPECULATIVE 'deepseek-mtp-1' drafts with an MTP module, and qwen3-30b-a3b has none"),
     ("30_moe_expert_parallel", dict(ACCEPTED_LENGTH=1.5), r"ACCEPTED_LENGTH must come with speculative"),
     ("30_moe_expert_parallel", dict(SPECULATIVE="eagle"), r"SPECULATIVE must name a preset in data/speculative.yaml"),
+    ("30_moe_expert_parallel", dict(PRICE_TIER="spot"), r"PRICE_TIER must name a preset in data/prices.yaml \("),
     ("40_kv_transfer", dict(DECODE_DP=2), r"DECODE_DP must be <= PREFILL_DP \(1\) with DP_PAIRING = 'index'"),
     ("40_kv_transfer", dict(PREFILL_DP=1024, PREFILL_TP=128), r"PREFILL_TP x PREFILL_DP must be at most 65,536 ranks"),
     ("40_kv_transfer", dict(PREFILL_TP=6), r"PREFILL_TP \(6\) must divide or be a multiple of the KV heads"),
