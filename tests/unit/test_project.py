@@ -224,6 +224,19 @@ def test_each_section_ends_with_a_generated_finding(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_overview_lists_every_numbered_section(path):
+    """A notebook's Overview (its first cell) numbers the same sections its ``## N title`` headings do: a
+    section added later is listed too (notebooks 05 and 60 had outgrown theirs)."""
+    nb = nbformat.read(path, as_version=4)
+    first = nb.cells[0].source
+    if "**Overview**" not in first:
+        return
+    listed = [int(n) for n in re.findall(r"^(\d+)\. ", first[first.index("**Overview**"):], re.M)]
+    heads = [int(n) for c in nb.cells if c.cell_type == "markdown" for n in re.findall(r"^## (\d+) ", c.source, re.M)]
+    assert listed == heads, f"{path.name}: the Overview lists sections {listed}, the headings are {heads}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_links_between_notebooks_point_at_notebooks_that_exist(path):
     nb = nbformat.read(path, as_version=4)
     targets = [m for c in nb.cells if c.cell_type == "markdown"
