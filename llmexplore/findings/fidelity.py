@@ -9,7 +9,6 @@ Every sentence reads the tables of :mod:`llmexplore.sweeps.fidelity` (the ones t
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from .. import presets

@@ -8,9 +8,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..labels import table_decoding
-from . import (RANK_MARKER, RANK_SERIES, TEMPLATE, base, base_layout, distinct_labels, fmt, grid_layout, values_at,
+from . import (RANK_MARKER, RANK_SERIES, base, base_layout, distinct_labels, fmt, grid_layout, values_at,
                values_note,  # noqa: F401
-               chosen_marker, not_fit_key, ref_line, ref_trace, spec_builder)
+               chosen_marker, not_fit_key, spec_builder)
 
 __all__ = ["LAYOUT_COLORS", "LAYOUT_SYMBOLS", "PART_COLORS", "step_time_figure", "phase_diagram_figure",
            "memory_figure", "transition_figure", "scheduler_figure", "policy_figure"]

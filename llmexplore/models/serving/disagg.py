@@ -38,7 +38,7 @@ from ..queueing import core as qz
 from ..step.decode import step_time
 from ..step.engine import Deployment
 from ..step.kv_transfer import pipelined_exposed_s, transfer_time
-from ..step.prefill import mixed_step_time, prefill_time
+from ..step.prefill import mixed_step_time
 from ..step.per_token import check_decoding, token_max_batch, token_time
 from ..step.pipeline import check_pp, pp_prefill, stage_layers
 from ..step.speculative import resolve_spec

@@ -32,7 +32,7 @@ import numpy as np
 from ... import _check
 from ...errors import SpecError
 from ...specs import SpecDecode
-from .decode import max_batch, max_context, memory_per_rank, step_time
+from .decode import max_batch, max_context, step_time
 from .engine import MAX_CONTEXT, Deployment, check_batch_context
 from .pipeline import check_pp, pp_decode, pp_max_batch, pp_memory, stage_deployment
 from .speculative import check_spec, resolve_spec, spec_max_batch, spec_memory, spec_step
