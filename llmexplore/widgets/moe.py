@@ -3,7 +3,8 @@
 The figures are the notebook's (:func:`llmexplore.plots.moe.skew_figure`,
 :func:`~llmexplore.plots.moe.rank_load_figure`) for the chosen TP x EP split, batch, skew and redundant
 experts, decoded plainly, in a pipeline of stages (each stage the chosen split of the GPUs) or speculatively: then
-the step-time figure and the status line are per output token.
+the step-time figure and the status line are per output token. The status line prices each placement in $ per
+million output tokens at the chosen price tier (``data/prices.yaml``, with the price's date).
 Under pure TP the load chart shows one bar per GPU, all at the mean load.
 """
 
@@ -21,6 +22,7 @@ from ..models.moe import decode as moe_model
 from ..plots import fmt
 from ..plots import moe as moe_plots
 from ..sweeps import moe as moe_sweeps
+from ..sweeps import pricing
 from . import Draw, Explorer, choice_slider, dropdown, log_options, preset_name
 
 __all__ = ["MoEExplorer", "moe_explorer", "split_label", "NO_SPEC"]
@@ -83,18 +85,31 @@ class MoEExplorer(Explorer):
             "loads": Draw(moe_plots.rank_load_figure, loads, {"title": load_title, "rank_title": rank_title}),
         }
         at = df[np.isclose(df["skew"], skew)].drop_duplicates("placement")
+        # every placement rents the same GPUs (each pipeline stage is the split of all of them)
+        at = moe_sweeps.priced(at.assign(gpus=f["gpus"] * int(p["pp"]), tokens_per_s=batch * 1e3 / at["tpot_ms"]),
+                               f["gpu"], p["prices"])
         peak = moe_sweeps.max_relative_load(loads)
-        return draws, _status(at, peak, skew, how), {"at_skew": at, "loads": loads, "max_load": peak}
+        price = pricing.tier_price(p["prices"], f["gpu"])
+        cost = (f" Prices: {html.escape(pricing.price_label(p['prices'], price))}, {f['gpus'] * int(p['pp'])} GPUs "
+                f"for ${float(at['usd_per_hour'].iloc[0]):,.2f}/hour." if price is not None
+                else f" {html.escape(pricing.not_priced(p['prices'], f['gpu']).capitalize())}.")
+        return draws, _status(at, peak, skew, how) + cost, {"at_skew": at, "loads": loads, "max_load": peak}
+
+
+def _usd(r) -> str:
+    """', $X per million output tokens' of a priced, feasible row ('' otherwise)."""
+    v = getattr(r, "usd_per_mtok_output", float("nan"))
+    return f", ${v:,.3g} per million output tokens" if v == v else ""
 
 
 def _status(at, peak: dict[str, float], skew: float, how: str = "") -> str:
     if how:
         parts = [f"<b>{html.escape(r.placement)}</b> {fmt(r.tpot_ms, 'ms')} per output token "
-                 f"(MoE layer {fmt(r.moe_layer_us, 'µs')})" + ("" if r.feasible else " — does not fit")
+                 f"(MoE layer {fmt(r.moe_layer_us, 'µs')}{_usd(r)})" + ("" if r.feasible else " — does not fit")
                  for r in at.itertuples()]
     else:
         parts = [f"<b>{html.escape(r.placement)}</b> {fmt(r.step_ms, 'ms')} per step "
-                 f"(MoE layer {fmt(r.moe_layer_us, 'µs')})" + ("" if r.feasible else " — does not fit")
+                 f"(MoE layer {fmt(r.moe_layer_us, 'µs')}{_usd(r)})" + ("" if r.feasible else " — does not fit")
                  for r in at.itertuples()]
     text = (f"At skew {fmt(skew, trim=True)}×" + (f", {html.escape(how)}" if how else "") + ": "
             + "; ".join(parts) + ".")
@@ -109,10 +124,11 @@ def _status(at, peak: dict[str, float], skew: float, how: str = "") -> str:
 def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, *, tp: int = 2, ep: int = 8,
                  batch: int = 256, context: int = 2048, skew: float = 2.6, redundant: int = 32,
                  runtime: str = "default", pp: int = 1, speculative: str | None = None,
-                 accepted_length: float | None = None) -> MoEExplorer:
+                 accepted_length: float | None = None, price_tier: str = pricing.DEFAULT_PRICE_TIER) -> MoEExplorer:
     """Sliders for skew, batch, redundant experts and pipeline stages (each stage the TP x EP split of ``gpus``
     GPUs); dropdowns for the split, the runtime preset (``data/runtime.yaml``: how kernels are priced) and
-    speculative decoding (``data/speculative.yaml``; ``accepted_length`` applies to ``speculative``'s preset).
+    speculative decoding (``data/speculative.yaml``; ``accepted_length`` applies to ``speculative``'s preset), and
+    the price tier (``data/prices.yaml``) the status line prices each placement at.
 
     Unknown names (or a model without MoE layers) raise :class:`~llmexplore.errors.SpecError`; values outside
     the sliders' usual range, and a split that is not among the model's options, are added to the controls
@@ -128,6 +144,7 @@ def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, 
     skew = _check.number("skew", skew, lo=1.0)
     redundant = _check.integer("redundant", redundant, lo=0, hi=moe_model.MAX_REDUNDANT)
     runtime = preset_name("runtime", "runtime", runtime)
+    price_tier = preset_name("prices", "price_tier", price_tier)
     pp = _check.integer("pp", pp, lo=1, hi=MAX_STAGES)
     if speculative is not None:
         speculative = preset_name("speculative", "speculative", speculative)
@@ -144,8 +161,9 @@ def moe_explorer(model: str = "deepseek-v3", gpu: str = "h200", gpus: int = 16, 
         "runtime": dropdown(presets.names("runtime"), runtime, "runtime"),
         "pp": choice_slider([1, 2, 4, 8], pp, "pipeline", label=lambda v: "no pipeline" if v == 1 else f"{v} stages"),
         "speculative": dropdown([NO_SPEC, *presets.names("speculative")], speculative or NO_SPEC, "speculative"),
+        "prices": dropdown(presets.names("prices"), price_tier, "prices"),
     }
-    rows = [["skew", "batch"], ["redundant", "layout", "runtime"], ["pp", "speculative"]]
+    rows = [["skew", "batch"], ["redundant", "layout", "runtime"], ["pp", "speculative", "prices"]]
     m = presets.model(model)
     fixed = {"model": m.name, "gpu": gpu, "gpus": gpus, "context": context, "splits": splits,
              "max_skew": m.routed_experts / m.experts_per_token,  # the largest skew top-k routing allows

@@ -165,6 +165,32 @@ def test_pd_explorer_uses_the_one_mode_comparison(pd_app):
     app.controls["nics"].value = "one per GPU"
 
 
+def test_moe_explorer_prices_each_placement_at_the_chosen_tier():
+    """The status line gives each placement's $ per million output tokens: the GPUs' $/hour over the output
+    tokens/s (batch / time per output token), at the tier's dated price; a GPU the tier does not price is said
+    to be not priced (issue 22)."""
+    import re
+
+    from llmexplore import presets
+
+    app = widgets.moe.moe_explorer(price_tier="reserved-3yr")
+    price = presets.price_tier("reserved-3yr").prices["h200"]
+    assert "$1.60 per GPU-hour (reserved-3yr, 2025-08), 16 GPUs for $25.60/hour" in app.status_text
+    at = app.last["at_skew"]
+    for r in at.itertuples():  # closed form: 16 GPUs x $1.60 / (3600 x 256 / tpot) x 1e6
+        want = 16 * price.usd_per_gpu_hour / (3600 * 256 * 1e3 / r.tpot_ms) * 1e6
+        assert r.usd_per_mtok_output == pytest.approx(want, rel=1e-12)
+        assert f"${want:,.3g} per million output tokens" in app.status_text
+    app.controls["prices"].value = "neocloud-on-demand"  # a dearer tier: every placement costs more
+    assert "$6.305 per GPU-hour (neocloud-on-demand, 2026-10-24)" in app.status_text
+    assert (app.last["at_skew"]["usd_per_mtok_output"].to_numpy() > at["usd_per_mtok_output"].to_numpy()).all()
+    unpriced = widgets.moe.moe_explorer(gpu="mi355x")
+    assert "Not priced: tier neocloud-on-demand has no price for mi355x" in unpriced.status_text
+    assert not re.search(r"nan", unpriced.status_text, re.I)
+    with pytest.raises(UnknownPresetError, match="price_tier: no prices preset 'spot'; known: hyperscaler"):
+        widgets.moe.moe_explorer(price_tier="spot")
+
+
 def test_moe_explorer_adds_and_hides_traces_by_name(moe_app):
     app = moe_app
     fig, loads = app.figures["skew"], app.figures["loads"]
